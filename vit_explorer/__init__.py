@@ -1,0 +1,28 @@
+"""vit-explorer: open up Vision Transformers (ViT, DeiT, CaiT) layer by layer.
+
+`import vit_explorer` is cheap (no torch); `vit_explorer.load` imports what it needs on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from .checkpoints.loaded import LoadedModel
+
+
+def load(source: str, *, device: str | None = None) -> LoadedModel:
+    """Load a hub id (HF or `timm/...`), a local folder or a file into a `LoadedModel`."""
+    from .checkpoints import load as _load
+
+    return _load(source, device=device)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LoadedModel":
+        from .checkpoints.loaded import LoadedModel
+
+        return LoadedModel
+    raise AttributeError(name)

@@ -1,0 +1,30 @@
+"""`LoadedModel`: what every loader returns and every consumer (CLI, app, analyses) reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from PIL import Image
+
+from ..models import ViTConfig, VisionTransformer
+from .preprocess import Preprocess
+
+
+@dataclass
+class LoadedModel:
+    model: VisionTransformer  # in eval mode; model(pixel_values) returns logits
+    config: ViTConfig
+    labels: list[str]  # one name per class
+    preprocessing: Preprocess  # the source's own eval transform
+    source: str = ""  # what was asked for (hub id, folder or file)
+    kind: str = "native"  # "hf", "timm" or "native"
+    details: dict = field(default_factory=dict)  # e.g. the architecture name the source gave
+
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        """PIL image -> (1, 3, H, W) on the model's device, as the source preprocesses it."""
+        return self.preprocessing(image).to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device

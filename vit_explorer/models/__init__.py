@@ -1,0 +1,8 @@
+"""The glass-box ViT family (Qt-free)."""
+
+from .config import ConfigError, TokenLayout, ViTConfig
+from .presets import PRESETS, preset
+from .vit import CAPTURE_KEYS, VisionTransformer, count_parameters
+
+__all__ = ["CAPTURE_KEYS", "PRESETS", "ConfigError", "TokenLayout", "ViTConfig", "VisionTransformer",
+           "count_parameters", "preset"]

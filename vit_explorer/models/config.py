@@ -1,0 +1,283 @@
+"""The typed configuration of the glass-box ViT family, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+STEMS = ("patchify", "conv")
+PREFIX_TOKENS = ("cls", "cls+dist", "none")
+POOLS = ("cls", "gap")
+POS_EMBEDS = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
+
+# Refuse configurations that would allocate more than this many parameters: a typo such as
+# depth=12000 should produce a message, not a machine that swaps for ten minutes.
+MAX_PARAMETERS = 3_000_000_000
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot build a model; the message says what to change."""
+
+
+@dataclass
+class ViTConfig:
+    """Everything needed to build a `VisionTransformer`; presets live in `presets.py`."""
+
+    image_size: tuple[int, int] = (224, 224)  # (H, W) the model is built for; PEs resample to others
+    patch_size: int = 16  # the stem's total stride P; the grid is (H/P, W/P)
+    in_chans: int = 3
+    num_classes: int = 1000  # 0 = no classifier, the model returns pooled features
+    embed_dim: int = 768  # D
+    depth: int = 12  # number of self-attention blocks
+    num_heads: int = 12
+    mlp_ratio: float = 4.0  # MLP hidden width = mlp_ratio * D
+    qkv_bias: bool = True
+    stem: str = "patchify"  # "patchify" (Conv2d k=P s=P) or "conv" (Xiao et al. 2021)
+    conv_stem_channels: tuple[int, ...] = ()  # conv stem 3x3 widths; () = derived from D and P
+    conv_stem_strides: tuple[int, ...] = ()  # conv stem 3x3 strides (product = P); () = all 2
+    prefix_tokens: str = "cls"  # "cls", "cls+dist" (DeiT) or "none"
+    pool: str = "cls"  # what the classifier reads: the [CLS] token or the mean of patch tokens
+    pos_embed: str = "learned"  # one of POS_EMBEDS
+    pos_embed_prefix: bool = True  # learned 1D PE has rows for the prefix tokens (ViT, DeiT); CaiT: False
+    pe_resample_antialias: bool = True  # timm antialiases when shrinking a learned PE; HF does not
+    rope_theta: float = 100.0  # base frequency of 2D axial RoPE (Heo et al. 2024)
+    mask_token: bool = False  # learnable [MASK]; without it masked patches become zeros (no parameter)
+    layer_norm_eps: float = 1e-6  # timm 1e-6; HF ViT configs default to 1e-12
+    drop_rate: float = 0.0  # dropout after dense layers (MLP, attention projection) and before the head
+    pos_drop_rate: float = 0.0  # dropout after adding the position embedding
+    attn_drop_rate: float = 0.0  # dropout on the attention probabilities
+    drop_path_rate: float = 0.0  # stochastic depth, rising linearly to this value in the last block
+    layer_scale_init: float | None = None  # LayerScale gamma init (CaiT: 1e-5); None = no LayerScale
+    talking_heads: bool = False  # CaiT's talking-heads attention in the self-attention blocks
+    class_attn_depth: int = 0  # CaiT: class-attention blocks after which only [CLS] is updated
+    class_attn_mlp_ratio: float = 4.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.image_size, int):
+            self.image_size = (self.image_size, self.image_size)
+        self.image_size = tuple(int(s) for s in self.image_size)  # type: ignore[assignment]
+        self.conv_stem_channels = tuple(int(c) for c in self.conv_stem_channels)
+        self.conv_stem_strides = tuple(int(s) for s in self.conv_stem_strides)
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        for name in ("patch_size", "in_chans", "embed_dim", "num_heads"):
+            need(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
+        need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
+        need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
+        need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
+        h, w = self.image_size
+        p = self.patch_size
+        need(
+            h % p == 0 and w % p == 0 and h >= p and w >= p,
+            f"image_size {h}x{w} is not a positive multiple of patch_size {p}: "
+            f"use e.g. {max(1, round(h / p)) * p}x{max(1, round(w / p)) * p}",
+        )
+        need(self.stem in STEMS, f"stem must be one of {STEMS}, got {self.stem!r}")
+        need(
+            self.prefix_tokens in PREFIX_TOKENS,
+            f"prefix_tokens must be one of {PREFIX_TOKENS}, got {self.prefix_tokens!r}",
+        )
+        need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
+        need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
+        need(
+            self.embed_dim % self.num_heads == 0,
+            f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}",
+        )
+        if self.pool == "cls":
+            need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
+        if self.prefix_tokens == "cls+dist":
+            need(self.pool == "cls", "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: pool='cls'")
+        if self.class_attn_depth:
+            need(
+                self.prefix_tokens == "cls" and self.pool == "cls",
+                "class-attention blocks (CaiT) update a [CLS] token: use prefix_tokens='cls', pool='cls'",
+            )
+            need(
+                self.pos_embed != "learned" or not self.pos_embed_prefix,
+                "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
+            )
+        if self.pos_embed in ("learned_2d", "sincos_2d"):
+            need(self.embed_dim % 4 == 0, f"2D position embeddings split D into 4 parts: embed_dim {self.embed_dim} % 4 != 0")
+        if self.pos_embed == "sincos_1d":
+            need(self.embed_dim % 2 == 0, f"sine-cosine position embeddings need an even embed_dim, got {self.embed_dim}")
+        if self.pos_embed == "rope":
+            need(
+                self.head_dim % 4 == 0,
+                f"2D RoPE rotates pairs along two axes: head_dim {self.head_dim} must be divisible by 4",
+            )
+        for name in ("drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
+            need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
+        need(self.mlp_ratio > 0 and self.class_attn_mlp_ratio > 0, "mlp_ratio must be > 0")
+        if self.stem == "conv":
+            strides = self.conv_stem_strides or self._default_conv_strides()
+            need(
+                math.prod(strides) == p,
+                f"conv stem strides {strides} multiply to {math.prod(strides)}, not patch_size {p}",
+            )
+            need(
+                not self.conv_stem_channels or len(self.conv_stem_channels) == len(strides),
+                f"conv_stem_channels {self.conv_stem_channels} needs one width per stride {strides}",
+            )
+        need(
+            self.num_patches <= 65536,
+            f"{self.num_patches} patches ({h}x{w} at patch {p}) is more than this tool handles; use a larger patch",
+        )
+        count = self.estimate_parameters()
+        need(
+            count <= MAX_PARAMETERS,
+            f"this configuration would have about {count:,} parameters (limit {MAX_PARAMETERS:,}); "
+            "reduce embed_dim or depth",
+        )
+
+    def _default_conv_strides(self) -> tuple[int, ...]:
+        n = round(math.log2(self.patch_size)) if self.patch_size > 1 else 0
+        if 2**n != self.patch_size:
+            raise ConfigError(
+                f"the conv stem's default strides are all 2, so patch_size must be a power of 2 "
+                f"(got {self.patch_size}); set conv_stem_strides explicitly"
+            )
+        return (2,) * max(n, 1) if self.patch_size > 1 else (1,)
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    @property
+    def num_patches(self) -> int:
+        gh, gw = self.grid_size
+        return gh * gw
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Prefix tokens in front of the patches during the self-attention blocks."""
+        if self.class_attn_depth:
+            return 0  # CaiT: [CLS] joins only in the class-attention stage
+        return {"cls": 1, "cls+dist": 2, "none": 0}[self.prefix_tokens]
+
+    @property
+    def distilled(self) -> bool:
+        return self.prefix_tokens == "cls+dist"
+
+    def conv_stem_plan(self) -> list[tuple[int, int]]:
+        """(out_channels, stride) of each 3x3 conv of the convolutional stem."""
+        strides = self.conv_stem_strides or self._default_conv_strides()
+        if self.conv_stem_channels:
+            return list(zip(self.conv_stem_channels, strides))
+        # Xiao et al.: stride-2 convs double the width, ending at D/2 before the 1x1 projection
+        # to D (ViT_C-1GF: 24, 48, 96, 192 for D = 192 would end at D; we end at D/2 so the
+        # stem stays lighter than one transformer block on small models).
+        n2 = sum(1 for s in strides if s == 2)
+        plan, k = [], 0
+        for s in strides:
+            if s == 2:
+                k += 1
+            plan.append((max(8, self.embed_dim * 2 ** k // 2 ** (n2 + 1)), s))
+        return plan
+
+    def estimate_parameters(self) -> int:
+        """Closed-form parameter count (exact for every option); used before allocating."""
+        d = self.embed_dim
+        hidden = int(d * self.mlp_ratio)
+        n = 0
+        if self.stem == "patchify":
+            n += self.in_chans * self.patch_size**2 * d + d
+        else:
+            c_in = self.in_chans
+            for c_out, _ in self.conv_stem_plan():
+                n += c_in * c_out * 9 + 2 * c_out
+                c_in = c_out
+            n += c_in * d + d
+        n += {"cls": 1, "cls+dist": 2, "none": 0}[self.prefix_tokens] * d
+        if self.mask_token:
+            n += d
+        gh, gw = self.grid_size
+        if self.pos_embed == "learned":
+            rows = self.num_patches + (self.num_prefix_tokens if self.pos_embed_prefix else 0)
+            n += rows * d
+        elif self.pos_embed == "learned_2d":
+            n += (gh + gw) * d // 2
+        block = 4 * d + (3 * d * d + (3 * d if self.qkv_bias else 0)) + d * d + d
+        block += d * hidden + hidden + hidden * d + d
+        if self.layer_scale_init is not None:
+            block += 2 * d
+        if self.talking_heads:
+            block += 2 * (self.num_heads**2 + self.num_heads)
+        n += self.depth * block
+        hidden_ca = int(d * self.class_attn_mlp_ratio)
+        ca = 4 * d + 3 * (d * d + (d if self.qkv_bias else 0)) + d * d + d
+        ca += d * hidden_ca + hidden_ca + hidden_ca * d + d
+        ca += 2 * d if self.layer_scale_init is not None else 0
+        n += self.class_attn_depth * ca
+        n += 2 * d  # final norm
+        heads = 2 if self.distilled else 1
+        if self.num_classes:
+            n += heads * (d * self.num_classes + self.num_classes)
+        return n
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key, value in out.items():
+            if isinstance(value, tuple):
+                out[key] = list(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config keys {unknown}; known keys are {sorted(known)}")
+        values = dict(data)
+        for key in ("image_size", "conv_stem_channels", "conv_stem_strides"):
+            if key in values and isinstance(values[key], list):
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> ViTConfig:
+        return ViTConfig.from_dict({**self.to_dict(), **changes})
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where each token sits in a sequence, so no view hard-codes '1 CLS + square grid'."""
+
+    prefix_names: tuple[str, ...]  # names of the prefix tokens in order, e.g. ("cls", "dist")
+    grid: tuple[int, int]  # (rows, cols) of patch tokens
+    patch_size: int = 16  # stride of the stem in pixels, for distances and overlays
+    class_attn: bool = False  # CaiT: [CLS] is absent from the self-attention blocks
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return len(self.prefix_names)
+
+    @property
+    def num_patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefix_tokens + self.num_patches
+
+    def token_index(self, row: int, col: int) -> int:
+        """Sequence index of the patch at (row, col)."""
+        return self.num_prefix_tokens + row * self.grid[1] + col
+
+    def patch_position(self, token: int) -> tuple[int, int] | None:
+        """(row, col) of a token, or None for a prefix token."""
+        if token < self.num_prefix_tokens:
+            return None
+        return divmod(token - self.num_prefix_tokens, self.grid[1])

@@ -1,0 +1,277 @@
+"""The glass-box Vision Transformer: ViT, DeiT (distilled) and CaiT in one readable forward pass.
+
+Token layout inside the self-attention blocks: [prefix tokens][patches in raster order], with
+prefix = (), ("cls",) or ("cls", "dist"). CaiT has no prefix there; its [CLS] joins in the
+class-attention stage. `forward_intermediates` is the single call that exposes every stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import position
+from .blocks import ALL, Block, ClassAttentionBlock, Rows
+from .config import ConfigError, TokenLayout, ViTConfig
+from .stems import make_stem
+
+EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
+CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pre_logits")
+MASK_MODES = ("replace", "bert")
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.embed_dim
+        self.patch_embed = make_stem(config)
+
+        if config.prefix_tokens in ("cls", "cls+dist"):
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        if config.distilled:
+            self.dist_token = nn.Parameter(torch.zeros(1, 1, d))
+        if config.mask_token:
+            self.mask_token = nn.Parameter(torch.zeros(1, 1, d))
+        else:  # no learned [MASK]: masked patches become zero vectors; not a parameter, not saved
+            self.register_buffer("mask_token", torch.zeros(1, 1, d), persistent=False)
+
+        gh, gw = config.grid_size
+        if config.pos_embed == "learned":
+            rows = config.num_patches + (config.num_prefix_tokens if config.pos_embed_prefix else 0)
+            self.pos_embed = nn.Parameter(torch.zeros(1, rows, d))
+        elif config.pos_embed == "learned_2d":
+            self.pos_embed_y = nn.Parameter(torch.zeros(gh, d // 2))
+            self.pos_embed_x = nn.Parameter(torch.zeros(gw, d // 2))
+        self.pos_drop = nn.Dropout(config.pos_drop_rate)
+
+        n_blocks = config.depth
+        dpr = [config.drop_path_rate * i / max(n_blocks - 1, 1) for i in range(n_blocks)]
+        self.blocks = nn.ModuleList(
+            Block(d, config.num_heads, config.mlp_ratio, config.qkv_bias, config.drop_rate, config.attn_drop_rate,
+                  dpr[i], config.layer_scale_init, config.layer_norm_eps, config.talking_heads)
+            for i in range(n_blocks)
+        )
+        self.class_blocks = nn.ModuleList(
+            ClassAttentionBlock(d, config.num_heads, config.class_attn_mlp_ratio, config.qkv_bias, config.drop_rate,
+                                config.attn_drop_rate, 0.0, config.layer_scale_init, config.layer_norm_eps)
+            for _ in range(config.class_attn_depth)
+        )
+        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.head_drop = nn.Dropout(config.drop_rate)
+        self.head = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
+        if config.distilled:
+            self.head_dist = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
+        self.init_weights()
+
+    # ------------------------------------------------------------------ setup
+    def init_weights(self) -> None:
+        """timm-style init: truncated normal (std 0.02) for tokens, tables and Linear weights."""
+        for name, p in self.named_parameters():
+            if name in ("cls_token", "dist_token", "mask_token") or name.startswith("pos_embed"):
+                nn.init.trunc_normal_(p, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for block in self.blocks:
+            if block.attn.talking_heads:  # start talking heads as identity mixing
+                for lin in (block.attn.proj_l, block.attn.proj_w):
+                    nn.init.eye_(lin.weight)
+                    nn.init.zeros_(lin.bias)
+
+    @property
+    def prefix_names(self) -> tuple[str, ...]:
+        if self.config.class_attn_depth:
+            return ()
+        return {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}[self.config.prefix_tokens]
+
+    def layout(self, image_size: tuple[int, int] | None = None) -> TokenLayout:
+        """The token layout for an input of image_size (H, W) (default: the configured size)."""
+        h, w = image_size or self.config.image_size
+        p = self.config.patch_size
+        return TokenLayout(self.prefix_names, (h // p, w // p), p, bool(self.config.class_attn_depth))
+
+    def check_image_size(self, h: int, w: int) -> tuple[int, int]:
+        p = self.config.patch_size
+        if h % p or w % p or h < p or w < p:
+            raise ConfigError(f"input {h}x{w} is not a positive multiple of the patch size {p}")
+        return h // p, w // p
+
+    # ------------------------------------------------------------------ position embeddings
+    def position_embedding(self, grid: tuple[int, int]) -> torch.Tensor | None:
+        """Additive PE for a grid as (rows, D): prefix rows first where the scheme has them.
+
+        Learned tables are resampled (bicubic, explicit size, prefix rows untouched) when the
+        grid differs from the one they were trained for. None for 'none' and 'rope'.
+        """
+        cfg = self.config
+        kind = cfg.pos_embed
+        n_prefix = cfg.num_prefix_tokens
+        if kind in ("none", "rope"):
+            return None
+        if kind == "learned":
+            table = self.pos_embed[0]
+            k = n_prefix if cfg.pos_embed_prefix else 0
+            patches = position.resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)
+            return torch.cat([table[:k], patches], dim=0)
+        if kind == "learned_2d":
+            patches = position.learned_2d(position.resample_axis(self.pos_embed_y, grid[0]),
+                                          position.resample_axis(self.pos_embed_x, grid[1]))
+        elif kind == "sincos_1d":
+            patches = position.sincos_1d(torch.arange(grid[0] * grid[1]), cfg.embed_dim)
+        else:
+            patches = position.sincos_2d(grid, cfg.embed_dim)
+        patches = patches.to(self.mask_token.device, self.mask_token.dtype)
+        return torch.cat([patches.new_zeros(n_prefix, cfg.embed_dim), patches], dim=0)
+
+    def rope_angles(self, grid: tuple[int, int]) -> torch.Tensor | None:
+        if self.config.pos_embed != "rope":
+            return None
+        return position.rope_angles(grid, self.config.head_dim, self.config.rope_theta).to(self.mask_token.device)
+
+    # ------------------------------------------------------------------ masking
+    def apply_mask(self, patches: torch.Tensor, mask: torch.Tensor, mode: str = "replace",
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+        """Replace the embeddings of masked patches (mask: (B, N) or (N,) bool) with [MASK].
+
+        mode='bert' corrupts as BERT/ViT-MPP do: of the masked patches 80% get [MASK], 10% the
+        embedding of a random other patch of the same image, 10% stay unchanged.
+        """
+        if mode not in MASK_MODES:
+            raise ValueError(f"mask mode must be one of {MASK_MODES}, got {mode!r}")
+        b, n, d = patches.shape
+        mask = mask.to(patches.device, torch.bool)
+        if mask.ndim == 1:
+            mask = mask.expand(b, -1)
+        if mask.shape != (b, n):
+            raise ValueError(f"mask has shape {tuple(mask.shape)}; expected ({b}, {n}) for a {n}-patch grid")
+        token = self.mask_token.to(patches.dtype).expand(b, n, d)
+        if mode == "replace":
+            return torch.where(mask[..., None], token, patches)
+        u = torch.rand(b, n, generator=generator, device="cpu").to(patches.device)
+        use_mask = mask & (u < 0.8)
+        use_random = mask & (u >= 0.8) & (u < 0.9)
+        other = torch.randint(0, n, (b, n), generator=generator, device="cpu").to(patches.device)
+        shuffled = torch.gather(patches, 1, other[..., None].expand(b, n, d))  # (B, N, D)
+        out = torch.where(use_random[..., None], shuffled, patches)
+        return torch.where(use_mask[..., None], token, out)
+
+    # ------------------------------------------------------------------ the forward pass
+    def forward_intermediates(
+        self,
+        pixel_values: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        mask_mode: str = "replace",
+        head_mask: torch.Tensor | None = None,
+        capture: Iterable[str] | str = (),
+        attn_rows: Rows = ALL,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, Any]:
+        """Run the model and return, by stable names, what `capture` asks for.
+
+        Always returned: 'logits' (B, classes) (DeiT: mean of both heads), 'head_logits'
+        ({'cls': ..., 'dist': ...}) and 'layout' (TokenLayout). Capturable (capture='all' for
+        every one): see CAPTURE_KEYS. 'attentions' is a list with one (B, heads, R, T) tensor per
+        block, R = T unless `attn_rows` lists query indices; 'class_attentions' one (B, heads, 1,
+        1+N) per class-attention block. head_mask: (layers, heads), 1 keeps a head, 0 removes it;
+        layers = depth + class_attn_depth.
+        """
+        cfg = self.config
+        want = set(CAPTURE_KEYS) if capture == "all" else set(capture)
+        unknown = want - set(CAPTURE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
+        out: dict[str, Any] = {}
+
+        def keep(name: str, value: Any) -> None:
+            if name in want:
+                out[name] = value
+
+        if pixel_values.ndim != 4 or pixel_values.shape[1] != cfg.in_chans:
+            raise ValueError(f"expected images (B, {cfg.in_chans}, H, W), got {tuple(pixel_values.shape)}")
+        grid = self.check_image_size(pixel_values.shape[2], pixel_values.shape[3])
+        layout = self.layout((pixel_values.shape[2], pixel_values.shape[3]))
+        n_layers = cfg.depth + cfg.class_attn_depth
+        if head_mask is not None and tuple(head_mask.shape) != (n_layers, cfg.num_heads):
+            raise ValueError(f"head_mask must have shape ({n_layers}, {cfg.num_heads}), got {tuple(head_mask.shape)}")
+        b = pixel_values.shape[0]
+
+        # 1. stem: image -> grid of patch embeddings -> sequence in raster order
+        feat = self.patch_embed(pixel_values)  # (B, D, gh, gw)
+        keep("stem", feat)
+        x = feat.flatten(2).transpose(1, 2)  # (B, N, D)
+        keep("patches", x)
+
+        # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added
+        if mask is not None:
+            x = self.apply_mask(x, mask, mask_mode, generator)
+        keep("masked", x)
+
+        # 3. prefix tokens ([CLS], distillation) in front of the patches
+        prefix = [getattr(self, f"{name}_token").expand(b, -1, -1) for name in self.prefix_names]
+        x = torch.cat(prefix + [x], dim=1)  # (B, P+N, D)
+        keep("with_prefix", x)
+
+        # 4. position embedding (additive schemes), then dropout
+        pe = self.position_embedding(grid)
+        if pe is not None:
+            x = x + pe.to(x.dtype)[None]  # (B, P+N, D)
+        keep("with_pos", x)
+        x = self.pos_drop(x)
+        keep("embedded", x)
+
+        # 5. self-attention blocks
+        rope = self.rope_angles(grid)
+        rows = attn_rows if "attentions" in want else None
+        hidden, attentions = [], []
+        for i, block in enumerate(self.blocks):
+            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens,
+                             head_mask=None if head_mask is None else head_mask[i], rows=rows)
+            hidden.append(x)
+            attentions.append(probs)
+        keep("hidden_states", hidden)
+        keep("attentions", attentions)
+
+        # 6. CaiT: [CLS] joins now and only it is updated by class attention
+        if cfg.class_attn_depth:
+            cls = self.cls_token.expand(b, -1, -1)  # (B, 1, D)
+            class_tokens, class_attn = [], []
+            for j, block in enumerate(self.class_blocks):
+                cls, probs = block(x, cls, head_mask=None if head_mask is None else head_mask[cfg.depth + j],
+                                   capture="class_attentions" in want)
+                class_tokens.append(cls)
+                class_attn.append(probs)
+            keep("class_tokens", class_tokens)
+            keep("class_attentions", class_attn)
+            x = torch.cat([cls, x], dim=1)  # (B, 1+N, D)
+
+        # 7. final norm, pooling, heads
+        x = self.norm(x)
+        if cfg.pool == "gap":
+            n_prefix = 1 if cfg.class_attn_depth else layout.num_prefix_tokens
+            pooled = x[:, n_prefix:].mean(dim=1)  # (B, D)
+            keep("pre_logits", pooled)
+            head_logits = {"gap": self.head(self.head_drop(pooled))}
+        else:
+            keep("pre_logits", x[:, 0])
+            head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
+            if cfg.distilled:
+                head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
+        logits = sum(head_logits.values()) / len(head_logits)  # DeiT: average of both heads
+        out.update(logits=logits, head_logits=head_logits, layout=layout)
+        return out
+
+    def forward(self, pixel_values: torch.Tensor, *, mask: torch.Tensor | None = None,
+                head_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, classes); for DeiT the mean of the class and distillation heads."""
+        return self.forward_intermediates(pixel_values, mask=mask, head_mask=head_mask)["logits"]
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
