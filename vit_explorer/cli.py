@@ -24,7 +24,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 
 def _command_parser() -> argparse.ArgumentParser:
-    from .analysis import report
+    from . import report
     from .training import command as train_command
 
     parser = argparse.ArgumentParser(prog="vit-explorer")
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "convert":
             return _convert(args)
         if args.command == "inspect":
-            from .analysis import report
+            from . import report
 
             return report.run(args)
         from .training import command as train_command
