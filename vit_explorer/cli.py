@@ -35,7 +35,8 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("image", help="image file")
     p.add_argument("--top-k", type=int, default=5, help="how many classes to print (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: best available)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
+    p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
 
     p = sub.add_parser("inspect", help="write a report (PNG/CSV/JSON) of a checkpoint's learned structure")
     report.add_arguments(p)
@@ -47,6 +48,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="hub id, folder or checkpoint file")
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
     return parser
 
 
@@ -58,7 +60,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     if args.top_k < 1:
         raise SystemExit("vit-explorer predict: --top-k must be at least 1")
-    loaded = load(args.source, device=args.device)
+    loaded = load(args.source, device=args.device, arch=args.arch)
     pixels = loaded.preprocess(open_image(args.image))
     with torch.inference_mode():
         logits = loaded.model(pixels)[0].float().cpu()
@@ -79,7 +81,7 @@ def _predict(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     from .checkpoints import convert, load
 
-    loaded = load(args.source, device="cpu")
+    loaded = load(args.source, device="cpu", arch=args.arch)
     path = convert(loaded, to=args.to, out_dir=args.out)
     print(f"wrote {args.to} checkpoint to {path}")
     return 0
