@@ -1,0 +1,378 @@
+"""The one drawing module: the app's views and the headless `inspect` report draw the same pictures.
+
+Every `draw_*` function adds its items to a `pg.GraphicsLayout` it is given (it clears nothing) and
+returns what it created, so a view can own a `pg.GraphicsLayoutWidget`, call `widget.ci.clear()`
+and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handlers to the result:
+
+- draw_heatmap(layout, array2d, *, title, cmap, levels, colorbar_label, grid, xlabel, ylabel)
+      -> (PlotItem, ImageItem)             a 2D array, row 0 at the top, with a labelled colour bar
+- draw_image(layout, rgb, *, title, grid, overlay, overlay_alpha, overlay_cmap, overlay_levels,
+      overlay_label, masked) -> (PlotItem, ImageItem, ImageItem | None)
+                                           the image as the model sees it, patch grid, heatmap
+                                           overlay stretched so its cells align with patches,
+                                           masked patches hatched grey
+- draw_similarity_grid(layout, sim, *, title, cmap, levels, colorbar_label) -> (PlotItem, ImageItem)
+                                           the ViT paper's figure: a gh x gw mosaic of per-patch
+                                           similarity maps with thin separators, one colour bar
+- draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel)
+      -> (PlotItem, BarGraphItem)
+- draw_lines(layout, x, series, *, title, xlabel, ylabel, markers) -> PlotItem   (with a legend)
+- draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel) -> PlotItem       (legend per group)
+- draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
+- render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
+
+Image coordinates: x = column, y = row, one unit per pixel (or per cell of a heatmap); the y axis
+points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
+
+pg.setConfigOptions(imageAxisOrder="row-major")
+
+TITLE_SIZE = "14pt"
+LABEL_SIZE = "12pt"
+TICK_POINT_SIZE = 11
+SIMILARITY_CMAP = "CET-D1"  # diverging, for cosine similarity in -1..1
+# A qualitative palette (Tableau 10) that stays distinguishable on white and on dark backgrounds.
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+GRID_PEN = pg.mkPen(255, 255, 255, 110, width=1)
+SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "p", "h", "t1")
+
+
+# ---------------------------------------------------------------------------- helpers
+def _tick_font() -> QtGui.QFont:
+    font = QtGui.QFont()
+    font.setPointSize(TICK_POINT_SIZE)
+    return font
+
+
+def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "") -> pg.PlotItem:
+    plot = layout.addPlot(title=None)
+    if title:
+        plot.setTitle(title, size=TITLE_SIZE)
+    for side, text in (("bottom", xlabel), ("left", ylabel)):
+        axis = plot.getAxis(side)
+        axis.setTickFont(_tick_font())
+        axis.enableAutoSIPrefix(False)
+        if text:
+            plot.setLabel(side, text, **{"font-size": LABEL_SIZE})
+    plot.setMenuEnabled(False)
+    return plot
+
+
+def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "") -> pg.PlotItem:
+    plot = _new_plot(layout, title, xlabel, ylabel)
+    plot.invertY(True)  # row 0 at the top, as images are read
+    plot.setAspectLocked(True)
+    plot.setMouseEnabled(x=False, y=False)
+    plot.hideButtons()
+    return plot
+
+
+def _colormap(name: str) -> pg.ColorMap:
+    return pg.colormap.get(name)
+
+
+def _finite_levels(array: np.ndarray, levels: tuple[float, float] | None) -> tuple[float, float]:
+    if levels is not None:
+        return float(levels[0]), float(levels[1])
+    finite = array[np.isfinite(array)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+
+
+def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, levels: tuple[float, float],
+                  label: str) -> pg.ColorBarItem:
+    bar = pg.ColorBarItem(values=levels, colorMap=cmap, interactive=False, width=18, colorMapMenu=False)
+    bar.setImageItem(image, insert_in=plot)
+    bar.axis.setTickFont(_tick_font())
+    bar.axis.enableAutoSIPrefix(False)  # "attention (x0.001)" confuses more than it helps
+    if label:
+        bar.axis.setLabel(label, **{"font-size": LABEL_SIZE})
+    return bar
+
+
+def _grid_lines(plot: pg.PlotItem, height: float, width: float, grid: tuple[int, int],
+                pen: QtGui.QPen = GRID_PEN) -> None:
+    """Thin lines on the patch boundaries of an image of height x width units (one item, drawn fast)."""
+    gh, gw = grid
+    xs, ys = [], []
+    for r in range(1, gh):
+        y = r * height / gh
+        xs += [0.0, width]
+        ys += [y, y]
+    for c in range(1, gw):
+        x = c * width / gw
+        xs += [x, x]
+        ys += [0.0, height]
+    if xs:
+        plot.addItem(pg.PlotCurveItem(np.array(xs), np.array(ys), connect="pairs", pen=pen))
+
+
+def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int, int]) -> None:
+    """Axis ticks at patch centres labelled with the patch's row/column (at most ~8 labels per axis)."""
+    for axis_name, n, extent in (("bottom", grid[1], width), ("left", grid[0], height)):
+        step = max(1, int(np.ceil(n / 8)))
+        ticks = [((i + 0.5) * extent / n, str(i)) for i in range(0, n, step)]
+        plot.getAxis(axis_name).setTicks([ticks, []])
+
+
+# ---------------------------------------------------------------------------- heatmaps and images
+def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
+                 levels: tuple[float, float] | None = None, colorbar_label: str = "",
+                 grid: tuple[int, int] | None = None, xlabel: str = "", ylabel: str = ""
+                 ) -> tuple[pg.PlotItem, pg.ImageItem]:
+    """A 2D array (rows, cols) with row 0 at the top and a labelled colour bar; NaN cells are blank.
+
+    grid=(gh, gw) draws patch boundaries over the array (e.g. a per-pixel map of a gh x gw grid).
+    """
+    data = np.asarray(array2d, dtype=np.float32)
+    if data.ndim != 2:
+        raise ValueError(f"draw_heatmap needs a 2D array, got shape {data.shape}")
+    plot = _image_plot(layout, title, xlabel, ylabel)
+    colormap = _colormap(cmap)
+    lv = _finite_levels(data, levels)
+    image = pg.ImageItem(data, levels=lv)
+    image.setColorMap(colormap)
+    plot.addItem(image)
+    _add_colorbar(plot, image, colormap, lv, colorbar_label)
+    h, w = data.shape
+    if grid is not None:
+        _grid_lines(plot, h, w, grid)
+        _patch_ticks(plot, h, w, grid)
+    plot.setRange(xRange=(0, w), yRange=(0, h), padding=0.02)
+    return plot, image
+
+
+def _masked_cells(plot: pg.PlotItem, masked: np.ndarray, height: float, width: float) -> None:
+    """Grey, cross-hatched rectangles over masked patches (visible on any image and any overlay)."""
+    gh, gw = masked.shape
+    ch, cw = height / gh, width / gw
+    path = QtGui.QPainterPath()
+    for r, c in zip(*np.nonzero(masked), strict=True):
+        path.addRect(QtCore.QRectF(c * cw, r * ch, cw, ch))
+    fill = QtWidgets.QGraphicsPathItem(path)
+    fill.setBrush(QtGui.QBrush(QtGui.QColor(128, 128, 128, 215)))
+    fill.setPen(QtGui.QPen(QtCore.Qt.PenStyle.NoPen))
+    hatch = QtWidgets.QGraphicsPathItem(path)
+    hatch_brush = QtGui.QBrush(QtGui.QColor(30, 30, 30), QtCore.Qt.BrushStyle.BDiagPattern)
+    hatch.setBrush(hatch_brush)
+    hatch.setPen(pg.mkPen(40, 40, 40, width=1))
+    plot.addItem(fill)
+    plot.addItem(hatch)
+
+
+def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
+               grid: tuple[int, int] | None = None, overlay: np.ndarray | None = None,
+               overlay_alpha: float = 0.5, overlay_cmap: str = "inferno",
+               overlay_levels: tuple[float, float] | None = None, overlay_label: str = "",
+               masked: np.ndarray | None = None) -> tuple[pg.PlotItem, pg.ImageItem, pg.ImageItem | None]:
+    """The image as the model sees it (rgb: (H, W, 3) uint8), with the patch grid, an optional heatmap
+    overlay ((gh, gw) or (H, W) floats, stretched over the whole image so its cells align with the
+    patches; it gets a colour bar) and masked patches ((gh, gw) bool) drawn grey and hatched."""
+    rgb = np.asarray(rgb)
+    if rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"draw_image needs an (H, W, 3) image, got shape {rgb.shape}")
+    h, w = rgb.shape[:2]
+    plot = _image_plot(layout, title)
+    photo = pg.ImageItem(rgb.astype(np.uint8), levels=(0, 255))
+    plot.addItem(photo)
+    heat = None
+    if overlay is not None:
+        data = np.asarray(overlay, dtype=np.float32)
+        colormap = _colormap(overlay_cmap)
+        lv = _finite_levels(data, overlay_levels)
+        heat = pg.ImageItem(data, levels=lv)
+        heat.setColorMap(colormap)
+        heat.setRect(QtCore.QRectF(0, 0, w, h))  # one overlay cell = one patch (or one pixel)
+        heat.setOpacity(overlay_alpha)
+        plot.addItem(heat)
+        _add_colorbar(plot, heat, colormap, lv, overlay_label)
+    if masked is not None:
+        _masked_cells(plot, np.asarray(masked, dtype=bool), h, w)
+    if grid is not None:
+        _grid_lines(plot, h, w, grid)
+        _patch_ticks(plot, h, w, grid)
+    plot.setRange(xRange=(0, w), yRange=(0, h), padding=0.02)
+    return plot, photo, heat
+
+
+def similarity_mosaic(sim: np.ndarray, separator: int = 1) -> np.ndarray:
+    """(gh, gw, gh, gw) -> one 2D array: tile (i, j) is patch (i, j)'s map, NaN separators between."""
+    gh, gw = sim.shape[:2]
+    tiles = np.full((gh, gh + separator, gw, gw + separator), np.nan, dtype=np.float32)
+    tiles[:, :gh, :, :gw] = np.asarray(sim, dtype=np.float32).transpose(0, 2, 1, 3)  # (i, r, j, c)
+    mosaic = tiles.reshape(gh * (gh + separator), gw * (gw + separator))
+    return mosaic[: mosaic.shape[0] - separator, : mosaic.shape[1] - separator]
+
+
+def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: str,
+                         cmap: str = SIMILARITY_CMAP, levels: tuple[float, float] | None = (-1.0, 1.0),
+                         colorbar_label: str = "cosine similarity") -> tuple[pg.PlotItem, pg.ImageItem]:
+    """The ViT paper's position-embedding figure: tile (row i, col j) shows the similarity of patch
+    (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw)."""
+    sim = np.asarray(sim, dtype=np.float32)
+    if sim.ndim != 4 or sim.shape[:2] != sim.shape[2:]:
+        raise ValueError(f"draw_similarity_grid needs (gh, gw, gh, gw), got shape {sim.shape}")
+    gh, gw = sim.shape[:2]
+    separator = 1 if max(gh, gw) < 24 else 2
+    mosaic = similarity_mosaic(sim, separator)
+    plot = _image_plot(layout, title, "input patch column", "input patch row")
+    colormap = _colormap(cmap)
+    lv = _finite_levels(mosaic, levels)
+    image = pg.ImageItem(mosaic, levels=lv)
+    image.setColorMap(colormap)
+    plot.addItem(image)
+    _add_colorbar(plot, image, colormap, lv, colorbar_label)
+    for axis_name, n, size in (("bottom", gw, gw), ("left", gh, gh)):
+        step = max(1, int(np.ceil(n / 10)))
+        ticks = [(i * (size + separator) + size / 2, str(i + 1)) for i in range(0, n, step)]
+        plot.getAxis(axis_name).setTicks([ticks, []])
+    plot.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.01)
+    return plot, image
+
+
+def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7
+                   ) -> tuple[pg.PlotItem, pg.ImageItem]:
+    """K small RGB images (K, h, w, 3) in a mosaic; each tile is min-max scaled on its own, as in
+    the ViT paper's figure of patch-embedding components."""
+    tiles = np.asarray(tiles, dtype=np.float32)
+    if tiles.ndim != 4 or tiles.shape[3] != 3:
+        raise ValueError(f"draw_rgb_tiles needs (K, h, w, 3), got shape {tiles.shape}")
+    k, th, tw = tiles.shape[:3]
+    columns = max(1, min(columns, k))
+    rows = -(-k // columns)
+    sep = max(1, th // 8)
+    lo = tiles.min(axis=(1, 2, 3), keepdims=True)
+    hi = tiles.max(axis=(1, 2, 3), keepdims=True)
+    scaled = (tiles - lo) / np.maximum(hi - lo, 1e-12)
+    mosaic = np.zeros((rows * (th + sep) - sep, columns * (tw + sep) - sep, 4), dtype=np.uint8)  # RGBA
+    for i in range(k):
+        r, c = divmod(i, columns)
+        y, x = r * (th + sep), c * (tw + sep)
+        mosaic[y:y + th, x:x + tw, :3] = np.round(scaled[i] * 255).astype(np.uint8)
+        mosaic[y:y + th, x:x + tw, 3] = 255
+    plot = _image_plot(layout, title)
+    plot.hideAxis("bottom")
+    plot.hideAxis("left")
+    image = pg.ImageItem(mosaic, levels=(0, 255))
+    plot.addItem(image)
+    plot.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.02)
+    return plot, image
+
+
+# ---------------------------------------------------------------------------- charts
+def draw_bars(layout: pg.GraphicsLayout, labels: Sequence[str], values: Sequence[float], *, title: str,
+              horizontal: bool = True, value_format: str = "{:.1%}", highlight: int | None = None,
+              xlabel: str = "") -> tuple[pg.PlotItem, pg.BarGraphItem]:
+    """One bar per label with its value written next to it; bar `highlight` in a second colour.
+    Horizontal bars run top to bottom in the given order (a top-k list reads naturally)."""
+    values = np.asarray(values, dtype=np.float64)
+    n = len(values)
+    if len(labels) != n:
+        raise ValueError(f"draw_bars got {len(labels)} labels for {n} values")
+    brushes = [pg.mkBrush(PALETTE[3] if i == highlight else PALETTE[0]) for i in range(n)]
+    pos = np.arange(n, dtype=np.float64)
+    if horizontal:
+        plot = _new_plot(layout, title, xlabel, "")
+        bars = pg.BarGraphItem(x0=0, y=pos, height=0.7, width=values, brushes=brushes, pen=None)
+        plot.invertY(True)
+        plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+    else:
+        plot = _new_plot(layout, title, "", xlabel)
+        bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=values, brushes=brushes, pen=None)
+        plot.getAxis("bottom").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+    plot.addItem(bars)
+    top = float(np.nanmax(np.abs(values))) if n else 1.0
+    for i, v in enumerate(values):
+        text = pg.TextItem(value_format.format(v), color=pg.getConfigOption("foreground"),
+                           anchor=(0, 0.5) if horizontal else (0.5, 1))
+        text.setFont(_tick_font())
+        text.setPos(*((v, i) if horizontal else (i, v)))
+        plot.addItem(text)
+    span = top * 1.3 if top > 0 else 1.0
+    low = min(0.0, float(np.nanmin(values)) * 1.3) if n else 0.0
+    if horizontal:
+        plot.setRange(xRange=(low, span), yRange=(-0.6, n - 0.4), padding=0)
+    else:
+        plot.setRange(yRange=(low, span), xRange=(-0.6, n - 0.4), padding=0)
+    plot.setMouseEnabled(x=False, y=False)
+    return plot, bars
+
+
+def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
+               title: str, xlabel: str, ylabel: str, markers: bool = True) -> pg.PlotItem:
+    """One line per named series over the same x, with a legend."""
+    plot = _new_plot(layout, title, xlabel, ylabel)
+    legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE)
+    legend.setBrush(pg.mkBrush(255, 255, 255, 170))
+    legend.setLabelTextColor("k")
+    xs = np.asarray(x, dtype=np.float64)
+    for i, (name, y) in enumerate(series.items()):
+        colour = PALETTE[i % len(PALETTE)]
+        plot.plot(xs, np.asarray(y, dtype=np.float64), pen=pg.mkPen(colour, width=2.5), name=name,
+                  symbol=SYMBOLS[i % len(SYMBOLS)] if markers else None, symbolSize=8,
+                  symbolBrush=colour, symbolPen=None)
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    return plot
+
+
+def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[float], *,
+                 groups: Sequence[str] | None = None, title: str, xlabel: str, ylabel: str) -> pg.PlotItem:
+    """Points coloured by group (legend entry per group), e.g. mean attention distance: one point per
+    head (group = head) against depth (x = layer)."""
+    xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    plot = _new_plot(layout, title, xlabel, ylabel)
+    names = list(dict.fromkeys(groups)) if groups is not None else [""]
+    if len(names) > 1:
+        legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE, colCount=2 if len(names) > 6 else 1)
+        legend.setBrush(pg.mkBrush(255, 255, 255, 170))
+        legend.setLabelTextColor("k")
+    group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
+    for i, name in enumerate(names):
+        keep = group_of == name
+        colour = PALETTE[i % len(PALETTE)]
+        plot.plot(xs[keep], ys[keep], pen=None, symbol=SYMBOLS[i // len(PALETTE) % len(SYMBOLS)], symbolSize=9,
+                  symbolBrush=colour, symbolPen=pg.mkPen("k", width=0.5), name=name or None)
+    plot.showGrid(x=True, y=True, alpha=0.25)
+    return plot
+
+
+# ---------------------------------------------------------------------------- export
+def render_png(draw: Callable[[pg.GraphicsLayout], object], path: str | Path, size: tuple[int, int] = (900, 700),
+               ) -> Path:
+    """Draw offscreen into a (width, height) GraphicsLayoutWidget and save a PNG (white background).
+
+    Needs a QApplication; one is created when none exists (QT_QPA_PLATFORM=offscreen works headless).
+    """
+    path = Path(path)
+    if QtWidgets.QApplication.instance() is None:
+        pg.mkQApp("vit-explorer")
+    saved = {key: pg.getConfigOption(key) for key in ("background", "foreground")}
+    pg.setConfigOptions(background="w", foreground="k")
+    try:
+        widget = pg.GraphicsLayoutWidget(show=False)
+        widget.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen)
+        widget.resize(*size)
+        draw(widget.ci)
+        widget.show()
+        QtWidgets.QApplication.processEvents()
+        pixmap = widget.grab()
+        widget.close()
+        widget.deleteLater()
+    finally:
+        pg.setConfigOptions(**saved)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not pixmap.save(str(path), "PNG"):
+        raise OSError(f"{path}: could not write the PNG")
+    return path
