@@ -1,0 +1,78 @@
+"""GUI fixtures: settings in a temporary folder, tiny checkpoints, a ready main window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image
+from PySide6.QtCore import QSettings
+
+from vit_explorer.checkpoints import Preprocess, save_native
+from vit_explorer.models import VisionTransformer, preset
+
+
+@pytest.fixture(autouse=True)
+def _settings(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the recent-sources list out of the user's real settings."""
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope,
+                      str(tmp_path_factory.mktemp("settings")))
+
+
+def save_tiny(folder: Path, name: str = "classroom-tiny", **overrides: object) -> Path:
+    model = VisionTransformer(preset(name, **overrides)).eval()
+    labels = [f"shape {i}" for i in range(model.config.num_classes)]
+    pre = Preprocess(model.config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    return save_native(folder, model, labels, pre)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def deit_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_tiny(tmp_path_factory.mktemp("deit"), prefix_tokens="cls+dist")
+
+
+@pytest.fixture(scope="session")
+def sample_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("img") / "stripes.png"
+    image = Image.new("RGB", (48, 40), (20, 20, 20))
+    for x in range(0, 48, 6):
+        image.paste((250, 200, 40), (x, 0, x + 3, 40))
+    image.save(path)
+    return path
+
+
+@pytest.fixture
+def window(qtbot, tiny_checkpoint: Path, sample_png: Path):
+    """The main window on a tiny native checkpoint, with an image and a first prediction."""
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    make_app()
+    win = MainWindow(str(tiny_checkpoint))
+    qtbot.addWidget(win)
+    win.show()
+    with qtbot.waitSignal(win.ready, timeout=30000):
+        pass
+    session = win.session
+    qtbot.waitUntil(lambda: session.loaded is not None and session.result is not None, timeout=30000)
+    win.image_panel.open_path(str(sample_png))
+    wait_result(qtbot, session)
+    yield win
+    win.close()
+
+
+def wait_result(qtbot, session, timeout: int = 20000):
+    """Wait until the newest forward pass has been delivered for the current inputs."""
+    def current() -> bool:
+        r = session.result
+        return (r is not None and r.inputs.image_id == session.image_id and r.inputs.model_id == session.model_id
+                and r.inputs.size == session.size and (r.inputs.mask == session.mask).all()
+                and (r.inputs.head_mask == session.head_mask).all())
+    qtbot.waitUntil(current, timeout=timeout)
+    return session.result

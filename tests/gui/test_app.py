@@ -1,0 +1,101 @@
+"""The main window: start-up, loading (good and bad), images, masks, resolution, export."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .conftest import wait_result
+
+
+def test_startup_does_not_import_torch_before_paint() -> None:
+    """Importing the app module (all that runs before the first paint) pulls in neither torch nor HF/timm."""
+    code = ("import sys, vit_explorer.gui.app\n"
+            "bad = [m for m in ('torch', 'transformers', 'timm') if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_opens_with_a_model_and_predicts(window) -> None:
+    session = window.session
+    result = session.result
+    assert result.probs.shape == (10,)
+    assert abs(result.probs.sum() - 1) < 1e-5
+    assert result.display.shape == (32, 32, 3)
+    assert window.time_label.text().startswith("forward:")
+    assert "Prediction" in window.views
+
+
+def test_mask_changes_prediction(qtbot, window) -> None:
+    session = window.session
+    before = session.result.probs.copy()
+    panel = window.image_panel
+    from PySide6.QtCore import QPointF
+    panel.press(QPointF(1.0, 1.0), start=True)  # click the top-left patch
+    assert session.mask[0, 0]
+    panel.percent.setValue(50)
+    panel.random_mask()
+    result = wait_result(qtbot, session)
+    assert result.inputs.mask.sum() == 32
+    assert result.baseline_probs is not None
+    np.testing.assert_allclose(result.baseline_probs, before, atol=1e-5)
+    assert not np.allclose(result.probs, before, atol=1e-4)
+    assert "masked patches" in window.views["Prediction"].change.text()
+    panel.clear_mask()
+    result = wait_result(qtbot, session)
+    np.testing.assert_allclose(result.probs, before, atol=1e-5)
+
+
+def test_failing_load_keeps_the_model(qtbot, window, tmp_path: Path) -> None:
+    session = window.session
+    old = session.loaded
+    bad = tmp_path / "broken"
+    bad.mkdir()
+    (bad / "vit_explorer.json").write_text("{not json")
+    with qtbot.waitSignal(session.error, timeout=20000) as blocker:
+        window.load(str(bad))
+    assert "broken" in blocker.args[0]
+    assert session.loaded is old
+    assert window.banner.isVisible() and "broken" in window.banner.text()
+    assert window.load_button.isEnabled()
+
+
+def test_corrupt_image_shows_message(qtbot, window, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    image_id = window.session.image_id
+    with qtbot.waitSignal(window.session.error, timeout=5000) as blocker:
+        assert not window.image_panel.open_path(str(bad))
+    assert "bad.png" in blocker.args[0]
+    assert window.session.image_id == image_id
+
+
+def test_resolution_change_rectangular(qtbot, window) -> None:
+    panel = window.image_panel
+    panel.height_box.setValue(24)
+    panel.width_box.setValue(40)
+    panel.apply_size()
+    result = wait_result(qtbot, window.session)
+    assert result.layout.grid == (6, 10)
+    assert result.display.shape == (24, 40, 3)
+    assert window.session.mask.shape == (6, 10)
+    panel.height_box.setValue(25)
+    with qtbot.waitSignal(window.session.error, timeout=5000) as blocker:
+        panel.apply_size()
+    assert "patch size" in blocker.args[0]
+
+
+def test_recent_sources_remembered(window, tiny_checkpoint: Path) -> None:
+    assert str(tiny_checkpoint) in window.recent_sources()
+
+
+def test_export_every_view(window, tmp_path: Path) -> None:
+    for title, view in window.views.items():
+        png = view.export_png(tmp_path / f"{title}.png")
+        assert png.stat().st_size > 1000, title
+        if view.table() is not None:
+            csv = view.export_csv(tmp_path / f"{title}.csv")
+            assert len(csv.read_text().splitlines()) >= 2, title

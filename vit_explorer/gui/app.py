@@ -1,0 +1,59 @@
+"""`run_app`: the QApplication, the palette that follows the system, and the main window."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
+
+from .main_window import MainWindow
+
+FONT_POINTS = 12  # readable on a projector
+
+
+def dark_palette() -> QPalette:
+    palette = QPalette()
+    colors = {
+        QPalette.ColorRole.Window: "#202124", QPalette.ColorRole.WindowText: "#e8eaed",
+        QPalette.ColorRole.Base: "#17181a", QPalette.ColorRole.AlternateBase: "#2a2b2e",
+        QPalette.ColorRole.Text: "#e8eaed", QPalette.ColorRole.Button: "#2d2e31",
+        QPalette.ColorRole.ButtonText: "#e8eaed", QPalette.ColorRole.Highlight: "#8ab4f8",
+        QPalette.ColorRole.HighlightedText: "#202124", QPalette.ColorRole.ToolTipBase: "#2d2e31",
+        QPalette.ColorRole.ToolTipText: "#e8eaed", QPalette.ColorRole.Link: "#8ab4f8",
+        QPalette.ColorRole.PlaceholderText: "#9aa0a6",
+    }
+    for role, color in colors.items():
+        palette.setColor(role, QColor(color))
+    return palette
+
+
+def apply_palette(app: QApplication) -> None:
+    """Fusion style with a light or dark palette, whichever the system asks for."""
+    app.setStyle("Fusion")
+    dark = QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
+    app.setPalette(dark_palette() if dark else app.style().standardPalette())
+
+
+def make_app(argv: list[str] | None = None) -> QApplication:
+    """The QApplication (created once), with names for QSettings, style and fonts."""
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(argv if argv is not None else sys.argv[:1])
+    app.setOrganizationName("vit-explorer")
+    app.setApplicationName("vit-explorer")
+    apply_palette(app)
+    QGuiApplication.styleHints().colorSchemeChanged.connect(lambda scheme: apply_palette(app))
+    font = QFont(app.font())
+    font.setPointSize(FONT_POINTS)
+    app.setFont(font)
+    return app  # type: ignore[return-value]
+
+
+def run_app(source: str | None = None) -> int:
+    """Open the app on `source` (default: the bundled classroom model); returns the exit code."""
+    app = make_app()
+    window = MainWindow(source)
+    window.show()
+    return app.exec()

@@ -1,0 +1,96 @@
+"""The forward pass the views share: one call with the captures they draw, run in a worker."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..checkpoints import LoadedModel
+from ..models import TokenLayout
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything that decides a forward pass (a snapshot: workers never read the live session)."""
+
+    loaded: LoadedModel
+    image: Image.Image
+    size: tuple[int, int]  # (H, W) fed to the model
+    mask: np.ndarray  # (gh, gw) bool, True = [MASK]
+    head_mask: np.ndarray  # (layers, heads) float, 1 keep / 0 drop
+    model_id: int = 0  # changes whenever the model or its weights change
+    image_id: int = 0  # changes whenever the image changes
+
+    @property
+    def masked(self) -> bool:
+        return bool(self.mask.any()) or bool((self.head_mask < 1).any())
+
+
+@dataclass
+class ForwardResult:
+    inputs: Inputs
+    layout: TokenLayout
+    display: np.ndarray  # (H, W, 3) uint8: the image as the model sees it, de-normalised
+    probs: np.ndarray  # (classes,) softmax of the logits (DeiT: of the averaged heads)
+    head_probs: dict[str, np.ndarray]  # per head ('cls', 'dist' or 'gap')
+    baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
+    attentions: list[np.ndarray]  # per block (heads, T, T)
+    class_attentions: list[np.ndarray]  # CaiT: per class-attention block (heads, 1 + N)
+    prefix_similarity: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. 'cls~dist' per layer
+    seconds: float = 0.0
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.probs.shape[0])
+
+
+def pixels_for(inputs: Inputs) -> torch.Tensor:
+    """The image preprocessed as the source does it, at the chosen size: (1, 3, H, W)."""
+    pre = inputs.loaded.preprocessing.with_size(inputs.size)
+    return pre(inputs.image).to(inputs.loaded.device)
+
+
+def display_image(pixels: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
+    """Undo the normalisation: (1, 3, H, W) -> (H, W, 3) uint8."""
+    x = pixels[0].float().cpu() * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None]  # (3, H, W)
+    return (x.clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
+
+
+def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardResult:
+    """Run the model with the masks and capture attention; also the unmasked baseline if needed."""
+    start = time.perf_counter()
+    loaded = inputs.loaded
+    model = loaded.model
+    pixels = pixels_for(inputs)
+    device = pixels.device
+    mask = torch.from_numpy(inputs.mask.reshape(-1)).to(device) if inputs.mask.any() else None
+    head_mask = None
+    if (inputs.head_mask < 1).any():
+        head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
+    capture = ["attentions", "hidden_states"]
+    if loaded.config.class_attn_depth:
+        capture.append("class_attentions")
+    with torch.inference_mode():
+        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)
+        if inputs.masked and baseline is None:
+            baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
+    layout: TokenLayout = out["layout"]
+    probs = out["logits"][0].float().softmax(-1).cpu().numpy()
+    head_probs = {k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()}
+    attentions = [a[0].float().cpu().numpy() for a in out["attentions"]]  # (heads, T, T) per block
+    class_attn = [a[0, :, 0].float().cpu().numpy() for a in out.get("class_attentions", [])]  # (heads, 1+N)
+    prefix_similarity = {}
+    if layout.num_prefix_tokens == 2:  # DeiT: how alike [CLS] and the distillation token become
+        sims = [torch.nn.functional.cosine_similarity(h[0, 0], h[0, 1], dim=0).item() for h in out["hidden_states"]]
+        prefix_similarity["cls~dist"] = np.asarray(sims)
+    pre = loaded.preprocessing
+    return ForwardResult(
+        inputs=inputs, layout=layout, display=display_image(pixels, pre.mean, pre.std), probs=probs,
+        head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
+        class_attentions=class_attn, prefix_similarity=prefix_similarity,
+        seconds=time.perf_counter() - start,
+    )

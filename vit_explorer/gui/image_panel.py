@@ -1,0 +1,352 @@
+"""The image as the model sees it, with the patch grid, [MASK] painting, drawing and the query token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PIL import Image, ImageDraw
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
+from ..paths import SAMPLES
+from .forward import ForwardResult
+from .session import Session
+
+MASK_RGBA = (230, 40, 40, 150)  # masked patches: translucent red
+QUERY_RGBA = (255, 215, 0, 200)
+
+
+def qimage_to_pil(qimage: QImage) -> Image.Image:
+    """A QImage (e.g. from the clipboard) as a PIL RGB image."""
+    qimage = qimage.convertToFormat(QImage.Format.Format_RGB888)
+    w, h, stride = qimage.width(), qimage.height(), qimage.bytesPerLine()
+    data = np.frombuffer(qimage.constBits(), np.uint8, count=stride * h).reshape(h, stride)  # (H, stride)
+    return Image.fromarray(data[:, : 3 * w].reshape(h, w, 3).copy())
+
+
+def sample_images() -> list[Path]:
+    if not SAMPLES.is_dir():
+        return []
+    return sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+
+
+class PatchCanvas(pg.ImageItem):
+    """The model-resolution image; reports hover, clicks and drags in pixel coordinates."""
+
+    def __init__(self, panel: ImagePanel) -> None:
+        super().__init__()
+        self.panel = panel
+        self.setAcceptHoverEvents(True)
+
+    def hoverEvent(self, event) -> None:  # noqa: N802 - pyqtgraph's name
+        if event.isExit():
+            self.panel.hover(None)
+        else:
+            self.panel.hover(event.pos())
+
+    def mouseClickEvent(self, event) -> None:  # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton:
+            event.accept()
+            self.panel.press(event.pos(), start=True)
+
+    def mouseDragEvent(self, event) -> None:  # noqa: N802
+        if event.button() != Qt.MouseButton.LeftButton:
+            event.ignore()
+            return
+        event.accept()
+        self.panel.press(event.pos(), start=event.isStart())
+
+
+class ImagePanel(QWidget):
+    """Open/drop/paste an image or a sample; paint masks, draw, pick the query; set the resolution."""
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.setAcceptDrops(True)
+        self._paint_value = True
+        self._last_draw: tuple[float, float] | None = None
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        row = QHBoxLayout()
+        open_button = QPushButton("Open image…")
+        open_button.setToolTip("Open an image file (you can also drop one here or paste with Ctrl+V).")
+        open_button.clicked.connect(self.ask_open)
+        row.addWidget(open_button)
+        self.samples = QComboBox()
+        self.samples.setToolTip("Pick one of the bundled sample images.")
+        self.samples.addItem("Samples…")
+        for path in sample_images():
+            self.samples.addItem(path.stem, str(path))
+        self.samples.activated.connect(self._sample_chosen)
+        row.addWidget(self.samples, 1)
+        layout.addLayout(row)
+
+        self.plot = pg.GraphicsLayoutWidget()
+        self.plot.setMinimumSize(240, 240)
+        self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
+        self.canvas = PatchCanvas(self)
+        self.view.addItem(self.canvas)
+        self.overlay = pg.ImageItem()  # attention heat map, set by the attention view
+        self.overlay.setOpacity(0.0)
+        self.view.addItem(self.overlay)
+        self.mask_item = pg.ImageItem()
+        self.view.addItem(self.mask_item)
+        self.grid_item = pg.PlotCurveItem(pen=pg.mkPen((255, 255, 255, 110), width=1), connect="pairs")
+        self.view.addItem(self.grid_item)
+        for item in (self.overlay, self.mask_item, self.grid_item):
+            item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+            item.setAcceptHoverEvents(False)
+        layout.addWidget(self.plot, 1)
+
+        self.hover_label = QLabel("Hover a patch to see its row, column and token index.")
+        layout.addWidget(self.hover_label)
+
+        modes = QHBoxLayout()
+        self.mode_group = QButtonGroup(self)
+        for i, (name, tip) in enumerate((
+            ("Mask", "Click or drag over patches to toggle the [MASK] token."),
+            ("Query", "Click a patch to make it the query token of the attention view."),
+            ("Draw", "Draw on the image with the mouse; the model classifies as you draw."),
+        )):
+            button = QRadioButton(name)
+            button.setToolTip(tip)
+            self.mode_group.addButton(button, i)
+            modes.addWidget(button)
+        self.mode_group.button(0).setChecked(True)
+        self.brush = QSpinBox()
+        self.brush.setRange(1, 64)
+        self.brush.setValue(3)
+        self.brush.setPrefix("brush ")
+        self.brush.setToolTip("Brush width in model pixels for drawing.")
+        modes.addWidget(self.brush)
+        blank = QPushButton("Blank")
+        blank.setToolTip("Start drawing on a black canvas.")
+        blank.clicked.connect(self.clear_canvas)
+        modes.addWidget(blank)
+        layout.addLayout(modes)
+
+        grid = QGridLayout()
+        clear = QPushButton("Clear mask")
+        clear.setToolTip("Unmask every patch (Esc).")
+        clear.clicked.connect(self.clear_mask)
+        invert = QPushButton("Invert")
+        invert.setToolTip("Mask the visible patches and unmask the masked ones.")
+        invert.clicked.connect(lambda: self.session.set_mask(~self.session.mask))
+        self.percent = QSpinBox()
+        self.percent.setRange(0, 100)
+        self.percent.setValue(50)
+        self.percent.setSuffix(" %")
+        self.percent.setToolTip("Share of patches the Random button masks.")
+        random_button = QPushButton("Random")
+        random_button.setToolTip("Mask a random share of the patches.")
+        random_button.clicked.connect(self.random_mask)
+        for col, widget in enumerate((clear, invert, self.percent, random_button)):
+            grid.addWidget(widget, 0, col)
+        self.height_box, self.width_box = QSpinBox(), QSpinBox()
+        for box, name in ((self.height_box, "H "), (self.width_box, "W ")):
+            box.setRange(1, 4096)
+            box.setPrefix(name)
+            box.setToolTip("Input size in pixels fed to the model (a multiple of the patch size); "
+                           "learned position embeddings are resampled.")
+        apply_size = QPushButton("Apply size")
+        apply_size.setToolTip("Run the model at this height and width (rectangles too).")
+        apply_size.clicked.connect(self.apply_size)
+        reset_size = QPushButton("Native")
+        reset_size.setToolTip("Go back to the resolution the model was trained at.")
+        reset_size.clicked.connect(self.reset_size)
+        for col, widget in enumerate((self.height_box, self.width_box, apply_size, reset_size)):
+            grid.addWidget(widget, 1, col)
+        layout.addLayout(grid)
+
+        QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.clear_mask)
+
+        session.model_changed.connect(self._model_changed)
+        session.inputs_changed.connect(self._draw_mask)
+        session.selection_changed.connect(self._draw_mask)
+        session.result_ready.connect(self._result)
+        self._model_changed()
+
+    # ------------------------------------------------------------------ inputs
+    def ask_open(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open image", "", "Images (" +
+                                              " ".join(f"*{e}" for e in IMAGE_EXTENSIONS) + ")")
+        if path:
+            self.open_path(path)
+
+    def open_path(self, path: str) -> bool:
+        """Open an image file; a bad file gives a message and changes nothing."""
+        try:
+            image = open_image(path)
+        except ImageError as error:
+            self.session.error.emit(str(error))
+            return False
+        self.session.set_image(image, Path(path).name)
+        return True
+
+    def _sample_chosen(self, index: int) -> None:
+        path = self.samples.itemData(index)
+        if path:
+            self.open_path(path)
+
+    def paste(self) -> None:
+        qimage = QApplication.clipboard().image()
+        if qimage.isNull():
+            self.session.error.emit("the clipboard holds no image")
+            return
+        self.session.set_image(qimage_to_pil(qimage), "pasted image")
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+        urls = event.mimeData().urls()
+        if urls and urls[0].toLocalFile().lower().endswith(IMAGE_EXTENSIONS):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        self.open_path(event.mimeData().urls()[0].toLocalFile())
+
+    def clear_mask(self) -> None:
+        self.session.set_mask(np.zeros(self.session.grid, bool))
+
+    def random_mask(self) -> None:
+        gh, gw = self.session.grid
+        n = round(gh * gw * self.percent.value() / 100)
+        mask = np.zeros(gh * gw, bool)
+        mask[np.random.default_rng().choice(gh * gw, n, replace=False)] = True
+        self.session.set_mask(mask.reshape(gh, gw))
+
+    def apply_size(self) -> None:
+        try:
+            self.session.set_size((self.height_box.value(), self.width_box.value()))
+        except ValueError as error:
+            self.session.error.emit(str(error))
+
+    def reset_size(self) -> None:
+        if self.session.loaded is not None:
+            self.session.set_size(tuple(self.session.loaded.preprocessing.size))
+            self._sync_size_boxes()
+
+    def clear_canvas(self) -> None:
+        h, w = self.session.size
+        self.session.set_image(Image.new("RGB", (w, h), (0, 0, 0)), "drawing")
+
+    # ------------------------------------------------------------------ mouse
+    def patch_at(self, pos: QPointF) -> tuple[int, int] | None:
+        p = self.session.loaded.config.patch_size if self.session.loaded else 16
+        gh, gw = self.session.grid
+        row, col = int(pos.y() // p), int(pos.x() // p)
+        if 0 <= row < gh and 0 <= col < gw:
+            return row, col
+        return None
+
+    def hover(self, pos: QPointF | None) -> None:
+        patch = None if pos is None else self.patch_at(pos)
+        if patch is None or self.session.result is None:
+            return
+        layout = self.session.result.layout
+        row, col = patch
+        state = " · masked" if self.session.mask[row, col] else ""
+        self.hover_label.setText(f"row {row}, column {col}, token {layout.token_index(row, col)}{state}")
+
+    def press(self, pos: QPointF, start: bool) -> None:
+        mode = self.mode_group.checkedId()
+        if mode == 2:
+            self._draw(pos, start)
+            return
+        patch = self.patch_at(pos)
+        if patch is None:
+            return
+        if mode == 1:
+            self.session.select(query=patch)
+            return
+        if start:  # a drag paints the value the first patch toggled to
+            self._paint_value = not self.session.mask[patch]
+        if self.session.mask[patch] != self._paint_value:
+            self.session.toggle_patch(*patch, value=self._paint_value)
+
+    def _draw(self, pos: QPointF, start: bool) -> None:
+        """Draw a white stroke on the image (mapped from model pixels to the image's own pixels)."""
+        image = self.session.image.copy()
+        h, w = self.session.size
+        sx, sy = image.width / w, image.height / h
+        point = (pos.x() * sx, pos.y() * sy)
+        width = max(1, round(self.brush.value() * (sx + sy) / 2))
+        draw = ImageDraw.Draw(image)
+        if start or self._last_draw is None:
+            r = width / 2
+            draw.ellipse((point[0] - r, point[1] - r, point[0] + r, point[1] + r), fill=(255, 255, 255))
+        else:
+            draw.line([self._last_draw, point], fill=(255, 255, 255), width=width, joint="curve")
+        self._last_draw = point
+        self.session.set_image(image, "drawing")
+
+    # ------------------------------------------------------------------ drawing
+    def _model_changed(self) -> None:
+        self._sync_size_boxes()
+        self._draw_mask()
+
+    def _sync_size_boxes(self) -> None:
+        if self.session.loaded is None:
+            return
+        p = self.session.loaded.config.patch_size
+        for box, value in ((self.height_box, self.session.size[0]), (self.width_box, self.session.size[1])):
+            box.setSingleStep(p)
+            box.setMinimum(p)
+            box.setValue(value)
+
+    def _result(self, result: ForwardResult) -> None:
+        self.canvas.setImage(result.display, autoLevels=False, levels=(0, 255))
+        h, w = result.display.shape[:2]
+        p = result.layout.patch_size
+        xs, ys = [], []
+        for x in range(0, w + 1, p):
+            xs += [x, x]
+            ys += [0, h]
+        for y in range(0, h + 1, p):
+            xs += [0, w]
+            ys += [y, y]
+        self.grid_item.setData(np.asarray(xs, float), np.asarray(ys, float))
+        self.view.setRange(xRange=(0, w), yRange=(0, h), padding=0.01)
+        self._draw_mask()
+
+    def _draw_mask(self) -> None:
+        if self.session.loaded is None:
+            return
+        p = self.session.loaded.config.patch_size
+        gh, gw = self.session.mask.shape
+        rgba = np.zeros((gh, gw, 4), np.uint8)
+        rgba[self.session.mask] = MASK_RGBA
+        if self.session.query is not None and self.session.query[0] < gh and self.session.query[1] < gw:
+            rgba[self.session.query] = QUERY_RGBA
+        self.mask_item.setImage(rgba, autoLevels=False, levels=(0, 255))
+        self.mask_item.setRect(0, 0, gw * p, gh * p)
+
+    def set_overlay(self, heat: np.ndarray | None, opacity: float) -> None:
+        """Show a (gh, gw) heat map over the image (the attention view's overlay)."""
+        if heat is None or self.session.loaded is None:
+            self.overlay.setOpacity(0.0)
+            return
+        p = self.session.loaded.config.patch_size
+        gh, gw = heat.shape
+        self.overlay.setImage(heat, autoLevels=True)
+        self.overlay.setLookupTable(pg.colormap.get("inferno").getLookupTable(nPts=256))
+        self.overlay.setRect(0, 0, gw * p, gh * p)
+        self.overlay.setOpacity(opacity)

@@ -1,0 +1,311 @@
+"""The main window: source box, dockable views, status bar, shortcuts.
+
+The window paints first with only Qt imported; PyTorch and the model code are imported on a
+background thread, then the views are built and the source is loaded (see `run_app`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QToolBar,
+    QWidget,
+)
+
+RECENT_KEY = "recent_sources"
+MAX_RECENT = 12
+
+
+class MainWindow(QMainWindow):
+    core_ready = Signal(str)  # "" when torch and the model code imported, else an error message
+    ready = Signal()  # views built; the first load has been started
+
+    def __init__(self, source: str | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("vit-explorer")
+        self.resize(1600, 1000)
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(True)
+        self.initial_source = source
+        self.started = time.perf_counter()
+        self.first_prediction_s: float | None = None
+        self.session: Any = None
+        self.views: dict[str, Any] = {}
+        self.docks: dict[str, QDockWidget] = {}
+        self.image_panel: Any = None
+
+        bar = QToolBar("Source")
+        bar.setMovable(False)
+        self.addToolBar(bar)
+        bar.addWidget(QLabel(" Model: "))
+        self.source_box = QComboBox()
+        self.source_box.setEditable(True)
+        self.source_box.setMinimumWidth(520)
+        self.source_box.setToolTip("A hub id (google/vit-base-patch16-224, timm/...), a folder or a checkpoint file; "
+                                   "Enter loads it.")
+        self.source_box.lineEdit().setPlaceholderText("hub id, folder or file")
+        self.source_box.lineEdit().returnPressed.connect(self.load_typed)
+        for item in self.recent_sources():
+            self.source_box.addItem(item)
+        self.source_box.setCurrentText(source or "")
+        bar.addWidget(self.source_box)
+        browse = QPushButton("File…")
+        browse.setToolTip("Choose a checkpoint file (.safetensors, .pth, .bin).")
+        browse.clicked.connect(self.browse_file)
+        bar.addWidget(browse)
+        folder = QPushButton("Folder…")
+        folder.setToolTip("Choose a checkpoint folder (Hugging Face, timm or vit-explorer layout).")
+        folder.clicked.connect(self.browse_folder)
+        bar.addWidget(folder)
+        self.load_button = QPushButton("Load")
+        self.load_button.setToolTip("Load the model named in the box (Ctrl+L).")
+        self.load_button.clicked.connect(self.load_typed)
+        self.load_button.setEnabled(False)
+        bar.addWidget(self.load_button)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(160)
+        self.progress.setVisible(False)
+        self.progress.setToolTip("A model is loading in the background.")
+        bar.addWidget(self.progress)
+
+        self.banner = QLabel("")
+        self.banner.setWordWrap(True)
+        self.banner.setVisible(False)
+        self.banner.setStyleSheet("QLabel { background: #b3261e; color: white; padding: 6px; }")
+        self.banner.setToolTip("The last error; click to hide it.")
+        self.banner.mousePressEvent = lambda event: self.banner.setVisible(False)
+        bar2 = QToolBar("Messages")
+        bar2.setMovable(False)
+        bar2.addWidget(self.banner)
+        self.addToolBarBreak()
+        self.addToolBar(bar2)
+
+        self.placeholder = QLabel("Loading PyTorch and the model code…")
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setCentralWidget(self.placeholder)
+
+        self.device_label = QLabel("device: –")
+        self.time_label = QLabel("forward: –")
+        self.statusBar().addPermanentWidget(self.device_label)
+        self.statusBar().addPermanentWidget(self.time_label)
+        self.statusBar().showMessage("starting…")
+
+        self.core_ready.connect(self._core_ready)
+        QTimer.singleShot(0, self._import_core)
+
+    # ------------------------------------------------------------------ start-up
+    def _import_core(self) -> None:
+        def work() -> None:
+            try:
+                import torch  # noqa: F401 - the slow import, off the GUI thread
+
+                from .. import checkpoints, models  # noqa: F401
+            except Exception as error:  # noqa: BLE001 - shown in the window
+                self.core_ready.emit(f"could not import PyTorch: {error}")
+                return
+            self.core_ready.emit("")
+
+        threading.Thread(target=work, name="vit-explorer-import", daemon=True).start()
+
+    def _core_ready(self, message: str) -> None:
+        if message:
+            self.placeholder.setText(message)
+            return
+        self._build_views()
+        self.load_button.setEnabled(True)
+        self._open_initial()
+        self.ready.emit()
+
+    def _build_views(self) -> None:
+        import pyqtgraph as pg
+        import torch
+
+        from .image_panel import ImagePanel, sample_images
+        from .session import Session
+        from .views import VIEW_CLASSES
+
+        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+        self.session = Session(self)
+        self.session.error.connect(self.show_error)
+        self.session.result_ready.connect(self._result)
+        self.session.loading.connect(self._loading)
+        self.session.model_changed.connect(self._model_changed)
+
+        self.image_panel = ImagePanel(self.session)
+        self._add_dock("Image", self.image_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
+        first_big: QDockWidget | None = None
+        for cls in VIEW_CLASSES:
+            view = cls(self.session)
+            self.views[cls.title] = view
+            if cls.title == "Prediction":
+                self._add_dock(cls.title, view, Qt.DockWidgetArea.LeftDockWidgetArea)
+                continue
+            dock = self._add_dock(cls.title, view, Qt.DockWidgetArea.RightDockWidgetArea)
+            if first_big is None:
+                first_big = dock
+            else:
+                self.tabifyDockWidget(first_big, dock)
+        if first_big is not None:
+            first_big.raise_()
+        self.splitDockWidget(self.docks["Image"], self.docks["Prediction"], Qt.Orientation.Vertical)
+        self.resizeDocks([self.docks["Image"], first_big], [560, 1040], Qt.Orientation.Horizontal)
+        self.takeCentralWidget()
+        self.placeholder.deleteLater()
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device_label.setText(f"device: {device}")
+        samples = sample_images()
+        if samples:
+            self.image_panel.open_path(str(samples[0]))
+        self._install_shortcuts()
+
+    def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock-{title}")
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        self.docks[title] = dock
+        return dock
+
+    def _install_shortcuts(self) -> None:
+        menu = self.menuBar().addMenu("&File")
+        view_menu = self.menuBar().addMenu("&View")
+        for text, keys, slot, target in (
+            ("Open image…", QKeySequence.StandardKey.Open, self.image_panel.ask_open, menu),
+            ("Load model", QKeySequence("Ctrl+L"), self.load_typed, menu),
+            ("Export current view as PNG…", QKeySequence("Ctrl+E"), self.export_current, menu),
+            ("Next layer", QKeySequence("Ctrl+Down"), lambda: self.step_layer(1), view_menu),
+            ("Previous layer", QKeySequence("Ctrl+Up"), lambda: self.step_layer(-1), view_menu),
+            ("Clear mask", QKeySequence("Ctrl+Shift+M"), self.image_panel.clear_mask, view_menu),
+        ):
+            action = QAction(text, self)
+            action.setShortcut(keys)
+            action.triggered.connect(slot)
+            target.addAction(action)
+        for dock in self.docks.values():
+            view_menu.addAction(dock.toggleViewAction())
+
+    def _open_initial(self) -> None:
+        from ..paths import BUNDLED_MODEL
+
+        source = self.initial_source
+        if source is None:
+            if not (BUNDLED_MODEL / "vit_explorer.json").exists():
+                self.show_error(f"The bundled classroom model is missing ({BUNDLED_MODEL}); "
+                                "build one in the Model builder or load a checkpoint.")
+                self.docks["Model builder"].raise_()
+                return
+            source = str(BUNDLED_MODEL)
+        self.load(source)
+
+    # ------------------------------------------------------------------ loading
+    def recent_sources(self) -> list[str]:
+        value = QSettings().value(RECENT_KEY, [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in value or []]
+
+    def _remember(self, source: str) -> None:
+        recent = [source] + [s for s in self.recent_sources() if s != source]
+        QSettings().setValue(RECENT_KEY, recent[:MAX_RECENT])
+        if self.source_box.findText(source) < 0:
+            self.source_box.insertItem(0, source)
+
+    def load(self, source: str) -> None:
+        source = source.strip()
+        if not source or self.session is None:
+            return
+        self.source_box.setCurrentText(source)
+        self.session.load(source, on_done=lambda loaded: self._remember(source))
+
+    def load_typed(self) -> None:
+        self.load(self.source_box.currentText())
+
+    def browse_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open checkpoint", "",
+                                              "Checkpoints (*.safetensors *.pth *.pt *.bin);;All files (*)")
+        if path:
+            self.load(path)
+
+    def browse_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open checkpoint folder")
+        if path:
+            self.load(path)
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
+        from ..data.images import IMAGE_EXTENSIONS
+
+        path = event.mimeData().urls()[0].toLocalFile()
+        if path.lower().endswith(IMAGE_EXTENSIONS) and self.image_panel is not None:
+            self.image_panel.open_path(path)
+        else:
+            self.load(path)
+
+    # ------------------------------------------------------------------ feedback
+    def show_error(self, message: str) -> None:
+        self.banner.setText(message)
+        self.banner.setVisible(True)
+        self.statusBar().showMessage(message, 15000)
+
+    def _loading(self, source: str) -> None:
+        self.progress.setVisible(bool(source))
+        self.load_button.setEnabled(not source)
+        if source:
+            self.statusBar().showMessage(f"loading {source}…")
+
+    def _model_changed(self) -> None:
+        loaded = self.session.loaded
+        self.banner.setVisible(False)
+        name = Path(loaded.source).name if loaded.source else "built model"
+        self.setWindowTitle(f"vit-explorer — {name}")
+        self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
+        self.device_label.setText(f"device: {loaded.device}")
+
+    def _result(self, result: Any) -> None:
+        if self.first_prediction_s is None:
+            self.first_prediction_s = time.perf_counter() - self.started
+        self.time_label.setText(f"forward: {result.seconds * 1000:.0f} ms")
+
+    # ------------------------------------------------------------------ actions
+    def current_view(self) -> Any:
+        for title, dock in self.docks.items():
+            if title in self.views and not dock.visibleRegion().isEmpty():
+                if dock.widget().hasFocus() or dock.isAncestorOf(self.focusWidget() or dock):
+                    return self.views[title]
+        visible = [self.views[t] for t, d in self.docks.items() if t in self.views and not d.visibleRegion().isEmpty()]
+        return visible[-1] if visible else None
+
+    def export_current(self) -> None:
+        view = self.current_view()
+        if view is not None:
+            view._ask_export("png")
+
+    def step_layer(self, step: int) -> None:
+        if self.session is not None and self.session.loaded is not None:
+            self.session.select(layer=self.session.layer + step)
+
+    def closeEvent(self, event: Any) -> None:  # noqa: N802
+        for view in self.views.values():
+            view.close()
+        if self.session is not None:
+            self.session.runner.cancel("forward")
+            self.session.runner.wait(5000)
+        super().closeEvent(event)

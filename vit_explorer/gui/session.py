@@ -1,0 +1,202 @@
+"""The app's state: the loaded model, the image, masks, resolution and what is selected.
+
+Views take the session in `__init__`, read it, connect to its signals and disconnect on close.
+Every change that alters the model's input schedules one forward pass on the "forward" channel;
+a newer change makes the older pass stale, so views only ever see the newest result.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from PySide6.QtCore import QObject, Signal
+
+from ..checkpoints import LoadedModel
+from .forward import ForwardResult, Inputs, run_forward
+from .workers import Runner
+
+_ids = itertools.count(1)
+
+
+def default_image(size: tuple[int, int]) -> Image.Image:
+    """A neutral grey picture, used until the user opens one."""
+    return Image.new("RGB", (size[1], size[0]), (128, 128, 128))
+
+
+class Session(QObject):
+    model_changed = Signal()  # a new model (or new weights): everything is reset
+    image_changed = Signal()
+    inputs_changed = Signal()  # mask, head mask or resolution changed
+    selection_changed = Signal()  # layer, head or query token changed
+    result_ready = Signal(object)  # ForwardResult
+    error = Signal(str)  # a message for the status bar / a dialog
+    busy = Signal(bool)  # a forward pass is running
+    loading = Signal(str)  # a load started ("" when it ended)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = Runner(self)
+        self.runner.error.connect(lambda channel, message: self.error.emit(message))
+        self.loaded: LoadedModel | None = None
+        self.model_id = 0
+        self.image: Image.Image = default_image((224, 224))
+        self.image_name = "grey"
+        self.image_id = next(_ids)
+        self.size: tuple[int, int] = (224, 224)
+        self.mask = np.zeros((14, 14), bool)  # (gh, gw) True = [MASK]
+        self.head_mask = np.ones((1, 1), np.float32)  # (layers, heads)
+        self.layer = 0
+        self.head = 0
+        self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
+        self.result: ForwardResult | None = None
+        self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ model
+    @property
+    def grid(self) -> tuple[int, int]:
+        p = self.loaded.config.patch_size if self.loaded else 16
+        return (self.size[0] // p, self.size[1] // p)
+
+    @property
+    def num_layers(self) -> int:
+        cfg = self.loaded.config if self.loaded else None
+        return cfg.depth + cfg.class_attn_depth if cfg else 0
+
+    def load(self, source: str, on_done: Callable[[LoadedModel], None] | None = None,
+             on_error: Callable[[str], None] | None = None) -> None:
+        """Load a checkpoint in the background; a failure keeps the current model."""
+        from ..checkpoints import load
+
+        self.loading.emit(source)
+
+        def done(loaded: LoadedModel) -> None:
+            self.loading.emit("")
+            self.set_model(loaded)
+            if on_done is not None:
+                on_done(loaded)
+
+        def failed(message: str) -> None:
+            self.loading.emit("")
+            self.error.emit(f"could not load {source}: {message}")
+            if on_error is not None:
+                on_error(message)
+
+        self.runner.submit("load", lambda: load(source), done, failed, pool="io")
+
+    def set_model(self, loaded: LoadedModel) -> None:
+        """Make `loaded` current: reset masks and selection to fit it, then run it."""
+        self.loaded = loaded
+        self.model_id = next(_ids)
+        self._baseline = None
+        self.size = tuple(loaded.preprocessing.size)  # type: ignore[assignment]
+        cfg = loaded.config
+        self.mask = np.zeros(self.grid, bool)
+        self.head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
+        self.layer = min(self.layer, self.num_layers - 1)
+        self.head = min(self.head, cfg.num_heads - 1)
+        self.query = None
+        self.result = None
+        self.model_changed.emit()
+        self.request_forward()
+
+    def weights_changed(self) -> None:
+        """The current model's weights changed in place (e.g. training): rerun everything."""
+        self.model_id = next(_ids)
+        self._baseline = None
+        self.model_changed.emit()
+        self.request_forward()
+
+    # ------------------------------------------------------------------ image and inputs
+    def set_image(self, image: Image.Image, name: str = "image") -> None:
+        self.image = image.convert("RGB")
+        self.image_name = name
+        self.image_id = next(_ids)
+        self._baseline = None
+        self.image_changed.emit()
+        self.request_forward()
+
+    def set_size(self, size: tuple[int, int]) -> None:
+        """Run the model at another input size (H, W); raises ValueError if it does not fit the patches."""
+        if self.loaded is None:
+            return
+        p = self.loaded.config.patch_size
+        h, w = int(size[0]), int(size[1])
+        if h < p or w < p or h % p or w % p:
+            raise ValueError(f"{h}x{w} is not a multiple of the patch size {p}")
+        if (h, w) == self.size:
+            return
+        self.size = (h, w)
+        self.mask = np.zeros(self.grid, bool)
+        self.query = None
+        self._baseline = None
+        self.inputs_changed.emit()
+        self.request_forward()
+
+    def set_mask(self, mask: np.ndarray) -> None:
+        if mask.shape != self.grid:
+            raise ValueError(f"mask shape {mask.shape} does not match the patch grid {self.grid}")
+        self.mask = mask.astype(bool)
+        self.inputs_changed.emit()
+        self.request_forward()
+
+    def toggle_patch(self, row: int, col: int, value: bool | None = None) -> None:
+        mask = self.mask.copy()
+        mask[row, col] = (not mask[row, col]) if value is None else value
+        self.set_mask(mask)
+
+    def set_head_mask(self, head_mask: np.ndarray) -> None:
+        self.head_mask = head_mask.astype(np.float32)
+        self.inputs_changed.emit()
+        self.request_forward()
+
+    # ------------------------------------------------------------------ selection
+    def select(self, *, layer: int | None = None, head: int | None = None,
+               query: tuple[int, int] | None | str = "keep") -> None:
+        """Change the selected layer, head and/or query token (query=None selects [CLS])."""
+        if layer is not None:
+            self.layer = max(0, min(layer, self.num_layers - 1))
+        if head is not None and self.loaded is not None:
+            self.head = max(0, min(head, self.loaded.config.num_heads - 1))
+        if query != "keep":
+            self.query = query  # type: ignore[assignment]
+        self.selection_changed.emit()
+
+    # ------------------------------------------------------------------ the forward pass
+    def inputs(self) -> Inputs | None:
+        if self.loaded is None:
+            return None
+        return Inputs(self.loaded, self.image, self.size, self.mask.copy(), self.head_mask.copy(),
+                      self.model_id, self.image_id)
+
+    def request_forward(self) -> None:
+        inputs = self.inputs()
+        if inputs is None:
+            return
+        key = (inputs.model_id, inputs.image_id, inputs.size)
+        baseline = self._baseline[1] if self._baseline and self._baseline[0] == key else None
+        self.busy.emit(True)
+        self.runner.submit("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed)
+
+    def _forward_done(self, result: ForwardResult) -> None:
+        inputs = result.inputs
+        if inputs.model_id != self.model_id:
+            return
+        if result.baseline_probs is not None:
+            self._baseline = ((inputs.model_id, inputs.image_id, inputs.size), result.baseline_probs)
+        elif not inputs.masked:
+            self._baseline = ((inputs.model_id, inputs.image_id, inputs.size), result.probs)
+        self.result = result
+        self.busy.emit(False)
+        self.result_ready.emit(result)
+
+    def _forward_failed(self, message: str) -> None:
+        self.busy.emit(False)
+        self.error.emit(f"forward pass failed: {message}")
+
+    def run(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None]) -> None:
+        """Run an analysis job in the background; errors go to the `error` signal."""
+        self.runner.submit(channel, fn, on_done)

@@ -1,0 +1,99 @@
+"""What every view shares: the session, signal wiring that is undone on close, PNG/CSV export."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import SignalInstance
+from PySide6.QtGui import QCloseEvent
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from ..session import Session
+
+Table = tuple[list[str], list[Sequence[Any]]]  # header, rows
+
+
+class View(QWidget):
+    """A live view of the session. Subclasses fill `self.body` and override `table()` for CSV."""
+
+    title = "View"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self._connections: list[tuple[SignalInstance, Callable[..., Any]]] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        self.toolbar = QHBoxLayout()
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.toolbar.addWidget(self.note, 1)
+        self.png_button = QPushButton("Export PNG")
+        self.png_button.setToolTip("Save this view as a PNG image.")
+        self.png_button.clicked.connect(lambda: self._ask_export("png"))
+        self.toolbar.addWidget(self.png_button)
+        self.csv_button = QPushButton("Export CSV")
+        self.csv_button.setToolTip("Save the numbers behind this view as a CSV table.")
+        self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
+        self.toolbar.addWidget(self.csv_button)
+        layout.addLayout(self.toolbar)
+        self.body = QVBoxLayout()
+        layout.addLayout(self.body, 1)
+
+    def listen(self, signal: SignalInstance, slot: Callable[..., Any]) -> None:
+        """Connect to a session signal; undone in `disconnect_session`."""
+        signal.connect(slot)
+        self._connections.append((signal, slot))
+
+    def disconnect_session(self) -> None:
+        for signal, slot in self._connections:
+            try:
+                signal.disconnect(slot)
+            except (RuntimeError, TypeError):
+                pass  # already gone with the session
+        self._connections.clear()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
+        self.disconnect_session()
+        super().closeEvent(event)
+
+    # ------------------------------------------------------------------ export
+    def picture(self) -> QWidget:
+        """The widget exported as PNG (default: the whole view without its toolbar)."""
+        return self
+
+    def table(self) -> Table | None:
+        """The numbers behind the view, or None when it has none."""
+        return None
+
+    def export_png(self, path: str | Path) -> Path:
+        path = Path(path)
+        if not self.picture().grab().save(str(path), "PNG"):
+            raise OSError(f"{path}: could not write the PNG file")
+        return path
+
+    def export_csv(self, path: str | Path) -> Path:
+        path = Path(path)
+        table = self.table()
+        if table is None:
+            raise ValueError(f"{self.title} has no numbers to export yet")
+        header, rows = table
+        with path.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+        return path
+
+    def _ask_export(self, kind: str) -> None:
+        name = self.title.lower().replace(" ", "_")
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", f"{name}.{kind}",
+                                              f"{kind.upper()} (*.{kind})")
+        if not path:
+            return
+        try:
+            (self.export_png if kind == "png" else self.export_csv)(path)
+        except (OSError, ValueError) as error:
+            self.session.error.emit(str(error))

@@ -1,0 +1,192 @@
+"""Build a model from a preset or from parts, with the parameter count shown before building."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QPushButton, QSpinBox, QWidget
+
+from ...models import PRESETS, ConfigError, ViTConfig, preset
+from ..session import Session
+from .base import Table, View
+
+PE_SCHEMES = [("learned 1D", "learned"), ("learned 2D", "learned_2d"), ("sine-cosine 1D", "sincos_1d"),
+              ("sine-cosine 2D", "sincos_2d"), ("none", "none"), ("RoPE (2D rotary)", "rope")]
+PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none (GAP)", "none")]
+STEMS = [("patchify (Conv2d k=P s=P)", "patchify"), ("convolutional (3x3 convs)", "conv")]
+
+
+def build_loaded(config: ViTConfig) -> Any:
+    """A freshly initialised model wrapped as a LoadedModel (runs in a worker)."""
+    from ...checkpoints import LoadedModel, Preprocess
+    from ...models import VisionTransformer
+
+    model = VisionTransformer(config).eval()
+    labels = [f"class {i}" for i in range(config.num_classes)]
+    pre = Preprocess(config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    return LoadedModel(model, config, labels, pre, "", "built", {"config": config.to_dict()})
+
+
+class BuilderView(View):
+    title = "Model builder"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        form = QFormLayout()
+        self.preset = QComboBox()
+        self.preset.addItem("(from parts)", "")
+        for name in PRESETS:
+            self.preset.addItem(name, name)
+        self.preset.setToolTip("Start from a named preset; changing any part below edits it.")
+        self.preset.activated.connect(self._preset_chosen)
+        form.addRow("Preset", self.preset)
+
+        def combo(items: list[tuple[str, str]], tip: str) -> QComboBox:
+            box = QComboBox()
+            for text, value in items:
+                box.addItem(text, value)
+            box.setToolTip(tip)
+            box.currentIndexChanged.connect(self.update_estimate)
+            return box
+
+        def spin(lo: int, hi: int, value: int, tip: str, step: int = 1) -> QSpinBox:
+            box = QSpinBox()
+            box.setRange(lo, hi)
+            box.setSingleStep(step)
+            box.setValue(value)
+            box.setToolTip(tip)
+            box.valueChanged.connect(self.update_estimate)
+            return box
+
+        self.stem = combo(STEMS, "How the image becomes tokens: one linear map per patch, or a small convolutional "
+                                 "network.")
+        self.pos_embed = combo(PE_SCHEMES, "How the model knows where each patch sits.")
+        self.prefix = combo(PREFIXES, "Tokens put in front of the patches; without them the head reads the mean of "
+                                      "the patches.")
+        self.depth = spin(1, 48, 4, "Number of transformer blocks.")
+        self.width = spin(8, 2048, 96, "Embedding width D of every token.", 8)
+        self.heads = spin(1, 32, 4, "Attention heads per block (D must be divisible by it).")
+        self.mlp_ratio = QDoubleSpinBox()
+        self.mlp_ratio.setRange(0.25, 8.0)
+        self.mlp_ratio.setSingleStep(0.5)
+        self.mlp_ratio.setValue(2.0)
+        self.mlp_ratio.setToolTip("Hidden width of each MLP as a multiple of D.")
+        self.mlp_ratio.valueChanged.connect(self.update_estimate)
+        self.patch = spin(1, 64, 4, "Patch size P in pixels (the stem's stride).")
+        self.image_h = spin(1, 1024, 32, "Input height in pixels (a multiple of P).")
+        self.image_w = spin(1, 1024, 32, "Input width in pixels (a multiple of P).")
+        self.classes = spin(1, 10000, 10, "Number of classes of the classifier.")
+        self.layer_scale = QCheckBox("LayerScale (1e-5)")
+        self.layer_scale.setToolTip("Scale each residual branch by a learned per-channel factor, as CaiT does.")
+        self.layer_scale.toggled.connect(self.update_estimate)
+        self.class_attn = spin(0, 4, 0, "CaiT class-attention blocks where only [CLS] is updated (needs [CLS]).")
+        for label, widget in (("Stem", self.stem), ("Position embedding", self.pos_embed),
+                              ("Prefix tokens", self.prefix), ("Depth", self.depth), ("Width D", self.width),
+                              ("Heads", self.heads), ("MLP ratio", self.mlp_ratio), ("Patch size", self.patch),
+                              ("Image height", self.image_h), ("Image width", self.image_w),
+                              ("Classes", self.classes), ("", self.layer_scale),
+                              ("Class-attention layers", self.class_attn)):
+            form.addRow(label, widget)
+        self.body.addLayout(form)
+        self.estimate = QLabel("")
+        self.estimate.setWordWrap(True)
+        self.body.addWidget(self.estimate)
+        self.build_button = QPushButton("Build and open")
+        self.build_button.setToolTip("Create this model with random weights and make it the current model.")
+        self.build_button.clicked.connect(self.build)
+        self.body.addWidget(self.build_button)
+        self.body.addStretch(1)
+        self.set_config(preset("classroom"))
+
+    def set_config(self, cfg: ViTConfig) -> None:
+        """Show a config in the controls."""
+        widgets = (self.stem, self.pos_embed, self.prefix, self.depth, self.width, self.heads, self.mlp_ratio,
+                   self.patch, self.image_h, self.image_w, self.classes, self.layer_scale, self.class_attn)
+        for w in widgets:
+            w.blockSignals(True)
+        self.stem.setCurrentIndex(self.stem.findData(cfg.stem))
+        self.pos_embed.setCurrentIndex(self.pos_embed.findData(cfg.pos_embed))
+        self.prefix.setCurrentIndex(self.prefix.findData("none" if cfg.pool == "gap" else cfg.prefix_tokens))
+        self.depth.setValue(cfg.depth)
+        self.width.setValue(cfg.embed_dim)
+        self.heads.setValue(cfg.num_heads)
+        self.mlp_ratio.setValue(cfg.mlp_ratio)
+        self.patch.setValue(cfg.patch_size)
+        self.image_h.setValue(cfg.image_size[0])
+        self.image_w.setValue(cfg.image_size[1])
+        self.classes.setValue(max(1, cfg.num_classes))
+        self.layer_scale.setChecked(cfg.layer_scale_init is not None)
+        self.class_attn.setValue(cfg.class_attn_depth)
+        for w in widgets:
+            w.blockSignals(False)
+        self.update_estimate()
+
+    def _preset_chosen(self, index: int) -> None:
+        name = self.preset.itemData(index)
+        if name:
+            self.set_config(preset(name))
+
+    def config(self) -> ViTConfig:
+        """The config the controls describe; raises ConfigError with what to change."""
+        name = self.preset.currentData()
+        base = PRESETS[name] if name else {}
+        prefix = self.prefix.currentData()
+        class_attn = self.class_attn.value()
+        values: dict[str, Any] = {
+            **base,
+            "stem": self.stem.currentData(),
+            "pos_embed": self.pos_embed.currentData(),
+            "prefix_tokens": "none" if prefix == "none" else prefix,
+            "pool": "gap" if prefix == "none" else "cls",
+            "depth": self.depth.value(),
+            "embed_dim": self.width.value(),
+            "num_heads": self.heads.value(),
+            "mlp_ratio": self.mlp_ratio.value(),
+            "patch_size": self.patch.value(),
+            "image_size": (self.image_h.value(), self.image_w.value()),
+            "num_classes": self.classes.value(),
+            "layer_scale_init": 1e-5 if self.layer_scale.isChecked() else None,
+            "class_attn_depth": class_attn,
+        }
+        if class_attn:
+            values["pos_embed_prefix"] = False
+        return ViTConfig(**values)
+
+    def update_estimate(self, *_: object) -> None:
+        try:
+            cfg = self.config()
+        except ConfigError as error:
+            self.estimate.setStyleSheet("color: #d93025;")
+            self.estimate.setText(str(error))
+            self.build_button.setEnabled(False)
+            return
+        self.estimate.setStyleSheet("")
+        gh, gw = cfg.grid_size
+        self.estimate.setText(f"{cfg.estimate_parameters():,} parameters · {gh}×{gw} patches · "
+                              f"{cfg.num_prefix_tokens} prefix tokens · head dim {cfg.head_dim}")
+        self.build_button.setEnabled(True)
+
+    def build(self) -> None:
+        try:
+            cfg = self.config()
+        except ConfigError as error:
+            self.estimate.setText(str(error))
+            return
+        self.note.setText("building…")
+
+        def done(loaded: Any) -> None:
+            self.note.setText("")
+            self.session.set_model(loaded)
+
+        self.session.runner.submit("build", lambda: build_loaded(cfg), done, self._failed, pool="io")
+
+    def _failed(self, message: str) -> None:
+        self.note.setText("")
+        self.session.error.emit(f"could not build the model: {message}")
+
+    def table(self) -> Table | None:
+        try:
+            cfg = self.config()
+        except ConfigError:
+            return None
+        return ["field", "value"], [(k, v) for k, v in cfg.to_dict().items()]
