@@ -1,0 +1,156 @@
+"""Attention maps, attention rollout, mean attention distance and CaiT's class attention.
+
+Inputs are what `forward_intermediates(capture=('attentions', 'class_attentions'))` returns:
+`attentions` is a list (one per self-attention block) of (B, heads, R, T) probabilities and the
+TokenLayout says which of the T tokens are prefix tokens and how the patches form the grid.
+Nothing here assumes one [CLS] token or a square grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..models.config import TokenLayout
+
+HEAD_FUSIONS = ("mean", "max", "min")
+
+
+def _check_full(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> None:
+    if not attentions:
+        raise ValueError("no attention maps: capture 'attentions' with attn_rows='all'")
+    t = layout.num_tokens
+    for i, a in enumerate(attentions):
+        if a.ndim != 4 or a.shape[-1] != t or a.shape[-2] != t:
+            raise ValueError(f"attention of block {i} has shape {tuple(a.shape)}; this analysis needs all rows "
+                             f"(B, heads, {t}, {t}) for the layout {layout.prefix_names} + {layout.grid} grid")
+
+
+def fuse_heads(attention: torch.Tensor, head_fusion: str = "mean") -> torch.Tensor:
+    """(B, H, R, T) -> (B, R, T) by the mean, max or min over heads."""
+    if head_fusion == "mean":
+        return attention.mean(dim=1)
+    if head_fusion == "max":
+        return attention.amax(dim=1)
+    if head_fusion == "min":
+        return attention.amin(dim=1)
+    raise ValueError(f"head fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
+
+
+def to_grid(values: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """(..., T) per token -> (..., gh, gw) for the patch tokens (prefix tokens dropped)."""
+    return values[..., layout.num_prefix_tokens:].reshape(*values.shape[:-1], *layout.grid)
+
+
+def attention_map(attention: torch.Tensor, layout: TokenLayout, query: int, head: int | None = None,
+                  rows: Sequence[int] | None = None) -> torch.Tensor:
+    """How much token `query` attends to each patch in one block: (B, gh, gw).
+
+    attention: (B, H, R, T); head=None averages over heads. rows: the query indices captured when
+    R < T (the `attn_rows` given to the model); None means all rows were captured.
+    """
+    r = list(rows).index(query) if rows is not None else query
+    a = attention[:, :, r] if head is None else attention[:, head:head + 1, r]  # (B, H or 1, T)
+    return to_grid(a.mean(dim=1), layout)
+
+
+def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fusion: str = "mean",
+            discard_ratio: float = 0.0, query: int | None = None) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) as a (B, gh, gw) map for one query token.
+
+    Per block: fuse heads, optionally zero the lowest `discard_ratio` of the whole (T, T) matrix
+    (never the query's own entry), add the identity for the residual, renormalise each row; then
+    multiply in layer order (later blocks on the left). The default query is the first prefix
+    token ([CLS]); a model without prefix tokens (GAP, CaiT's self-attention blocks) needs a
+    patch query. Every image of the batch is treated alike.
+    """
+    _check_full(attentions, layout)
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
+    if query is None:
+        if layout.num_prefix_tokens == 0:
+            raise ValueError("this model has no [CLS] token in its self-attention blocks: choose a patch as query")
+        query = 0
+    t = layout.num_tokens
+    eye = torch.eye(t, dtype=torch.float32, device=attentions[0].device)
+    result = None
+    for attention in attentions:
+        fused = fuse_heads(attention.float(), head_fusion)  # (B, T, T)
+        if discard_ratio > 0:
+            flat = fused.reshape(fused.shape[0], -1)  # (B, T*T)
+            lowest = flat.topk(int(flat.shape[-1] * discard_ratio), dim=-1, largest=False).indices
+            drop = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, lowest, True)
+            drop[:, query * t + query] = False  # keep the query's attention to itself
+            fused = flat.masked_fill(drop, 0.0).reshape(fused.shape)
+        a = (fused + eye) / 2
+        a = a / a.sum(dim=-1, keepdim=True)  # (B, T, T), rows sum to 1
+        result = a if result is None else a @ result
+    return to_grid(result[:, query], layout)  # (B, gh, gw)
+
+
+def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence[torch.Tensor],
+                  layout: TokenLayout, *, head_fusion: str = "mean") -> torch.Tensor:
+    """CaiT: rollout from [CLS] through the class-attention blocks, then through the patch-only
+    self-attention blocks; (B, gh, gw).
+
+    In a class-attention block only [CLS] changes: its row over [CLS; patches] gets the identity
+    added and is renormalised; patch rows stay the identity. The patch part then flows through the
+    rollout of the self-attention blocks.
+    """
+    if not class_attentions:
+        raise ValueError("no class attention: the model has no class-attention blocks or it was not captured")
+    n = layout.num_patches
+    _check_full(attentions, layout)
+    cls_row = None  # (B, 1+N): how [CLS] is made of the initial [CLS] and the patch tokens
+    for attention in class_attentions:
+        row = fuse_heads(attention.float(), head_fusion)[:, 0]  # (B, 1+N)
+        row = row.clone()
+        row[:, 0] += 1.0  # the residual of [CLS]
+        row = row / row.sum(dim=-1, keepdim=True)
+        # compose with what came before: [CLS]' = row[0] * [CLS] + row[1:] * patches (patches unchanged)
+        cls_row = row if cls_row is None else torch.cat(
+            [row[:, :1] * cls_row[:, :1], row[:, :1] * cls_row[:, 1:] + row[:, 1:]], dim=1)
+    eye = torch.eye(n, dtype=torch.float32, device=cls_row.device)
+    patches = None
+    for attention in attentions:
+        a = (fuse_heads(attention.float(), head_fusion) + eye) / 2
+        a = a / a.sum(dim=-1, keepdim=True)  # (B, N, N)
+        patches = a if patches is None else a @ patches
+    weights = cls_row[:, None, 1:] @ patches  # (B, 1, N)
+    return weights[:, 0].reshape(-1, *layout.grid)
+
+
+def class_attention_maps(class_attentions: Sequence[torch.Tensor], layout: TokenLayout) -> torch.Tensor:
+    """CaiT: [CLS]'s attention to each patch, (B, blocks, heads, gh, gw) (its weight on itself dropped)."""
+    if not class_attentions:
+        raise ValueError("no class attention: the model has no class-attention blocks or it was not captured")
+    rows = torch.stack([a[:, :, 0, 1:] for a in class_attentions], dim=1)  # (B, blocks, H, N)
+    return rows.reshape(*rows.shape[:3], *layout.grid)
+
+
+def patch_distances(layout: TokenLayout) -> torch.Tensor:
+    """(N, N) Euclidean distance in pixels between patch centres."""
+    gh, gw = layout.grid
+    rows = torch.arange(gh, dtype=torch.float32).repeat_interleave(gw)
+    cols = torch.arange(gw, dtype=torch.float32).repeat(gh)
+    centres = torch.stack([rows, cols], dim=1) * layout.patch_size  # (N, 2)
+    return torch.cdist(centres, centres)
+
+
+def mean_attention_distance(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> torch.Tensor:
+    """ViT paper Fig. 7 (right): for each block and head, the attention-weighted distance in pixels
+    between a patch and the patches it attends to, averaged over query patches and images.
+
+    Prefix tokens have no place in the image, so each patch's weights over the patches are
+    renormalised to sum to 1. Returns (blocks, heads).
+    """
+    _check_full(attentions, layout)
+    k = layout.num_prefix_tokens
+    dist = patch_distances(layout).to(attentions[0].device)  # (N, N)
+    out = []
+    for attention in attentions:
+        a = attention[:, :, k:, k:].float()  # (B, H, N, N) patch -> patch
+        a = a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+        out.append((a * dist).sum(dim=-1).mean(dim=(0, 2)))  # (H,)
+    return torch.stack(out)
