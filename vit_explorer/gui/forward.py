@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from PIL import Image
 
+from ..analysis.tokens import cls_dist_similarity
 from ..checkpoints import LoadedModel
 from ..models import TokenLayout
 
@@ -38,9 +39,9 @@ class ForwardResult:
     probs: np.ndarray  # (classes,) softmax of the logits (DeiT: of the averaged heads)
     head_probs: dict[str, np.ndarray]  # per head ('cls', 'dist' or 'gap')
     baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
-    attentions: list[np.ndarray]  # per block (heads, T, T)
-    class_attentions: list[np.ndarray]  # CaiT: per class-attention block (heads, 1 + N)
-    prefix_similarity: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. 'cls~dist' per layer
+    attentions: list[torch.Tensor]  # per block (1, heads, T, T) on the CPU, as the analyses take them
+    class_attentions: list[torch.Tensor]  # CaiT: per class-attention block (1, heads, 1, 1 + N)
+    cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     seconds: float = 0.0
 
     @property
@@ -71,7 +72,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_mask = None
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
-    capture = ["attentions", "hidden_states"]
+    capture = ["attentions", "hidden_states", "embedded"]
     if loaded.config.class_attn_depth:
         capture.append("class_attentions")
     with torch.inference_mode():
@@ -81,16 +82,15 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     layout: TokenLayout = out["layout"]
     probs = out["logits"][0].float().softmax(-1).cpu().numpy()
     head_probs = {k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()}
-    attentions = [a[0].float().cpu().numpy() for a in out["attentions"]]  # (heads, T, T) per block
-    class_attn = [a[0, :, 0].float().cpu().numpy() for a in out.get("class_attentions", [])]  # (heads, 1+N)
-    prefix_similarity = {}
-    if layout.num_prefix_tokens == 2:  # DeiT: how alike [CLS] and the distillation token become
-        sims = [torch.nn.functional.cosine_similarity(h[0, 0], h[0, 1], dim=0).item() for h in out["hidden_states"]]
-        prefix_similarity["cls~dist"] = np.asarray(sims)
+    attentions = [a.float().cpu() for a in out["attentions"]]  # (1, heads, T, T) per block
+    class_attn = [a.float().cpu() for a in out.get("class_attentions", [])]  # (1, heads, 1, 1+N)
+    cls_dist = None
+    if "dist" in layout.prefix_names:  # DeiT: how alike [CLS] and the distillation token become
+        cls_dist = cls_dist_similarity([out["embedded"]] + out["hidden_states"], layout)[0].cpu().numpy()
     pre = loaded.preprocessing
     return ForwardResult(
         inputs=inputs, layout=layout, display=display_image(pixels, pre.mean, pre.std), probs=probs,
         head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
-        class_attentions=class_attn, prefix_similarity=prefix_similarity,
+        class_attentions=class_attn, cls_dist=cls_dist,
         seconds=time.perf_counter() - start,
     )

@@ -105,14 +105,11 @@ class ImagePanel(QWidget):
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.view.addItem(self.canvas)
-        self.overlay = pg.ImageItem()  # attention heat map, set by the attention view
-        self.overlay.setOpacity(0.0)
-        self.view.addItem(self.overlay)
         self.mask_item = pg.ImageItem()
         self.view.addItem(self.mask_item)
         self.grid_item = pg.PlotCurveItem(pen=pg.mkPen((255, 255, 255, 110), width=1), connect="pairs")
         self.view.addItem(self.grid_item)
-        for item in (self.overlay, self.mask_item, self.grid_item):
+        for item in (self.mask_item, self.grid_item):
             item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
             item.setAcceptHoverEvents(False)
         layout.addWidget(self.plot, 1)
@@ -338,15 +335,3 @@ class ImagePanel(QWidget):
             rgba[self.session.query] = QUERY_RGBA
         self.mask_item.setImage(rgba, autoLevels=False, levels=(0, 255))
         self.mask_item.setRect(0, 0, gw * p, gh * p)
-
-    def set_overlay(self, heat: np.ndarray | None, opacity: float) -> None:
-        """Show a (gh, gw) heat map over the image (the attention view's overlay)."""
-        if heat is None or self.session.loaded is None:
-            self.overlay.setOpacity(0.0)
-            return
-        p = self.session.loaded.config.patch_size
-        gh, gw = heat.shape
-        self.overlay.setImage(heat, autoLevels=True)
-        self.overlay.setLookupTable(pg.colormap.get("inferno").getLookupTable(nPts=256))
-        self.overlay.setRect(0, 0, gw * p, gh * p)
-        self.overlay.setOpacity(opacity)

@@ -138,7 +138,10 @@ class MainWindow(QMainWindow):
         from .session import Session
         from .views import VIEW_CLASSES
 
-        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+        palette = self.palette()
+        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True,
+                            background=palette.color(palette.ColorRole.Base),
+                            foreground=palette.color(palette.ColorRole.Text))
         self.session = Session(self)
         self.session.error.connect(self.show_error)
         self.session.result_ready.connect(self._result)

@@ -1,0 +1,66 @@
+"""Parameter counts: the stage -> layer -> tensor tree with shares, and a bar chart of the stages."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
+
+from ...analysis.params import ParameterTable, parameter_table
+from .. import figures
+from ..session import Session
+from .base import Table, View
+
+
+class ParametersView(View):
+    title = "Parameters"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.params: ParameterTable | None = None
+        split = QSplitter(Qt.Orientation.Vertical)
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(4)
+        self.tree.setHeaderLabels(["stage / layer / tensor", "shape", "parameters", "share"])
+        self.tree.setToolTip("Every parameter tensor, grouped by stage and layer; expand a row to see its tensors.")
+        split.addWidget(self.tree)
+        self.chart = pg.GraphicsLayoutWidget()
+        self.chart.setToolTip("Parameters per stage of the model.")
+        split.addWidget(self.chart)
+        split.setSizes([500, 400])
+        self.body.addWidget(split, 1)
+        self.listen(session.model_changed, self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.tree.clear()
+        self.chart.ci.clear()
+        if self.session.loaded is None:
+            return
+        table = self.params = parameter_table(self.session.loaded.model)
+        stages: dict[str, QTreeWidgetItem] = {}
+        layers: dict[tuple[str, str], QTreeWidgetItem] = {}
+        by_stage = table.by_stage()
+        for stage, count in by_stage.items():
+            stages[stage] = QTreeWidgetItem(self.tree, [stage, "", f"{count:,}", f"{table.share(count):.1%}"])
+        for stage, layer, count in table.by_layer():
+            layers[(stage, layer)] = QTreeWidgetItem(stages[stage], [layer, "", f"{count:,}",
+                                                                     f"{table.share(count):.1%}"])
+        for row in table.rows:
+            QTreeWidgetItem(layers[(row.stage, row.layer)], [row.name, "×".join(map(str, row.shape)),
+                                                             f"{row.count:,}", f"{table.share(row.count):.2%}"])
+        QTreeWidgetItem(self.tree, ["total", "", f"{table.total:,}", "100%"])
+        for item in stages.values():
+            item.setExpanded(True)
+        for column in range(4):
+            self.tree.resizeColumnToContents(column)
+        figures.draw_bars(self.chart.ci, list(by_stage), [c / 1e6 for c in by_stage.values()],
+                          title=f"parameters per stage (total {table.total / 1e6:.2f} M)",
+                          value_format="{:.3f} M", xlabel="millions of parameters", horizontal=False)
+
+    def table(self) -> Table | None:
+        if self.params is None:
+            return None
+        rows = [(r.stage, r.layer, r.name, "x".join(map(str, r.shape)), r.count, self.params.share(r.count))
+                for r in self.params.rows]
+        return ["stage", "layer", "tensor", "shape", "parameters", "share"], rows
