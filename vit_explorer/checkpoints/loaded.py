@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from PIL import Image
 
-from ..models import ViTConfig, VisionTransformer
+from ..models import VisionTransformer, ViTConfig
 from .preprocess import Preprocess
 
 

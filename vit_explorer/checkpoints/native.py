@@ -13,7 +13,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..models import ConfigError, ViTConfig, VisionTransformer
+from ..models import ConfigError, VisionTransformer, ViTConfig
 from .errors import CheckpointError
 from .preprocess import Preprocess
 
@@ -91,7 +91,11 @@ def check_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], whe
 
 
 def build_model(config: ViTConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
-    """Build the model on the meta device (no allocation), check the weights, then assign them."""
+    """Build the model on the meta device (no allocation), check the weights, then assign them.
+
+    Floating-point weights become float32 (fp16/bf16 checkpoints), matching what `preprocess` returns.
+    """
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     with torch.device("meta"):
         model = VisionTransformer(config)
     check_state_dict(model, state, where)
@@ -112,14 +116,20 @@ def config_from_meta(meta: dict[str, Any], where: Path) -> ViTConfig:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
 
 
-def load_native_folder(folder: Path) -> tuple[VisionTransformer, list[str], Preprocess, dict[str, Any]]:
+def load_native_folder(folder: Path, weights: Path | None = None
+                       ) -> tuple[VisionTransformer, list[str], Preprocess, dict[str, Any]]:
+    """A native folder; `weights` names another .safetensors file described by the folder's json."""
     meta = read_meta(folder)
     config = config_from_meta(meta, folder / CONFIG_NAME)
-    state = read_safetensors(folder / WEIGHTS_NAME)
-    model = build_model(config, state, str(folder / WEIGHTS_NAME))
+    weights = weights or folder / WEIGHTS_NAME
+    state = read_safetensors(weights)
+    model = build_model(config, state, str(weights))
     labels = list(meta.get("labels") or [f"class {i}" for i in range(config.num_classes)])
     if config.num_classes and len(labels) != config.num_classes:
         raise CheckpointError(f"{folder / CONFIG_NAME}: {len(labels)} labels for {config.num_classes} classes")
     pre = meta.get("preprocessing")
-    preprocessing = Preprocess.from_dict(pre) if pre else Preprocess(config.image_size)
+    try:
+        preprocessing = Preprocess.from_dict(pre) if pre else Preprocess(config.image_size)
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{folder / CONFIG_NAME}: invalid preprocessing: {error}") from None
     return model, labels, preprocessing, meta

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import platform
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
 INTERPOLATIONS = {
@@ -18,52 +20,83 @@ INTERPOLATIONS = {
 }
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+BACKENDS = ("pil", "tensor")
 
 
 @dataclass(frozen=True)
 class Preprocess:
     """PIL image -> normalised tensor (1, 3, H, W).
 
-    Steps: convert to RGB; resize (`resize_shortest` keeps the aspect ratio, torchvision-style;
-    otherwise `resize_to` is an exact (H, W)); centre-crop to `size` if `crop`; scale to [0, 1];
-    normalise with mean/std.
+    Steps: convert to RGB; resize; centre-crop to `size` if `crop`; scale to [0, 1]; normalise.
+    Resizing: `resize_shortest` scales the shortest edge to that length (torchvision `Resize(int)`);
+    else `resize_to` (H, W) with `keep_ratio` scales by one factor so the image just covers that box
+    (timm `ResizeKeepRatio`); else the image is resized exactly to `resize_to` (default: `size`).
+    `backend` picks the resampler: "pil" (PIL, as timm and PIL-based processors do) or "tensor"
+    (torch on uint8 tensors, as transformers' torchvision image processors do; results differ by
+    up to a few grey levels, so each source gets its own).
     """
 
     size: tuple[int, int]  # (H, W) fed to the model
     resize_shortest: int | None = None  # shortest edge after resizing (timm: floor(size / crop_pct))
-    resize_to: tuple[int, int] | None = None  # exact (H, W) resize (HF); None with no shortest = size
+    resize_to: tuple[int, int] | None = None  # (H, W) box to resize to; None with no shortest = size
+    keep_ratio: bool = False  # with resize_to: keep the aspect ratio, covering the box
     crop: bool = False  # centre-crop to `size` after resizing
     crop_offset: str = "round"  # "round" (torchvision CenterCrop) or "floor" (HF center_crop)
     interpolation: str = "bicubic"
+    backend: str = "pil"  # "pil" or "tensor"
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
 
+    def __post_init__(self) -> None:
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, got {self.interpolation!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "tensor" and self.interpolation == "lanczos":
+            raise ValueError("the tensor backend resamples with nearest, bilinear or bicubic, not lanczos")
+        if self.crop_offset not in ("round", "floor"):
+            raise ValueError(f"crop_offset must be 'round' or 'floor', got {self.crop_offset!r}")
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         image = image.convert("RGB")
-        resample = INTERPOLATIONS[self.interpolation]
+        new_h, new_w = self.resized_size(image.height, image.width)
+        if self.backend == "pil":
+            if (new_h, new_w) != (image.height, image.width):
+                image = image.resize((new_w, new_h), INTERPOLATIONS[self.interpolation])
+            pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1)  # (3, H, W)
+        else:
+            pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
+            if (new_h, new_w) != (image.height, image.width):
+                pixels = _resize_uint8(pixels, (new_h, new_w), self.interpolation)
+        if self.crop:
+            pixels = self._centre_crop(pixels)
+        x = pixels.to(torch.float32) / 255.0  # (3, H, W)
+        mean = torch.tensor(self.mean, dtype=torch.float32)[:, None, None]
+        std = torch.tensor(self.std, dtype=torch.float32)[:, None, None]
+        return ((x - mean) / std).unsqueeze(0).contiguous()  # (1, 3, H, W)
+
+    def resized_size(self, h: int, w: int) -> tuple[int, int]:
+        """(H, W) of an h x w image after the resize step."""
         if self.resize_shortest is not None:
-            w, h = image.size
             short, long = (w, h) if w <= h else (h, w)
             new_short, new_long = self.resize_shortest, int(self.resize_shortest * long / short)
-            new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
-            image = image.resize((new_w, new_h), resample)
-        else:
-            th, tw = self.resize_to or self.size
-            image = image.resize((tw, th), resample)
-        if self.crop:
-            image = self._centre_crop(image)
-        array = np.asarray(image, dtype=np.float32) / 255.0  # (H, W, 3)
-        array = (array - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-        return torch.from_numpy(array).permute(2, 0, 1).unsqueeze(0).contiguous()  # (1, 3, H, W)
+            return (new_long, new_short) if w <= h else (new_short, new_long)
+        th, tw = self.resize_to or self.size
+        if self.keep_ratio:
+            ratio = min(h / th, w / tw)
+            return round(h / ratio), round(w / ratio)
+        return th, tw
 
-    def _centre_crop(self, image: Image.Image) -> Image.Image:
+    def _centre_crop(self, pixels: torch.Tensor) -> torch.Tensor:
         ch, cw = self.size
-        w, h = image.size
+        h, w = pixels.shape[-2:]
+        if ch > h or cw > w:
+            raise ValueError(f"cannot centre-crop {ch}x{cw} from a {h}x{w} image")
         if self.crop_offset == "floor":
             top, left = (h - ch) // 2, (w - cw) // 2
         else:
             top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
-        return image.crop((left, top, left + cw, top + ch))
+        return pixels[:, top:top + ch, left:left + cw]
 
     def with_size(self, size: tuple[int, int]) -> Preprocess:
         """The same recipe for another model input size (keeps the resize/crop ratio)."""
@@ -76,11 +109,14 @@ class Preprocess:
         if self.resize_to is not None:
             resize_to = (round(self.resize_to[0] * size[0] / self.size[0]),
                          round(self.resize_to[1] * size[1] / self.size[1]))
+        keep_ratio = self.keep_ratio
         if self.crop and shortest is not None and size[0] != size[1]:
-            shortest = None  # a rectangular target: resize exactly to a proportionally larger box
+            # a rectangular target: timm scales to cover a proportionally larger box (ResizeKeepRatio)
+            shortest = None
             resize_to = (math.floor(size[0] * self.resize_shortest / self.size[0]),
                          math.floor(size[1] * self.resize_shortest / self.size[1]))
-        return replace(self, size=size, resize_shortest=shortest, resize_to=resize_to)
+            keep_ratio = True
+        return replace(self, size=size, resize_shortest=shortest, resize_to=resize_to, keep_ratio=keep_ratio)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -91,15 +127,94 @@ class Preprocess:
         return cls(**values)
 
 
+def _resize_uint8(pixels: torch.Tensor, size: tuple[int, int], interpolation: str) -> torch.Tensor:
+    """torchvision's `resize` on a uint8 (3, H, W) tensor, antialiased, reproduced with torch alone.
+
+    torchvision resizes uint8 natively for bicubic, and for bilinear on AVX2/AVX512/ARM CPUs;
+    otherwise it resizes in float32 and rounds back. Both are mirrored so the grey levels agree.
+    """
+    x = pixels[None]  # (1, 3, H, W)
+    if interpolation == "nearest":
+        return F.interpolate(x, size=size, mode="nearest")[0]
+    native = interpolation == "bicubic" or (
+        torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") or platform.machine() in ("aarch64", "arm64"))
+    if native:
+        return F.interpolate(x, size=size, mode=interpolation, align_corners=False, antialias=True)[0]
+    y = F.interpolate(x.float(), size=size, mode=interpolation, align_corners=False, antialias=True)
+    return y.clamp_(0, 255).round_().to(torch.uint8)[0]
+
+
 def timm_preprocess(pretrained_cfg: dict[str, Any]) -> Preprocess:
-    """timm's eval transform from a `pretrained_cfg`: resize shortest edge to size/crop_pct, centre crop."""
+    """timm's eval transform (`transforms_imagenet_eval`) from a `pretrained_cfg`.
+
+    crop_mode 'center': scale to floor(size / crop_pct) (shortest edge for square inputs, covering
+    the box for rectangular ones), centre crop; 'squash': resize exactly to that box, centre crop.
+    """
     _, h, w = pretrained_cfg.get("input_size", (3, 224, 224))
-    crop_pct = float(pretrained_cfg.get("crop_pct", 0.875))
-    interpolation = pretrained_cfg.get("interpolation", "bicubic")
-    mean = tuple(pretrained_cfg.get("mean", IMAGENET_MEAN))
-    std = tuple(pretrained_cfg.get("std", IMAGENET_STD))
+    crop_pct = float(pretrained_cfg.get("crop_pct") or 0.875)
+    crop_mode = pretrained_cfg.get("crop_mode") or "center"
+    common = dict(crop=True, interpolation=pretrained_cfg.get("interpolation") or "bicubic",
+                  mean=tuple(pretrained_cfg.get("mean", IMAGENET_MEAN)),
+                  std=tuple(pretrained_cfg.get("std", IMAGENET_STD)))
+    box = (math.floor(h / crop_pct), math.floor(w / crop_pct))
+    if crop_mode == "squash":
+        return Preprocess((h, w), resize_to=box, **common)
+    if crop_mode != "center":
+        raise ValueError(f"timm crop_mode {crop_mode!r} is not supported (only 'center' and 'squash')")
     if h == w:
-        return Preprocess((h, w), resize_shortest=math.floor(h / crop_pct), crop=True,
-                          interpolation=interpolation, mean=mean, std=std)
-    return Preprocess((h, w), resize_to=(math.floor(h / crop_pct), math.floor(w / crop_pct)), crop=True,
-                      interpolation=interpolation, mean=mean, std=std)
+        return Preprocess((h, w), resize_shortest=box[0], **common)
+    return Preprocess((h, w), resize_to=box, keep_ratio=True, **common)
+
+
+# PIL resample codes used in HF image-processor configs
+PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
+
+
+def _hf_size(value: Any, what: str) -> tuple[tuple[int, int] | None, int | None]:
+    """HF size spec -> ((H, W), None) or (None, shortest_edge)."""
+    if isinstance(value, int):
+        return (value, value), None
+    if isinstance(value, dict):
+        if "height" in value and "width" in value:
+            return (int(value["height"]), int(value["width"])), None
+        if set(value) == {"shortest_edge"}:
+            return None, int(value["shortest_edge"])
+    raise ValueError(f"unsupported {what} {value!r} (expected an int, {{height, width}} or {{shortest_edge}})")
+
+
+def hf_preprocess(processor: dict[str, Any], defaults: dict[str, Any]) -> Preprocess:
+    """transformers' ViT/DeiT image processor from `preprocessor_config.json` (`defaults` fill gaps).
+
+    transformers 5 image processors resize uint8 tensors with torchvision (backend 'tensor') unless
+    the config names a PIL processor (class name ending in 'Pil'); centre crops use floor offsets.
+    """
+    cfg = {**defaults, **processor}
+    resample = cfg.get("resample", 2)
+    if resample not in PIL_RESAMPLE:
+        raise ValueError(f"unsupported resample {resample!r} (supported: {PIL_RESAMPLE})")
+    backend = "pil" if str(cfg.get("image_processor_type", "")).endswith("Pil") else "tensor"
+    if cfg.get("do_rescale", True) and abs(float(cfg.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-12:
+        raise ValueError(f"unsupported rescale_factor {cfg['rescale_factor']} (only 1/255)")
+    if not cfg.get("do_rescale", True):
+        raise ValueError("do_rescale=False (pixels left in 0..255) is not supported")
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    if cfg.get("do_normalize", True):
+        mean, std = _three(cfg.get("image_mean", (0.5,) * 3)), _three(cfg.get("image_std", (0.5,) * 3))
+    box, shortest = _hf_size(cfg["size"], "size") if cfg.get("do_resize", True) else (None, None)
+    if cfg.get("do_center_crop", False):
+        size, _ = _hf_size(cfg["crop_size"], "crop_size")
+        if size is None:
+            raise ValueError(f"unsupported crop_size {cfg['crop_size']!r}")
+        return Preprocess(size, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
+                          interpolation=PIL_RESAMPLE[resample], backend=backend, mean=mean, std=std)
+    if box is None:
+        raise ValueError("a preprocessor without a fixed output size (no resize to height/width, no crop) "
+                         "is not supported")
+    return Preprocess(box, interpolation=PIL_RESAMPLE[resample], backend=backend, mean=mean, std=std)
+
+
+def _three(value: Any) -> tuple[float, float, float]:
+    values = [float(value)] * 3 if isinstance(value, (int, float)) else [float(v) for v in value]
+    if len(values) != 3:
+        raise ValueError(f"expected 3 values (RGB), got {value!r}")
+    return (values[0], values[1], values[2])

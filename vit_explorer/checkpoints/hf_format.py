@@ -1,0 +1,264 @@
+"""Hugging Face ViT / DeiT checkpoints (`save_pretrained` folders) <-> the native model.
+
+Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
+imports transformers. HF keeps q, k, v as separate Linear layers; ours (timm's) fuse them into qkv.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..models import ConfigError, ViTConfig
+from .errors import CheckpointError
+from .files import read_json
+from .preprocess import Preprocess, hf_preprocess
+
+MODEL_TYPES = ("vit", "deit")
+# transformers' own defaults when a folder has no preprocessor_config.json
+PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vit": dict(size={"height": 224, "width": 224}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
+    "deit": dict(size={"height": 256, "width": 256}, resample=3, do_center_crop=True,
+                 crop_size={"height": 224, "width": 224}, image_mean=[0.5] * 3, image_std=[0.5] * 3),
+}
+_LAYER = {  # HF name inside encoder.layer.{i}. -> ours inside blocks.{i}.
+    "attention.output.dense": "attn.proj",
+    "intermediate.dense": "mlp.fc1",
+    "output.dense": "mlp.fc2",
+    "layernorm_before": "norm1",
+    "layernorm_after": "norm2",
+}
+# transformers 5 names the same modules differently in memory (`layers.{i}.`) than in saved files
+_LAYER_V5 = {
+    "attention.o_proj": "attn.proj",
+    "mlp.fc1": "mlp.fc1",
+    "mlp.fc2": "mlp.fc2",
+    "layernorm_before": "norm1",
+    "layernorm_after": "norm2",
+}
+_QKV = {"attention.attention.query": "query", "attention.attention.key": "key", "attention.attention.value": "value",
+        "attention.q_proj": "query", "attention.k_proj": "key", "attention.v_proj": "value"}
+_HEADS = {"classifier": "head", "cls_classifier": "head", "distillation_classifier": "head_dist"}
+
+
+def base_prefix(state: dict[str, torch.Tensor]) -> str:
+    """'vit.', 'deit.' or '' (a bare ViTModel/DeiTModel) - where the backbone's keys start."""
+    for prefix in ("vit.", "deit."):
+        if any(k.startswith(prefix + "embeddings.") for k in state):
+            return prefix
+    return ""
+
+
+def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename HF keys to ours and fuse query/key/value into qkv. Keys it does not know are kept
+    under their HF names (so the architecture check reports them as unexpected); the pooler of a
+    bare ViTModel is dropped (our backbone returns the normed [CLS] without it)."""
+    prefix = base_prefix(state)
+    out: dict[str, torch.Tensor] = {}
+    qkv: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    for key, value in state.items():
+        name = key[len(prefix):] if key.startswith(prefix) else key
+        if name.startswith("pooler."):
+            continue
+        if name.startswith("embeddings."):
+            rest = name[len("embeddings."):]
+            mapped = {"cls_token": "cls_token", "distillation_token": "dist_token", "mask_token": "mask_token",
+                      "position_embeddings": "pos_embed"}.get(rest)
+            if rest.startswith("patch_embeddings.projection."):
+                mapped = "patch_embed.proj." + rest.rsplit(".", 1)[1]
+            out[mapped or key] = value
+        elif name.startswith(("encoder.layer.", "layers.")):
+            table = _LAYER if name.startswith("encoder.") else _LAYER_V5
+            index, rest = name.removeprefix("encoder.layer.").removeprefix("layers.").split(".", 1)
+            module, _, param = rest.rpartition(".")
+            if module in _QKV:
+                qkv.setdefault((int(index), param), {})[_QKV[module]] = value
+            elif module in table:
+                out[f"blocks.{index}.{table[module]}.{param}"] = value
+            else:
+                out[key] = value
+        elif name.startswith("layernorm."):
+            out["norm." + name.split(".", 1)[1]] = value
+        elif name.split(".", 1)[0] in _HEADS and "." in name:
+            head, param = name.split(".", 1)
+            out[f"{_HEADS[head]}.{param}"] = value
+        else:
+            out[key] = value
+    for (index, param), parts in qkv.items():
+        if set(parts) == {"query", "key", "value"}:
+            out[f"blocks.{index}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
+        else:  # incomplete: leave the pieces for the check to name
+            for part, value in parts.items():
+                out[f"{prefix}encoder.layer.{index}.attention.attention.{part}.{param}"] = value
+    return out
+
+
+def native_to_hf(state: dict[str, torch.Tensor], distilled: bool) -> dict[str, torch.Tensor]:
+    """Our keys -> ViTForImageClassification / DeiTForImageClassificationWithTeacher keys."""
+    prefix = "deit." if distilled else "vit."
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if key.startswith("blocks."):
+            _, index, rest = key.split(".", 2)
+            module, _, param = rest.rpartition(".")
+            layer = f"{prefix}encoder.layer.{index}."
+            if module == "attn.qkv":
+                for part, chunk in zip(("query", "key", "value"), value.chunk(3, dim=0), strict=True):
+                    out[f"{layer}attention.attention.{part}.{param}"] = chunk.contiguous()
+            else:
+                ours_to_hf = {v: k for k, v in _LAYER.items()}
+                out[f"{layer}{ours_to_hf[module]}.{param}"] = value
+        elif key.startswith("patch_embed.proj."):
+            out[f"{prefix}embeddings.patch_embeddings.projection.{key.rsplit('.', 1)[1]}"] = value
+        elif key in ("cls_token", "dist_token", "pos_embed", "mask_token"):
+            name = {"cls_token": "cls_token", "dist_token": "distillation_token", "pos_embed": "position_embeddings",
+                    "mask_token": "mask_token"}[key]
+            out[f"{prefix}embeddings.{name}"] = value
+        elif key.startswith("norm."):
+            out[f"{prefix}layernorm.{key.split('.', 1)[1]}"] = value
+        elif key.startswith("head."):
+            out[("cls_classifier." if distilled else "classifier.") + key.split(".", 1)[1]] = value
+        elif key.startswith("head_dist."):
+            out["distillation_classifier." + key.split(".", 1)[1]] = value
+        else:
+            raise CheckpointError(f"parameter {key} has no Hugging Face ViT/DeiT counterpart")
+    return out
+
+
+def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Path) -> ViTConfig:
+    """Our config from an HF config.json; the weights decide which heads and tokens exist."""
+    model_type = hf.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(f"{where}: model_type {model_type!r} is not supported; vit-explorer reads "
+                              f"Hugging Face {', '.join(MODEL_TYPES)} checkpoints")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        raise CheckpointError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
+    prefix = base_prefix(state)
+    if prefix + "embeddings.distillation_token" in state and "classifier.weight" in state:
+        raise CheckpointError(
+            f"{where}: DeiTForImageClassification (a distillation token, but one classifier reading only [CLS]) "
+            "is not supported: vit-explorer's distilled models average a class and a distillation head. "
+            "Use DeiTForImageClassificationWithTeacher checkpoints, or ViT ones.")
+    try:
+        d = int(hf["hidden_size"])
+        intermediate = int(hf["intermediate_size"])
+        image = hf.get("image_size", 224)
+        head = state.get("classifier.weight", state.get("cls_classifier.weight"))
+        config = ViTConfig(
+            image_size=tuple(image) if isinstance(image, (list, tuple)) else (int(image), int(image)),
+            patch_size=int(hf.get("patch_size", 16)),
+            in_chans=int(hf.get("num_channels", 3)),
+            num_classes=0 if head is None else int(head.shape[0]),
+            embed_dim=d,
+            depth=int(hf["num_hidden_layers"]),
+            num_heads=int(hf["num_attention_heads"]),
+            mlp_ratio=intermediate / d,
+            qkv_bias=bool(hf.get("qkv_bias", True)),
+            prefix_tokens="cls+dist" if prefix + "embeddings.distillation_token" in state else "cls",
+            mask_token=prefix + "embeddings.mask_token" in state,
+            pe_resample_antialias=False,  # HF's interpolate_pos_encoding: bicubic, no antialias
+            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+        )
+    except KeyError as error:
+        raise CheckpointError(f"{where}: missing {error.args[0]!r}") from None
+    except (ConfigError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{where}: invalid model config: {error}") from None
+    if int(config.embed_dim * config.mlp_ratio) != intermediate:
+        raise CheckpointError(f"{where}: intermediate_size {intermediate} is not a whole multiple of hidden_size {d}")
+    return config
+
+
+def labels_from_hf(hf: dict[str, Any], num_classes: int, where: Path) -> list[str]:
+    """Class names from id2label (keys are stringified ints)."""
+    id2label = hf.get("id2label") or {}
+    try:
+        names = {int(k): str(v) for k, v in id2label.items()}
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{where}: id2label keys must be class indices") from None
+    if num_classes and sorted(names) != list(range(num_classes)):
+        if names:
+            raise CheckpointError(f"{where}: id2label has {len(names)} entries for a {num_classes}-class head")
+        return [f"class {i}" for i in range(num_classes)]
+    return [names[i] for i in range(num_classes)]
+
+
+def preprocess_from_hf(folder: Path, model_type: str) -> Preprocess:
+    path = folder / "preprocessor_config.json"
+    processor = read_json(path) if path.exists() else {}
+    try:
+        return hf_preprocess(processor, PROCESSOR_DEFAULTS[model_type])
+    except (KeyError, ValueError) as error:
+        raise CheckpointError(f"{path}: {error}") from None
+
+
+def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) -> tuple[dict, dict]:
+    """(config.json, preprocessor_config.json) for a ViTForImageClassification or, distilled,
+    DeiTForImageClassificationWithTeacher folder; CheckpointError for what HF cannot express."""
+    reasons = []
+    if config.stem != "patchify":
+        reasons.append("a convolutional stem")
+    if config.pos_embed != "learned" or not config.pos_embed_prefix:
+        reasons.append(f"position embedding {config.pos_embed!r} (HF has learned 1D with prefix rows only)")
+    if config.pool != "cls" or config.prefix_tokens == "none":
+        reasons.append("global average pooling")
+    if config.class_attn_depth or config.talking_heads:
+        reasons.append("CaiT class attention / talking heads")
+    if config.layer_scale_init is not None:
+        reasons.append("LayerScale")
+    if int(config.embed_dim * config.mlp_ratio) != config.embed_dim * config.mlp_ratio:
+        reasons.append(f"mlp_ratio {config.mlp_ratio} (not a whole hidden width)")
+    if config.image_size[0] != config.image_size[1]:
+        reasons.append(f"a non-square image size {config.image_size} (HF assumes a square PE grid)")
+    if config.distilled and not config.num_classes:
+        reasons.append("a distilled model without classifier heads")
+    if reasons:
+        raise CheckpointError("this model cannot be written in the Hugging Face ViT/DeiT format: it has "
+                              + "; ".join(reasons))
+    distilled = config.distilled
+    hf = {
+        "architectures": ["DeiTForImageClassificationWithTeacher" if distilled else "ViTForImageClassification"],
+        "model_type": "deit" if distilled else "vit",
+        "hidden_size": config.embed_dim,
+        "num_hidden_layers": config.depth,
+        "num_attention_heads": config.num_heads,
+        "intermediate_size": int(config.embed_dim * config.mlp_ratio),
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        "layer_norm_eps": config.layer_norm_eps,
+        "image_size": config.image_size[0],
+        "patch_size": config.patch_size,
+        "num_channels": config.in_chans,
+        "qkv_bias": config.qkv_bias,
+        "encoder_stride": config.patch_size,
+        "id2label": {str(i): name for i, name in enumerate(labels)},
+        "label2id": {name: i for i, name in enumerate(labels)},
+    }
+    processor = hf_processor_config(preprocessing, "DeiTImageProcessor" if distilled else "ViTImageProcessor")
+    return hf, processor
+
+
+def hf_processor_config(pre: Preprocess, processor_type: str) -> dict[str, Any]:
+    """A preprocessor_config.json as close to `pre` as HF's processor can say it."""
+    resample = {"nearest": 0, "lanczos": 1, "bilinear": 2, "bicubic": 3}[pre.interpolation]
+    if pre.resize_shortest is not None:
+        size: dict[str, int] = {"shortest_edge": pre.resize_shortest}
+    else:
+        h, w = pre.resize_to or pre.size
+        size = {"height": h, "width": w}
+    return {
+        "image_processor_type": processor_type,
+        "do_resize": True,
+        "size": size,
+        "resample": resample,
+        "do_center_crop": pre.crop,
+        "crop_size": {"height": pre.size[0], "width": pre.size[1]},
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": list(pre.mean),
+        "image_std": list(pre.std),
+    }
