@@ -61,7 +61,7 @@ def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tens
     """Zero whole heads of out (B, H, T, hd): applied to each head's output, so exact on any path."""
     if head_mask is None:
         return out
-    return out * head_mask.to(out.dtype).view(1, -1, 1, 1)
+    return out * head_mask.to(out.device, out.dtype).view(1, -1, 1, 1)
 
 
 class Attention(nn.Module):

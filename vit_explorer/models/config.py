@@ -94,7 +94,8 @@ class ViTConfig:
         if self.pool == "cls":
             need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
         if self.prefix_tokens == "cls+dist":
-            need(self.pool == "cls", "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: pool='cls'")
+            need(self.pool == "cls",
+                 "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
         if self.class_attn_depth:
             need(
                 self.prefix_tokens == "cls" and self.pool == "cls",
@@ -104,10 +105,20 @@ class ViTConfig:
                 self.pos_embed != "learned" or not self.pos_embed_prefix,
                 "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
             )
-        if self.pos_embed in ("learned_2d", "sincos_2d"):
-            need(self.embed_dim % 4 == 0, f"2D position embeddings split D into 4 parts: embed_dim {self.embed_dim} % 4 != 0")
+        if self.pos_embed == "sincos_2d":
+            need(
+                self.embed_dim % 4 == 0,
+                f"sincos_2d splits D into sin/cos of rows and columns: "
+                f"embed_dim {self.embed_dim} must be divisible by 4",
+            )
+        if self.pos_embed == "learned_2d":
+            need(
+                self.embed_dim % 2 == 0,
+                f"learned_2d concatenates a row and a column table of D/2: embed_dim {self.embed_dim} must be even",
+            )
         if self.pos_embed == "sincos_1d":
-            need(self.embed_dim % 2 == 0, f"sine-cosine position embeddings need an even embed_dim, got {self.embed_dim}")
+            need(self.embed_dim % 2 == 0,
+                 f"sine-cosine position embeddings need an even embed_dim, got {self.embed_dim}")
         if self.pos_embed == "rope":
             need(
                 self.head_dim % 4 == 0,
@@ -175,7 +186,7 @@ class ViTConfig:
         """(out_channels, stride) of each 3x3 conv of the convolutional stem."""
         strides = self.conv_stem_strides or self._default_conv_strides()
         if self.conv_stem_channels:
-            return list(zip(self.conv_stem_channels, strides))
+            return list(zip(self.conv_stem_channels, strides, strict=True))
         # Xiao et al.: stride-2 convs double the width, ending at D/2 before the 1x1 projection
         # to D (ViT_C-1GF: 24, 48, 96, 192 for D = 192 would end at D; we end at D/2 so the
         # stem stays lighter than one transformer block on small models).

@@ -116,6 +116,8 @@ class VisionTransformer(nn.Module):
             return None
         if kind == "learned":
             table = self.pos_embed[0]
+            if tuple(grid) == cfg.grid_size:
+                return table  # the native grid: no resampling, no copy
             k = n_prefix if cfg.pos_embed_prefix else 0
             patches = position.resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)
             return torch.cat([table[:k], patches], dim=0)
@@ -161,6 +163,16 @@ class VisionTransformer(nn.Module):
         out = torch.where(use_random[..., None], shuffled, patches)
         return torch.where(use_mask[..., None], token, out)
 
+    @staticmethod
+    def _check_rows(attn_rows: Rows, n_tokens: int) -> list[int]:
+        if isinstance(attn_rows, str) or attn_rows is None:
+            raise ValueError(f"attn_rows must be 'all' or a list of query indices, got {attn_rows!r}")
+        rows = [int(r) for r in attn_rows]
+        bad = [r for r in rows if not 0 <= r < n_tokens]
+        if bad:
+            raise ValueError(f"attn_rows {bad} out of range: this input has {n_tokens} tokens (0..{n_tokens - 1})")
+        return rows
+
     # ------------------------------------------------------------------ the forward pass
     def forward_intermediates(
         self,
@@ -183,7 +195,9 @@ class VisionTransformer(nn.Module):
         layers = depth + class_attn_depth.
         """
         cfg = self.config
-        want = set(CAPTURE_KEYS) if capture == "all" else set(capture)
+        if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
+            capture = CAPTURE_KEYS if capture == "all" else (capture,)
+        want = set(capture)
         unknown = want - set(CAPTURE_KEYS)
         if unknown:
             raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
@@ -200,6 +214,8 @@ class VisionTransformer(nn.Module):
         n_layers = cfg.depth + cfg.class_attn_depth
         if head_mask is not None and tuple(head_mask.shape) != (n_layers, cfg.num_heads):
             raise ValueError(f"head_mask must have shape ({n_layers}, {cfg.num_heads}), got {tuple(head_mask.shape)}")
+        if attn_rows != ALL and "attentions" in want:
+            attn_rows = self._check_rows(attn_rows, layout.num_prefix_tokens + layout.num_patches)
         b = pixel_values.shape[0]
 
         # 1. stem: image -> grid of patch embeddings -> sequence in raster order

@@ -1,0 +1,108 @@
+"""Benchmark our forward pass against timm's on the same weights.
+
+For each model and batch size, times timm's forward, our fast path (`model(x)`, fused SDPA) and
+our capture path (`forward_intermediates(x, capture='all')`, explicit softmax, every attention map
+kept). The three runs are interleaved within each repeat so that drifting machine load hits them
+alike, and the table reports medians over repeats. fp32 on CPU; bf16 on CUDA when a GPU is present.
+
+    .venv/bin/python bench/bench_forward.py            # ViT-S/16 and ViT-B/16, batch 1 and 64
+    .venv/bin/python bench/bench_forward.py --quick    # ViT-S/16, batch 1 and 8, fewer repeats
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import timm
+import torch
+
+from vit_explorer.models import VisionTransformer, preset
+
+MODELS = {"vit-s16": "vit_small_patch16_224", "vit-b16": "vit_base_patch16_224"}
+
+
+def build_pair(name: str, device: torch.device, dtype: torch.dtype) -> tuple[torch.nn.Module, VisionTransformer]:
+    """timm's model with random weights, and ours loaded from its state dict (keys match one to one)."""
+    reference = timm.create_model(MODELS[name], pretrained=False)
+    ours = VisionTransformer(preset(name))
+    ours.load_state_dict(reference.state_dict(), strict=True)
+    return reference.to(device, dtype).eval(), ours.to(device, dtype).eval()
+
+
+def time_once(fn: Callable[[], object], iters: int, device: torch.device) -> float:
+    """Mean seconds per call over iters calls."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) / iters
+
+
+def bench_case(name: str, batch: int, device: torch.device, dtype: torch.dtype, repeats: int,
+               iters: int) -> dict[str, float]:
+    reference, ours = build_pair(name, device, dtype)
+    x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
+    runs: dict[str, Callable[[], object]] = {
+        "timm": lambda: reference(x),
+        "fast": lambda: ours(x),
+        "capture": lambda: ours.forward_intermediates(x, capture="all"),
+    }
+    with torch.inference_mode():
+        diff = (reference(x).float() - ours(x).float()).abs().max().item()
+        for fn in runs.values():  # warm-up: allocator, kernels, lazy init
+            fn()
+        times: dict[str, list[float]] = {key: [] for key in runs}
+        for r in range(repeats):
+            # rotate the order each repeat so no variant always runs first after a pause
+            order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+            for key in order:
+                times[key].append(time_once(runs[key], iters, device))
+    result = {key: statistics.median(values) for key, values in times.items()}
+    result["max_abs_diff"] = diff
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="ViT-S/16 only, batch 1 and 8, 3 repeats")
+    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), help="models to run")
+    parser.add_argument("--batches", nargs="+", type=int, help="batch sizes")
+    parser.add_argument("--repeats", type=int, help="timed repeats per variant (median reported)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    models = args.models or (["vit-s16"] if args.quick else ["vit-s16", "vit-b16"])
+    batches = args.batches or ([1, 8] if args.quick else [1, 64])
+    repeats = args.repeats or (3 if args.quick else 7)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    setups = [(torch.device("cpu"), torch.float32)]
+    if torch.cuda.is_available():
+        setups.append((torch.device("cuda"), torch.bfloat16))
+    cuda = f"CUDA: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no CUDA: bf16 runs skipped"
+    print(f"torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, {cuda}")
+    header = (f"{'model':8} {'device':5} {'dtype':9} {'batch':>5} {'timm ms':>9} {'fast ms':>9} {'capture ms':>10} "
+              f"{'fast/timm':>9} {'capture/fast':>12} {'max|diff|':>9}")
+    print(header)
+    print("-" * len(header))
+    for device, dtype in setups:
+        for name in models:
+            for batch in batches:
+                # enough calls per timing that one timing lasts roughly 0.2 s or more at batch 1
+                iters = max(1, 16 // batch) if device.type == "cpu" else max(5, 64 // batch)
+                r = bench_case(name, batch, device, dtype, repeats, iters)
+                print(f"{name:8} {device.type:5} {str(dtype).removeprefix('torch.'):9} {batch:5d} "
+                      f"{r['timm'] * 1e3:9.1f} {r['fast'] * 1e3:9.1f} {r['capture'] * 1e3:10.1f} "
+                      f"{r['fast'] / r['timm']:9.3f} {r['capture'] / r['fast']:12.3f} {r['max_abs_diff']:9.1e}",
+                      flush=True)
+    print("targets: fast/timm <= 1.05, capture/fast <= 1.15")
+
+
+if __name__ == "__main__":
+    main()
