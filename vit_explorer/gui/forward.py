@@ -41,6 +41,7 @@ class ForwardResult:
     baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
     attentions: list[torch.Tensor]  # per block (1, heads, T, T) on the CPU, as the analyses take them
     class_attentions: list[torch.Tensor]  # CaiT: per class-attention block (1, heads, 1, 1 + N)
+    with_pos: torch.Tensor | None = None  # (1, T, D) tokens after adding the position embedding, on the CPU
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     seconds: float = 0.0
 
@@ -72,7 +73,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_mask = None
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
-    capture = ["attentions", "hidden_states", "embedded"]
+    capture = ["attentions", "hidden_states", "with_pos", "embedded"]
     if loaded.config.class_attn_depth:
         capture.append("class_attentions")
     with torch.inference_mode():
@@ -91,6 +92,6 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     return ForwardResult(
         inputs=inputs, layout=layout, display=display_image(pixels, pre.mean, pre.std), probs=probs,
         head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
-        class_attentions=class_attn, cls_dist=cls_dist,
+        class_attentions=class_attn, with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist,
         seconds=time.perf_counter() - start,
     )

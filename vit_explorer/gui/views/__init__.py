@@ -2,9 +2,13 @@
 
 from .attention import AttentionView
 from .builder import BuilderView
+from .embeddings import EmbeddingsView
+from .heads import HeadsView
 from .parameters import ParametersView
+from .position import PositionView
 from .prediction import PredictionView
 
-VIEW_CLASSES = (PredictionView, AttentionView, ParametersView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, ParametersView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "ParametersView", "PredictionView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "EmbeddingsView", "HeadsView", "ParametersView",
+           "PositionView", "PredictionView"]

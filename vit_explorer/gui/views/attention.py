@@ -103,15 +103,15 @@ class AttentionView(View):
         self.body.addWidget(self.plots, 1)
         self.plots.scene().sigMouseMoved.connect(self._mouse_moved)
 
-        self.mode.currentIndexChanged.connect(self.redraw)
+        self.mode.currentIndexChanged.connect(self.refresh)
         self.layer.valueChanged.connect(lambda v: self.session.select(layer=v))
         self.head.valueChanged.connect(lambda v: self.session.select(head=v))
         self.query.currentIndexChanged.connect(self._query_mode)
         self.opacity.valueChanged.connect(self._set_opacity)
-        self.raw.toggled.connect(self.redraw)
-        self.fusion.currentIndexChanged.connect(self.redraw)
-        self.discard.valueChanged.connect(self.redraw)
-        self.listen(session.result_ready, self.redraw)
+        self.raw.toggled.connect(self.refresh)
+        self.fusion.currentIndexChanged.connect(self.refresh)
+        self.discard.valueChanged.connect(self.refresh)
+        self.listen(session.result_ready, self.schedule)
         self.listen(session.selection_changed, self._selection)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -129,7 +129,7 @@ class AttentionView(View):
             box.blockSignals(True)
             box.setValue(value)
             box.blockSignals(False)
-        self.redraw()
+        self.schedule()
 
     def _query_mode(self, index: int) -> None:
         if index == 0:
@@ -154,7 +154,7 @@ class AttentionView(View):
                 if getattr(child, "is_overlay", False):
                     child.setOpacity(value / 100)
 
-    def redraw(self, *_: object) -> None:
+    def refresh(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
         mode = MODES[self.mode.currentIndex()]
         for widget in (self.fusion, self.discard):

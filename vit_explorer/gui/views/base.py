@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import SignalInstance
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QShowEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..session import Session
@@ -24,6 +24,7 @@ class View(QWidget):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session = session
+        self._dirty = False
         self._connections: list[tuple[SignalInstance, Callable[..., Any]]] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -42,6 +43,23 @@ class View(QWidget):
         layout.addLayout(self.toolbar)
         self.body = QVBoxLayout()
         layout.addLayout(self.body, 1)
+
+    def refresh(self, *_: object) -> None:
+        """Recompute and redraw from the session (views that compute something override it)."""
+
+    def schedule(self, *_: object) -> None:
+        """Refresh now if the view is on screen, else when it is next shown (hidden tabs cost nothing)."""
+        if self.isVisible():
+            self._dirty = False
+            self.refresh()
+        else:
+            self._dirty = True
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if self._dirty:
+            self._dirty = False
+            self.refresh()
 
     def listen(self, signal: SignalInstance, slot: Callable[..., Any]) -> None:
         """Connect to a session signal; undone in `disconnect_session`."""

@@ -29,10 +29,10 @@ class ParametersView(View):
         split.addWidget(self.chart)
         split.setSizes([500, 400])
         self.body.addWidget(split, 1)
-        self.listen(session.model_changed, self.refresh)
+        self.listen(session.model_changed, self.schedule)
         self.refresh()
 
-    def refresh(self) -> None:
+    def refresh(self, *_: object) -> None:
         self.tree.clear()
         self.chart.ci.clear()
         if self.session.loaded is None:
