@@ -105,7 +105,7 @@ def _load_hf_folder(folder: Path, weights: Path | None = None) -> LoadedModel:
     config = config_from_hf(hf, state, config_path)
     model = build_model(config, state, str(weights))
     labels = labels_from_hf(hf, config.num_classes, config_path)
-    preprocessing = preprocess_from_hf(folder, hf["model_type"])
+    preprocessing = preprocess_from_hf(folder, hf["model_type"], config.image_size)
     details = {"architecture": (hf.get("architectures") or [hf["model_type"]])[0], "weights": str(weights)}
     return LoadedModel(model, config, labels, preprocessing, str(folder), "hf", details)
 

@@ -17,12 +17,16 @@ from .files import read_json
 from .preprocess import Preprocess, hf_preprocess
 
 MODEL_TYPES = ("vit", "deit")
-# transformers' own defaults when a folder has no preprocessor_config.json
-PROCESSOR_DEFAULTS: dict[str, dict[str, Any]] = {
-    "vit": dict(size={"height": 224, "width": 224}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3),
-    "deit": dict(size={"height": 256, "width": 256}, resample=3, do_center_crop=True,
-                 crop_size={"height": 224, "width": 224}, image_mean=[0.5] * 3, image_std=[0.5] * 3),
-}
+# transformers' own processor defaults when a folder has no preprocessor_config.json, scaled from
+# their 224 to the model's own input size (ViT: resize; DeiT: resize to 256/224 of it, crop)
+def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
+    h, w = size
+    if model_type == "vit":
+        return dict(size={"height": h, "width": w}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return dict(size={"height": h * 256 // 224, "width": w * 256 // 224}, resample=3, do_center_crop=True,
+                crop_size={"height": h, "width": w}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+
+
 _LAYER = {  # HF name inside encoder.layer.{i}. -> ours inside blocks.{i}.
     "attention.output.dense": "attn.proj",
     "intermediate.dense": "mlp.fc1",
@@ -128,15 +132,14 @@ def native_to_hf(state: dict[str, torch.Tensor], distilled: bool) -> dict[str, t
 
 
 def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Path) -> ViTConfig:
-    """Our config from an HF config.json; the weights decide which heads and tokens exist."""
+    """Our config from an HF config.json; the (converted) weights decide which heads and tokens exist."""
     model_type = hf.get("model_type")
     if model_type not in MODEL_TYPES:
         raise CheckpointError(f"{where}: model_type {model_type!r} is not supported; vit-explorer reads "
                               f"Hugging Face {', '.join(MODEL_TYPES)} checkpoints")
     if hf.get("hidden_act", "gelu") != "gelu":
         raise CheckpointError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
-    prefix = base_prefix(state)
-    if prefix + "embeddings.distillation_token" in state and "classifier.weight" in state:
+    if "dist_token" in state and "head.weight" in state and "head_dist.weight" not in state:
         raise CheckpointError(
             f"{where}: DeiTForImageClassification (a distillation token, but one classifier reading only [CLS]) "
             "is not supported: vit-explorer's distilled models average a class and a distillation head. "
@@ -145,7 +148,7 @@ def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Pa
         d = int(hf["hidden_size"])
         intermediate = int(hf["intermediate_size"])
         image = hf.get("image_size", 224)
-        head = state.get("classifier.weight", state.get("cls_classifier.weight"))
+        head = state.get("head.weight")
         config = ViTConfig(
             image_size=tuple(image) if isinstance(image, (list, tuple)) else (int(image), int(image)),
             patch_size=int(hf.get("patch_size", 16)),
@@ -156,8 +159,8 @@ def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Pa
             num_heads=int(hf["num_attention_heads"]),
             mlp_ratio=intermediate / d,
             qkv_bias=bool(hf.get("qkv_bias", True)),
-            prefix_tokens="cls+dist" if prefix + "embeddings.distillation_token" in state else "cls",
-            mask_token=prefix + "embeddings.mask_token" in state,
+            prefix_tokens="cls+dist" if "dist_token" in state else "cls",
+            mask_token="mask_token" in state,
             pe_resample_antialias=False,  # HF's interpolate_pos_encoding: bicubic, no antialias
             layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
         )
@@ -184,11 +187,11 @@ def labels_from_hf(hf: dict[str, Any], num_classes: int, where: Path) -> list[st
     return [names[i] for i in range(num_classes)]
 
 
-def preprocess_from_hf(folder: Path, model_type: str) -> Preprocess:
+def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int]) -> Preprocess:
     path = folder / "preprocessor_config.json"
     processor = read_json(path) if path.exists() else {}
     try:
-        return hf_preprocess(processor, PROCESSOR_DEFAULTS[model_type])
+        return hf_preprocess(processor, processor_defaults(model_type, size))
     except (KeyError, ValueError) as error:
         raise CheckpointError(f"{path}: {error}") from None
 

@@ -185,14 +185,14 @@ def _hf_size(value: Any, what: str) -> tuple[tuple[int, int] | None, int | None]
 def hf_preprocess(processor: dict[str, Any], defaults: dict[str, Any]) -> Preprocess:
     """transformers' ViT/DeiT image processor from `preprocessor_config.json` (`defaults` fill gaps).
 
-    transformers 5 image processors resize uint8 tensors with torchvision (backend 'tensor') unless
-    the config names a PIL processor (class name ending in 'Pil'); centre crops use floor offsets.
+    `AutoImageProcessor` in transformers 5 gives the torchvision processors, which resize uint8
+    tensors (backend 'tensor'; the PIL variants are opt-in and not recorded in the config); their
+    centre crops use floor offsets.
     """
     cfg = {**defaults, **processor}
     resample = cfg.get("resample", 2)
     if resample not in PIL_RESAMPLE:
         raise ValueError(f"unsupported resample {resample!r} (supported: {PIL_RESAMPLE})")
-    backend = "pil" if str(cfg.get("image_processor_type", "")).endswith("Pil") else "tensor"
     if cfg.get("do_rescale", True) and abs(float(cfg.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-12:
         raise ValueError(f"unsupported rescale_factor {cfg['rescale_factor']} (only 1/255)")
     if not cfg.get("do_rescale", True):
@@ -206,11 +206,11 @@ def hf_preprocess(processor: dict[str, Any], defaults: dict[str, Any]) -> Prepro
         if size is None:
             raise ValueError(f"unsupported crop_size {cfg['crop_size']!r}")
         return Preprocess(size, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
-                          interpolation=PIL_RESAMPLE[resample], backend=backend, mean=mean, std=std)
+                          interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
     if box is None:
         raise ValueError("a preprocessor without a fixed output size (no resize to height/width, no crop) "
                          "is not supported")
-    return Preprocess(box, interpolation=PIL_RESAMPLE[resample], backend=backend, mean=mean, std=std)
+    return Preprocess(box, interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
 
 
 def _three(value: Any) -> tuple[float, float, float]:
