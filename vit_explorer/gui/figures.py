@@ -4,20 +4,22 @@ Every `draw_*` function adds its items to a `pg.GraphicsLayout` it is given (it 
 returns what it created, so a view can own a `pg.GraphicsLayoutWidget`, call `widget.ci.clear()`
 and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handlers to the result:
 
+- add_title(layout, text, colspan) -> LabelItem   a title over a whole figure of several plots
 - draw_heatmap(layout, array2d, *, title, cmap, levels, colorbar_label, grid, xlabel, ylabel)
       -> (PlotItem, ImageItem)             a 2D array, row 0 at the top, with a labelled colour bar
 - draw_image(layout, rgb, *, title, grid, overlay, overlay_alpha, overlay_cmap, overlay_levels,
-      overlay_label, masked) -> (PlotItem, ImageItem, ImageItem | None)
+      overlay_label, masked, colorbar, axes) -> (PlotItem, ImageItem, ImageItem | None)
                                            the image as the model sees it, patch grid, heatmap
                                            overlay stretched so its cells align with patches,
                                            masked patches hatched grey
+- draw_colorbar(layout, image, *, levels, cmap, label, row, col, rowspan) -> ColorBarItem  in its own cell
 - draw_similarity_grid(layout, sim, *, title, cmap, levels, colorbar_label) -> (PlotItem, ImageItem)
                                            the ViT paper's figure: a gh x gw mosaic of per-patch
                                            similarity maps with thin separators, one colour bar
 - draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel)
       -> (PlotItem, BarGraphItem)
 - draw_lines(layout, x, series, *, title, xlabel, ylabel, markers) -> PlotItem   (with a legend)
-- draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel) -> PlotItem       (legend per group)
+- draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel, jitter) -> PlotItem  (legend beside it)
 - draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
 - render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
 
@@ -97,6 +99,7 @@ def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, lev
     bar.setImageItem(image, insert_in=plot)
     bar.axis.setTickFont(_tick_font())
     bar.axis.enableAutoSIPrefix(False)  # "attention (x0.001)" confuses more than it helps
+    bar.axis.setWidth(None)  # the bar's fixed 45 px hides labels such as 0.0051; size to the labels
     if label:
         bar.axis.setLabel(label, **{"font-size": LABEL_SIZE})
     return bar
@@ -128,6 +131,11 @@ def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int
 
 
 # ---------------------------------------------------------------------------- heatmaps and images
+def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.LabelItem:
+    """A title row over a figure of several plots (call first, then `layout.nextRow()`)."""
+    return layout.addLabel(text, colspan=colspan, size=TITLE_SIZE, bold=True)
+
+
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
                  levels: tuple[float, float] | None = None, colorbar_label: str = "",
                  grid: tuple[int, int] | None = None, xlabel: str = "", ylabel: str = ""
@@ -149,7 +157,7 @@ def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, 
     h, w = data.shape
     if grid is not None:
         _grid_lines(plot, h, w, grid)
-        _patch_ticks(plot, h, w, grid)
+    _patch_ticks(plot, h, w, grid or (h, w))  # ticks name cells (or patches), not their edges
     plot.setRange(xRange=(0, w), yRange=(0, h), padding=0.02)
     return plot, image
 
@@ -176,10 +184,13 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
                grid: tuple[int, int] | None = None, overlay: np.ndarray | None = None,
                overlay_alpha: float = 0.5, overlay_cmap: str = "inferno",
                overlay_levels: tuple[float, float] | None = None, overlay_label: str = "",
-               masked: np.ndarray | None = None) -> tuple[pg.PlotItem, pg.ImageItem, pg.ImageItem | None]:
+               masked: np.ndarray | None = None, colorbar: bool = True, axes: bool = True
+               ) -> tuple[pg.PlotItem, pg.ImageItem, pg.ImageItem | None]:
     """The image as the model sees it (rgb: (H, W, 3) uint8), with the patch grid, an optional heatmap
     overlay ((gh, gw) or (H, W) floats, stretched over the whole image so its cells align with the
-    patches; it gets a colour bar) and masked patches ((gh, gw) bool) drawn grey and hatched."""
+    patches; it gets a colour bar unless colorbar=False, e.g. for all but one of small multiples
+    sharing overlay_levels, then `draw_colorbar`) and masked patches ((gh, gw) bool) drawn grey and
+    hatched. axes=False hides the pixel axes (small multiples)."""
     rgb = np.asarray(rgb)
     if rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"draw_image needs an (H, W, 3) image, got shape {rgb.shape}")
@@ -197,14 +208,34 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
         heat.setRect(QtCore.QRectF(0, 0, w, h))  # one overlay cell = one patch (or one pixel)
         heat.setOpacity(overlay_alpha)
         plot.addItem(heat)
-        _add_colorbar(plot, heat, colormap, lv, overlay_label)
+        if colorbar:
+            _add_colorbar(plot, heat, colormap, lv, overlay_label)
     if masked is not None:
         _masked_cells(plot, np.asarray(masked, dtype=bool), h, w)
     if grid is not None:
         _grid_lines(plot, h, w, grid)
         _patch_ticks(plot, h, w, grid)
+    if not axes:
+        plot.hideAxis("bottom")
+        plot.hideAxis("left")
     plot.setRange(xRange=(0, w), yRange=(0, h), padding=0.02)
     return plot, photo, heat
+
+
+def draw_colorbar(layout: pg.GraphicsLayout, image: pg.ImageItem, *, levels: tuple[float, float], cmap: str,
+                  label: str = "", row: int | None = None, col: int | None = None, rowspan: int = 1
+                  ) -> pg.ColorBarItem:
+    """A colour bar in its own layout cell (next to small multiples that share `levels`)."""
+    colormap = _colormap(cmap)
+    bar = pg.ColorBarItem(values=levels, colorMap=colormap, interactive=False, width=18, colorMapMenu=False)
+    bar.setImageItem(image)
+    bar.axis.setTickFont(_tick_font())
+    bar.axis.enableAutoSIPrefix(False)
+    bar.axis.setWidth(None)
+    if label:
+        bar.axis.setLabel(label, **{"font-size": LABEL_SIZE})
+    layout.addItem(bar, row=row, col=col, rowspan=rowspan)
+    return bar
 
 
 def similarity_mosaic(sim: np.ndarray, separator: int = 1) -> np.ndarray:
@@ -328,22 +359,28 @@ def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[st
 
 
 def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[float], *,
-                 groups: Sequence[str] | None = None, title: str, xlabel: str, ylabel: str) -> pg.PlotItem:
-    """Points coloured by group (legend entry per group), e.g. mean attention distance: one point per
-    head (group = head) against depth (x = layer)."""
+                 groups: Sequence[str] | None = None, title: str, xlabel: str, ylabel: str,
+                 jitter: float = 0.0) -> pg.PlotItem:
+    """Points coloured by group, with a legend beside the plot, e.g. mean attention distance: one
+    point per head (group = head) against depth (x = layer). jitter spreads the groups side by side
+    over that width of x so points at the same x stay visible."""
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     plot = _new_plot(layout, title, xlabel, ylabel)
     names = list(dict.fromkeys(groups)) if groups is not None else [""]
-    if len(names) > 1:
-        legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE, colCount=2 if len(names) > 6 else 1)
-        legend.setBrush(pg.mkBrush(255, 255, 255, 170))
-        legend.setLabelTextColor("k")
     group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
+    legend = None
+    if len(names) > 1:
+        legend = pg.LegendItem(labelTextSize=LABEL_SIZE, labelTextColor=pg.getConfigOption("foreground"),
+                               colCount=1 if len(names) <= 16 else 2)
+        layout.addItem(legend)
     for i, name in enumerate(names):
         keep = group_of == name
         colour = PALETTE[i % len(PALETTE)]
-        plot.plot(xs[keep], ys[keep], pen=None, symbol=SYMBOLS[i // len(PALETTE) % len(SYMBOLS)], symbolSize=9,
-                  symbolBrush=colour, symbolPen=pg.mkPen("k", width=0.5), name=name or None)
+        offset = (i - (len(names) - 1) / 2) * jitter / max(len(names), 1)
+        item = plot.plot(xs[keep] + offset, ys[keep], pen=None, symbol=SYMBOLS[i // len(PALETTE) % len(SYMBOLS)],
+                         symbolSize=9, symbolBrush=colour, symbolPen=pg.mkPen("k", width=0.5))
+        if legend is not None:
+            legend.addItem(item, name)
     plot.showGrid(x=True, y=True, alpha=0.25)
     return plot
 
