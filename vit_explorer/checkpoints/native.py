@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,15 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
             from None
 
 
+def _summarise(keys: list[str], limit: int = 30) -> str:
+    """Keys that differ only in a block index are shown once with '*' (blocks.*.attn.qkv.weight)."""
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(re.sub(r"\.\d+\.", ".*.", key), []).append(key)
+    shown = [pattern if len(members) > 1 else members[0] for pattern, members in groups.items()]
+    return ", ".join(shown[:limit]) + (", ..." if len(shown) > limit else "")
+
+
 def check_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
     """Compare keys and shapes with the model; name every missing, unexpected and mis-shaped key."""
     expected = model.state_dict()
@@ -83,10 +93,12 @@ def check_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], whe
                  for k in sorted(set(expected) & set(state)) if state[k].shape != expected[k].shape]
     if missing or unexpected or misshaped:
         parts = []
-        for title, items in (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)):
+        for title, items in (("missing", missing), ("unexpected", unexpected)):
             if items:
-                shown = ", ".join(items[:8]) + (f", ... ({len(items)} in all)" if len(items) > 8 else "")
-                parts.append(f"{title} keys: {shown}")
+                parts.append(f"{len(items)} {title} keys: {_summarise(items)}")
+        if misshaped:
+            shown = ", ".join(misshaped[:12]) + (", ..." if len(misshaped) > 12 else "")
+            parts.append(f"{len(misshaped)} mis-shaped keys: {shown}")
         raise CheckpointError(f"{where}: weights do not match the architecture; " + "; ".join(parts))
 
 

@@ -91,7 +91,7 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
     cait = parsed.family == "cait"
     n_prefix = 0 if cait else (2 if distilled else 1)
     n_patches = int(state["pos_embed"].shape[1]) - n_prefix
-    image_size = _image_size(model_args.get("img_size"), parsed.image_size, patch, n_patches, where)
+    image_size = _image_size(model_args.get("img_size"), parsed.image_size, patch, n_patches)
     head = state.get("head.weight")
     num_heads = int(model_args.get("num_heads", parsed.num_heads))
     layer_scale = cait or "blocks.0.ls1.gamma" in state
@@ -120,9 +120,10 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
     return config
 
 
-def _image_size(img_size: Any, name_res: int, patch: int, n_patches: int, where: str) -> tuple[int, int]:
+def _image_size(img_size: Any, name_res: int, patch: int, n_patches: int) -> tuple[int, int]:
     """The (H, W) the position table was trained for: model_args img_size, else the name's
-    resolution, else a square grid; it must match the number of PE rows."""
+    resolution, else a square grid. When none fits the PE rows, the first guess is returned and the
+    architecture check reports pos_embed as mis-shaped, with whatever else differs."""
     candidates = []
     if img_size is not None:
         candidates.append(tuple(img_size) if isinstance(img_size, (list, tuple)) else (int(img_size),) * 2)
@@ -132,8 +133,8 @@ def _image_size(img_size: Any, name_res: int, patch: int, n_patches: int, where:
     for h, w in candidates:
         if (h // patch) * (w // patch) == n_patches and h % patch == 0 and w % patch == 0:
             return (int(h), int(w))
-    raise CheckpointError(f"{where}: pos_embed has {n_patches} patch rows, which is no grid of a "
-                          f"{name_res}x{name_res} image at patch size {patch}; give img_size in model_args")
+    h, w = candidates[0]
+    return (max(1, h // patch) * patch, max(1, w // patch) * patch)
 
 
 def labels_from_timm(pretrained_cfg: dict[str, Any], num_classes: int) -> list[str]:
