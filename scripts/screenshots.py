@@ -23,7 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-    from PySide6.QtWidgets import QApplication
 
     from vit_explorer.gui.app import make_app
     from vit_explorer.gui.main_window import MainWindow

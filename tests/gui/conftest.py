@@ -76,3 +76,31 @@ def wait_result(qtbot, session, timeout: int = 20000):
                 and (r.inputs.head_mask == session.head_mask).all())
     qtbot.waitUntil(current, timeout=timeout)
     return session.result
+
+
+@pytest.fixture(scope="session")
+def hf_vit_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny transformers ViT classifier in its save_pretrained layout."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    labels = ["cat", "dog", "bird"]
+    model = ViTForImageClassification(ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8,
+        id2label=dict(enumerate(labels)), label2id={n: i for i, n in enumerate(labels)}))
+    folder = tmp_path_factory.mktemp("hf_vit")
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def timm_cait_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny timm CaiT in timm's own hub layout (config.json + model.safetensors)."""
+    import timm
+    from timm.models._hub import save_for_hf
+
+    model = timm.create_model("cait_xxs24_224", pretrained=False, img_size=32, patch_size=8, num_classes=5,
+                              embed_dim=32, depth=2).eval()
+    folder = tmp_path_factory.mktemp("timm_cait")
+    save_for_hf(model, str(folder), safe_serialization=True,
+                data_config={"input_size": (3, 32, 32), "crop_pct": 0.875, "interpolation": "bicubic"})
+    return folder

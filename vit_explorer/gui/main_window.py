@@ -6,6 +6,7 @@ background thread, then the views are built and the source is loaded (see `run_a
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -138,6 +139,8 @@ class MainWindow(QMainWindow):
         from .session import Session
         from .views import VIEW_CLASSES
 
+        # leave one core to the GUI thread so the window keeps repainting while the model computes
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
         palette = self.palette()
         pg.setConfigOptions(imageAxisOrder="row-major", antialias=True,
                             background=palette.color(palette.ColorRole.Base),

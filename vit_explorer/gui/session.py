@@ -53,6 +53,7 @@ class Session(QObject):
         self.head = 0
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
+        self.draft: Any = None  # the ViTConfig the model builder currently describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ model

@@ -128,9 +128,10 @@ class Runner(QObject):
 
 
 class GeneratorThread(QObject):
-    """Iterates a generator of events on its own thread (training), with pause, resume and stop.
+    """Iterates a generator of events on its own thread (training) and sends each item to the GUI.
 
-    `event` carries each item to the GUI thread; `done` fires once with an error message or "".
+    `event` carries each item; `done` fires once at the end with an error message or "". Stopping
+    and pausing belong to the producer (the trainer's `Control`), so there is one way to do each.
     """
 
     event = Signal(object)
@@ -139,27 +140,10 @@ class GeneratorThread(QObject):
     def __init__(self, make: Callable[[], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._make = make
-        self._stop = threading.Event()
-        self._running = threading.Event()
-        self._running.set()
         self._thread = threading.Thread(target=self._loop, name="vit-explorer-generator", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
-
-    def pause(self) -> None:
-        self._running.clear()
-
-    def resume(self) -> None:
-        self._running.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._running.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
@@ -169,15 +153,8 @@ class GeneratorThread(QObject):
 
     def _loop(self) -> None:
         try:
-            generator = self._make()
-            for item in generator:
+            for item in self._make():
                 self.event.emit(item)
-                self._running.wait()
-                if self._stop.is_set():
-                    close = getattr(generator, "close", None)
-                    if close is not None:
-                        close()
-                    break
         except BaseException as error:  # noqa: BLE001 - reported in the UI, never a crash
             self.done.emit(describe_error(error))
             return

@@ -7,8 +7,10 @@ from .heads import HeadsView
 from .parameters import ParametersView
 from .position import PositionView
 from .prediction import PredictionView
+from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, ParametersView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, ParametersView, TrainingView,
+                BuilderView)
 
 __all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "EmbeddingsView", "HeadsView", "ParametersView",
-           "PositionView", "PredictionView"]
+           "PositionView", "PredictionView", "TrainingView"]

@@ -156,10 +156,12 @@ class BuilderView(View):
         try:
             cfg = self.config()
         except ConfigError as error:
+            self.session.draft = None
             self.estimate.setStyleSheet("color: #d93025;")
             self.estimate.setText(str(error))
             self.build_button.setEnabled(False)
             return
+        self.session.draft = cfg
         self.estimate.setStyleSheet("")
         gh, gw = cfg.grid_size
         self.estimate.setText(f"{cfg.estimate_parameters():,} parameters · {gh}×{gw} patches · "

@@ -1,0 +1,378 @@
+"""Training: dataset, model and hyper-parameters; start, pause, stop, resume; live curves and PE
+similarity; a second run with one change plotted against the first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QStandardPaths, QTimer
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QWidget,
+)
+
+from ...models import PRESETS, ViTConfig, preset
+from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
+from .. import figures
+from ..session import Session
+from ..workers import GeneratorThread
+from .base import Table, View
+
+DATASETS = [("shapes (built in)", "shapes"), ("where (built in)", "where")]
+CHANGES: list[tuple[str, Callable[[ViTConfig], dict[str, Any]]]] = [  # the comparison run's one change
+    ("no position embedding", lambda c: {"pos_embed": "none"}),
+    ("sine-cosine 2D position embedding", lambda c: {"pos_embed": "sincos_2d"}),
+    ("learned 2D position embedding", lambda c: {"pos_embed": "learned_2d"}),
+    ("convolutional stem", lambda c: {"stem": "conv"}),
+    ("no [CLS]: average pooling", lambda c: {"prefix_tokens": "none", "pool": "gap"}),
+    ("half the depth", lambda c: {"depth": max(1, c.depth // 2)}),
+]
+REDRAW_MS = 250  # curves redraw at most this often while training
+
+
+@dataclass
+class DataReady:
+    """First item of a run: the dataset is loaded; the config is adjusted to its number of classes."""
+
+    data: Any  # TrainingData
+    config: ViTConfig
+
+
+@dataclass
+class Run:
+    name: str
+    config: ViTConfig
+    out: Path
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
+    total_steps: int | None = None
+    time_budget: float | None = None
+    finished: Finished | None = None
+    saved: Path | None = None
+
+
+def runs_folder() -> Path:
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation) or str(Path.home())
+    return Path(base) / "runs"
+
+
+class TrainingView(View):
+    title = "Training"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.runs: list[Run] = []
+        self.thread: GeneratorThread | None = None
+        self.control: Control | None = None
+        self.data: Any = None  # the TrainingData of the current run (labels, preprocessing)
+        self._redraw_pending = False
+
+        split = QSplitter()
+        form_widget = QWidget()
+        form = QFormLayout(form_widget)
+        self.dataset = QComboBox()
+        self.dataset.setEditable(True)
+        for text, value in DATASETS:
+            self.dataset.addItem(text, value)
+        self.dataset.setToolTip("A built-in dataset, or type a folder: CIFAR-10/100 python batches or one sub-folder "
+                                "per class.")
+        form.addRow("Dataset", self.dataset)
+        self.model_choice = QComboBox()
+        self.model_choice.addItem("the Model builder's model", "")
+        for name in PRESETS:
+            if name.startswith("classroom") or name == "vit-ti4-32":
+                self.model_choice.addItem(f"preset {name}", name)
+        self.model_choice.setCurrentIndex(1)
+        self.model_choice.setToolTip("What to train: a small preset or the model described in the Model builder.")
+        form.addRow("Model", self.model_choice)
+        self.steps = QSpinBox()
+        self.steps.setRange(0, 1_000_000)
+        self.steps.setValue(0)
+        self.steps.setSpecialValueText("use the time budget")
+        self.steps.setToolTip("Optimizer steps to train for; 0 trains for the time budget instead.")
+        form.addRow("Steps", self.steps)
+        self.budget = QSpinBox()
+        self.budget.setRange(5, 24 * 3600)
+        self.budget.setValue(90)
+        self.budget.setSuffix(" s")
+        self.budget.setToolTip("How long to train when no step count is given.")
+        form.addRow("Time budget", self.budget)
+        self.batch = QSpinBox()
+        self.batch.setRange(1, 4096)
+        self.batch.setValue(128)
+        self.batch.setToolTip("Images per optimizer step.")
+        form.addRow("Batch size", self.batch)
+        self.lr = QDoubleSpinBox()
+        self.lr.setDecimals(5)
+        self.lr.setRange(1e-5, 1.0)
+        self.lr.setSingleStep(1e-4)
+        self.lr.setValue(2e-3)
+        self.lr.setToolTip("Peak learning rate of AdamW after warm-up (cosine decay after it).")
+        form.addRow("Learning rate", self.lr)
+        self.train_size = QSpinBox()
+        self.train_size.setRange(64, 200_000)
+        self.train_size.setValue(20_000)
+        self.train_size.setToolTip("How many images the built-in datasets draw for training.")
+        form.addRow("Built-in images", self.train_size)
+        self.out = QLineEdit(str(runs_folder() / "run"))
+        self.out.setToolTip("Folder where the checkpoint is saved (a native vit-explorer checkpoint).")
+        form.addRow("Save to", self.out)
+        self.change = QComboBox()
+        for text, _ in CHANGES:
+            self.change.addItem(text)
+        self.change.setToolTip("The one change of the comparison run; its curves are drawn against the first run's.")
+        form.addRow("Comparison", self.change)
+
+        buttons = QHBoxLayout()
+        self.start_button = QPushButton("Start")
+        self.start_button.setToolTip("Train a new model from scratch with these settings.")
+        self.start_button.clicked.connect(lambda: self.start())
+        self.pause_button = QPushButton("Pause")
+        self.pause_button.setToolTip("Pause or continue the running training.")
+        self.pause_button.clicked.connect(self.toggle_pause)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop training; the checkpoint so far is saved.")
+        self.stop_button.clicked.connect(self.stop)
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setToolTip("Continue the last stopped run from its saved training state.")
+        self.resume_button.clicked.connect(self.resume)
+        for b in (self.start_button, self.pause_button, self.stop_button, self.resume_button):
+            buttons.addWidget(b)
+        form.addRow(buttons)
+        buttons2 = QHBoxLayout()
+        self.compare_button = QPushButton("Run comparison")
+        self.compare_button.setToolTip("Train again with the one change chosen above and plot both runs.")
+        self.compare_button.clicked.connect(self.start_comparison)
+        self.use_button = QPushButton("Open trained model")
+        self.use_button.setToolTip("Make the last trained model the current model of every view.")
+        self.use_button.clicked.connect(self.use_trained)
+        buttons2.addWidget(self.compare_button)
+        buttons2.addWidget(self.use_button)
+        form.addRow(buttons2)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setToolTip("Progress of the current run.")
+        form.addRow(self.progress)
+        self.status = QLabel("Not training.")
+        self.status.setWordWrap(True)
+        form.addRow(self.status)
+        split.addWidget(form_widget)
+        self.plots = pg.GraphicsLayoutWidget()
+        split.addWidget(self.plots)
+        split.setStretchFactor(1, 3)
+        self.body.addWidget(split, 1)
+        self.snapshot: PESnapshot | None = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self.redraw)
+        self._buttons()
+
+    # ------------------------------------------------------------------ control
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def _buttons(self) -> None:
+        running = self.running
+        self.start_button.setEnabled(not running)
+        self.compare_button.setEnabled(not running and bool(self.runs))
+        self.pause_button.setEnabled(running)
+        self.stop_button.setEnabled(running)
+        last = self.runs[-1] if self.runs else None
+        self.resume_button.setEnabled(not running and last is not None and last.finished is not None
+                                      and last.finished.reason == "stopped")
+        self.use_button.setEnabled(not running and last is not None and last.finished is not None)
+        self.pause_button.setText("Continue" if self.control is not None and self.control.paused else "Pause")
+
+    def config(self) -> ViTConfig:
+        name = self.model_choice.currentData()
+        if name:
+            return preset(name)
+        if self.session.draft is None:
+            raise ValueError("the Model builder's settings are not valid; fix them or pick a preset")
+        return self.session.draft
+
+    def recipe(self) -> Any:
+        from ...training.recipe import Recipe
+
+        steps = self.steps.value() or None
+        return Recipe(steps=steps, time_budget=None if steps else float(self.budget.value()),
+                      batch_size=self.batch.value(), lr=self.lr.value(), snapshot_every=10, log_every=5)
+
+    def start(self, config: ViTConfig | None = None, name: str = "run 1", resume: bool = False) -> bool:
+        """Start a run (in its own thread); returns False with a message if the settings are wrong."""
+        if self.running:
+            return False
+        try:
+            cfg = config or self.config()
+            recipe = self.recipe()
+        except ValueError as error:
+            self.session.error.emit(str(error))
+            return False
+        if not resume and name == "run 1":
+            self.runs = []
+        out = Path(self.out.text()).expanduser()
+        if name != "run 1":
+            out = out.with_name(out.name + "-" + name.replace(" ", "-"))
+        dataset = self.dataset.currentData() or self.dataset.currentText().strip()
+        size = self.train_size.value()
+        run = self.runs[-1] if resume else Run(name, cfg, out)
+        if not resume:
+            self.runs.append(run)
+        run.finished = None
+        self.control = Control()
+        control = self.control
+
+        def make() -> Iterator[Any]:
+            from ...data.datasets import load_data
+            from ...training.trainer import train
+
+            data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
+            cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
+            yield DataReady(data, cfg_run)
+            yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
+
+        self.thread = GeneratorThread(make, self)
+        self.thread.event.connect(lambda event: self._event(run, event))
+        self.thread.done.connect(self._done)
+        self.status.setText(f"{run.name}: preparing the data…")
+        self.thread.start()
+        self._buttons()
+        return True
+
+    def start_comparison(self) -> bool:
+        if not self.runs:
+            return False
+        label, change = CHANGES[self.change.currentIndex()]
+        base = self.runs[0].config
+        try:
+            cfg = base.replace(**change(base))
+        except ValueError as error:
+            self.session.error.emit(f"cannot make the comparison model: {error}")
+            return False
+        del self.runs[1:]
+        return self.start(cfg, name=label)
+
+    def toggle_pause(self) -> None:
+        if self.control is None:
+            return
+        if self.control.paused:
+            self.control.resume()
+        else:
+            self.control.pause()
+        self._buttons()
+
+    def stop(self) -> None:
+        if self.control is not None:
+            self.control.stop()
+
+    def resume(self) -> None:
+        if self.runs:
+            self.start(self.runs[-1].config, self.runs[-1].name, resume=True)
+
+    def use_trained(self) -> None:
+        from ...checkpoints import LoadedModel
+
+        run = self.runs[-1] if self.runs else None
+        if run is None or run.finished is None or self.data is None:
+            return
+        model = run.finished.model.cpu().eval()
+        source = str(run.saved or "")
+        self.session.set_model(LoadedModel(model, run.config, list(self.data.labels), self.data.preprocessing,
+                                           source, "native", {"trained_in_app": True}))
+
+    # ------------------------------------------------------------------ events
+    def _event(self, run: Run, event: Any) -> None:
+        if isinstance(event, DataReady):
+            self.data, run.config = event.data, event.config
+            self.status.setText(f"{run.name}: building the model…")
+        elif isinstance(event, Started):
+            run.total_steps, run.time_budget = event.total_steps, event.time_budget
+            self.status.setText(f"{run.name}: training on {event.device}, {event.num_parameters:,} parameters")
+        elif isinstance(event, Step):
+            run.steps.append(event.step)
+            run.loss.append(event.loss)
+            run.accuracy.append(event.accuracy)
+            done = (event.step / run.total_steps if run.total_steps else
+                    event.elapsed_s / run.time_budget if run.time_budget else 0.0)
+            self.progress.setValue(round(1000 * min(done, 1.0)))
+            eta = "" if event.eta_s is None else f", ETA {event.eta_s:.0f} s"
+            self.status.setText(f"{run.name}: step {event.step}, loss {event.loss:.3f}, accuracy {event.accuracy:.1%}, "
+                                f"{event.images_per_s:.0f} images/s{eta}")
+            self._schedule_redraw()
+        elif isinstance(event, Validation):
+            run.val.append((event.step, event.loss, event.accuracy))
+            self._schedule_redraw()
+        elif isinstance(event, PESnapshot):
+            self.snapshot = event
+            self._schedule_redraw()
+        elif isinstance(event, CheckpointSaved):
+            run.saved = event.path
+            self.note.setText(f"saved {event.path} at step {event.step}")
+        elif isinstance(event, Notice):
+            self.note.setText(event.message)
+        elif isinstance(event, Error):
+            self.session.error.emit(f"training stopped: {event.message}")
+        elif isinstance(event, Finished):
+            run.finished = event
+            self.progress.setValue(1000 if event.reason != "stopped" else self.progress.value())
+            acc = "" if event.val_accuracy is None else f", validation accuracy {event.val_accuracy:.1%}"
+            self.status.setText(f"{run.name}: {event.reason} after {event.step} steps ({event.elapsed_s:.0f} s){acc}")
+            self._schedule_redraw()
+
+    def _done(self, message: str) -> None:
+        if message:
+            self.session.error.emit(f"training failed: {message}")
+            self.status.setText(f"training failed: {message}")
+        self.thread = None
+        self._buttons()
+
+    def _schedule_redraw(self) -> None:
+        if not self._timer.isActive():
+            self._timer.start(REDRAW_MS)
+
+    def redraw(self) -> None:
+        self.plots.ci.clear()
+        runs = [r for r in self.runs if r.steps]
+        if not runs:
+            return
+        for key, label in (("loss", "training loss"), ("accuracy", "training accuracy")):
+            plot = figures.draw_lines(self.plots.ci, [], {}, title=label, xlabel="step", ylabel=key, markers=False)
+            for i, run in enumerate(runs):
+                colour = figures.PALETTE[i % len(figures.PALETTE)]
+                plot.plot(run.steps, getattr(run, key), pen=pg.mkPen(colour, width=2.5), name=run.name)
+                if run.val:
+                    values = [v[1] if key == "loss" else v[2] for v in run.val]
+                    plot.plot([v[0] for v in run.val], values, pen=None, symbol="o", symbolBrush=colour,
+                              symbolSize=9, name=f"{run.name} (validation)")
+            self.plots.ci.nextRow()
+        if self.snapshot is not None:
+            figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
+                                         title=f"position-embedding similarity at step {self.snapshot.step}")
+
+    def closeEvent(self, event: Any) -> None:  # noqa: N802
+        self.stop()
+        if self.thread is not None:
+            self.thread.join(10)
+        super().closeEvent(event)
+
+    def table(self) -> Table | None:
+        rows = [(r.name, s, loss, acc) for r in self.runs for s, loss, acc in zip(r.steps, r.loss, r.accuracy,
+                                                                                  strict=True)]
+        return (["run", "step", "loss", "accuracy"], rows) if rows else None
+
