@@ -87,6 +87,20 @@ def test_hf_image_processor_parity(name: str, tmp_path: Path) -> None:
         assert_close(ours(image), theirs)
 
 
+def test_legacy_feature_extractor_config(tmp_path: Path) -> None:
+    """Old hub configs (e.g. facebook/deit-*) give sizes as ints; transformers reads them as squares."""
+    from transformers import AutoImageProcessor
+
+    legacy = {"feature_extractor_type": "DeiTFeatureExtractor", "do_resize": True, "size": 37, "resample": 3,
+              "do_center_crop": True, "crop_size": 32, "do_normalize": True,
+              "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps(legacy))
+    processor = AutoImageProcessor.from_pretrained(tmp_path)
+    ours = preprocess_from_hf(tmp_path, "deit", (32, 32))
+    for image in noise_images():
+        assert_close(ours(image), processor(images=image, return_tensors="pt")["pixel_values"])
+
+
 def test_backends_differ_so_the_choice_matters() -> None:
     """PIL and torch resamplers disagree by whole grey levels: the parity above is not vacuous."""
     image = noise_images()[0]

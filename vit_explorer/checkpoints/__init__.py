@@ -42,13 +42,13 @@ def load(source: str | os.PathLike[str], *, device: str | None = None, arch: str
     path = Path(text).expanduser()
     if path.exists():
         loaded = _load_path(path, arch)
-    elif _HUB_ID.fullmatch(text):
+    elif _HUB_ID.fullmatch(text) and path.suffix not in WEIGHT_SUFFIXES:
         from .hub import download
 
-        if text.startswith("timm/"):
-            loaded = _load_timm_folder(download(text, ("config.json",)), arch or text)
-        else:
-            loaded = _load_hf_folder(download(text, ("config.json", "preprocessor_config.json")))
+        folder = download(text, ("config.json", "preprocessor_config.json"))
+        kind = _config_kind(read_json(folder / "config.json"), folder / "config.json")
+        loaded = _load_timm_folder(folder, arch) if kind == "timm" else _load_hf_folder(folder)
+        loaded.details["hub_id"] = text
     else:
         raise CheckpointError(f"{text}: no such file or folder, and not a hub id ('org/name' or 'timm/name')")
     loaded.source = text
