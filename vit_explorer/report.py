@@ -138,12 +138,12 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     _write_params_csv(out / "params.csv", table)
     step("parameter table")
 
-    figures_written: list[str] = []
+    figures_written: dict[str, list[int]] = {}  # file name -> [width, height] in pixels
     size_single = (900, 760)
 
     def save(name: str, draw: Callable[[Any], object], size: tuple[int, int] = size_single) -> None:
         figures.render_png(draw, out / name, size)
-        figures_written.append(name)
+        figures_written[name] = list(size)
 
     grid = layout.grid
     grid_text = f"{grid[0]}x{grid[1]} patches of {layout.patch_size} px"
@@ -152,7 +152,8 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     sim = pe_similarity(model, grid)
     if sim.patches is not None:
         save("pe_similarity.png", lambda lay: figures.draw_similarity_grid(
-            lay, sim.patches, title=f"Position embedding similarity ({cfg.pos_embed}, {grid_text})"), (1000, 900))
+            lay, sim.patches, title=f"Position embedding similarity ({cfg.pos_embed}, {grid_text})"),
+            (1000, int(np.clip(880 * grid[0] / grid[1], 420, 1200)) + 120))  # keep the mosaic's aspect
     if sim.prefix:
         def draw_prefix(lay: Any) -> None:
             for name, values in sim.prefix.items():
@@ -284,7 +285,7 @@ def _columns(n: int) -> int:
 def _multiples_size(n: int) -> tuple[int, int]:
     cols = _columns(n)
     rows = -(-n // cols)
-    return 290 * cols + 110, 300 * rows + 50
+    return max(900, 290 * cols + 110), 300 * rows + 50
 
 
 def _small_multiples(figures: Any, layout: Any, rgb: np.ndarray, maps: torch.Tensor, title: str, what: str) -> None:
