@@ -120,6 +120,18 @@ def test_timm_labels_and_preprocessing(timm_hub) -> None:
     assert loaded.details["architecture"] == "deit_tiny_distilled_patch16_224"
 
 
+def test_timm_label_names_from_pretrained_cfg(timm_hub, tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    _, folder = timm_hub("vit")
+    copy = Path(shutil.copytree(folder, tmp_path / "named"))
+    config = json.loads((copy / "config.json").read_text())
+    config["pretrained_cfg"]["label_names"] = [f"kind {i}" for i in range(7)]
+    (copy / "config.json").write_text(json.dumps(config))
+    assert load(copy).labels == [f"kind {i}" for i in range(7)]
+
+
 def test_imagenet_head_gets_imagenet_names(tmp_path: Path) -> None:
     import timm
 

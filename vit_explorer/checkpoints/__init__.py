@@ -53,7 +53,10 @@ def load(source: str | os.PathLike[str], *, device: str | None = None, arch: str
         raise CheckpointError(f"{text}: no such file or folder, and not a hub id ('org/name' or 'timm/name')")
     loaded.source = text
     if device is not None:
-        loaded.model.to(device)
+        try:
+            loaded.model.to(device)
+        except (AssertionError, RuntimeError, ValueError) as error:  # e.g. 'cuda' on a machine without CUDA
+            raise CheckpointError(f"{text}: cannot move the model to device {device!r} ({error})") from None
     return loaded
 
 

@@ -17,9 +17,11 @@ from .files import read_json
 from .preprocess import Preprocess, hf_preprocess
 
 MODEL_TYPES = ("vit", "deit")
-# transformers' own processor defaults when a folder has no preprocessor_config.json, scaled from
-# their 224 to the model's own input size (ViT: resize; DeiT: resize to 256/224 of it, crop)
+
+
 def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
+    """transformers' processor defaults for a folder without preprocessor_config.json, scaled from
+    their 224 to the model's own input size (ViT: resize; DeiT: resize to 256/224 of it, then crop)."""
     h, w = size
     if model_type == "vit":
         return dict(size={"height": h, "width": w}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
@@ -45,6 +47,8 @@ _LAYER_V5 = {
 _QKV = {"attention.attention.query": "query", "attention.attention.key": "key", "attention.attention.value": "value",
         "attention.q_proj": "query", "attention.k_proj": "key", "attention.v_proj": "value"}
 _HEADS = {"classifier": "head", "cls_classifier": "head", "distillation_classifier": "head_dist"}
+_LAYER_TO_HF = {ours: theirs for theirs, ours in _LAYER.items()}
+_TOKENS_TO_HF = {"cls_token": "cls_token", "dist_token": "distillation_token", "pos_embed": "position_embeddings"}
 
 
 def base_prefix(state: dict[str, torch.Tensor]) -> str:
@@ -112,14 +116,11 @@ def native_to_hf(state: dict[str, torch.Tensor], distilled: bool) -> dict[str, t
                 for part, chunk in zip(("query", "key", "value"), value.chunk(3, dim=0), strict=True):
                     out[f"{layer}attention.attention.{part}.{param}"] = chunk.contiguous()
             else:
-                ours_to_hf = {v: k for k, v in _LAYER.items()}
-                out[f"{layer}{ours_to_hf[module]}.{param}"] = value
+                out[f"{layer}{_LAYER_TO_HF[module]}.{param}"] = value
         elif key.startswith("patch_embed.proj."):
             out[f"{prefix}embeddings.patch_embeddings.projection.{key.rsplit('.', 1)[1]}"] = value
-        elif key in ("cls_token", "dist_token", "pos_embed", "mask_token"):
-            name = {"cls_token": "cls_token", "dist_token": "distillation_token", "pos_embed": "position_embeddings",
-                    "mask_token": "mask_token"}[key]
-            out[f"{prefix}embeddings.{name}"] = value
+        elif key in _TOKENS_TO_HF:
+            out[f"{prefix}embeddings.{_TOKENS_TO_HF[key]}"] = value
         elif key.startswith("norm."):
             out[f"{prefix}layernorm.{key.split('.', 1)[1]}"] = value
         elif key.startswith("head."):
