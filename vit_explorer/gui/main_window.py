@@ -183,6 +183,8 @@ class MainWindow(QMainWindow):
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock-{title}")
         dock.setWidget(widget)
+        if hasattr(widget, "set_on_screen"):
+            dock.visibilityChanged.connect(widget.set_on_screen)
         self.addDockWidget(area, dock)
         self.docks[title] = dock
         return dock

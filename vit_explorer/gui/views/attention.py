@@ -15,7 +15,7 @@ from ...analysis.attention import (
     rollout,
     to_grid,
 )
-from .. import figures
+from .. import figures, live
 from ..forward import ForwardResult
 from ..session import Session
 from .base import Table, View
@@ -63,6 +63,8 @@ class AttentionView(View):
         super().__init__(session, parent)
         self.maps: np.ndarray | None = None  # (maps, gh, gw) last drawn
         self.distance: np.ndarray | None = None  # (blocks, heads) mean attention distance, when shown
+        self._key: tuple | None = None  # structure of the drawn maps; the same structure is updated in place
+        self._figures: list[tuple[pg.PlotItem, pg.ImageItem, pg.ImageItem | None]] = []  # plot, photo, heat
         self.images: list[pg.ImageItem] = []
         controls = QHBoxLayout()
         self.mode = QComboBox()
@@ -201,6 +203,8 @@ class AttentionView(View):
 
     def _clear(self, note: str) -> None:
         self.plots.ci.clear()
+        self._key = None
+        self._figures = []
         self.images = []
         self.maps = None
         self.distance = None
@@ -222,22 +226,41 @@ class AttentionView(View):
                              ylabel="mean attention distance (pixels)")
 
     def _draw_maps(self, result: ForwardResult, maps: np.ndarray, titles: list[str]) -> None:
+        raw = self.raw.isChecked()
+        key = (raw, len(maps), result.layout.grid, result.display.shape)
+        masked = result.inputs.mask if result.inputs.mask.any() else None
+        if key == self._key:  # same figures: new numbers only (rebuilding plots is slow)
+            self.maps = maps
+            self.distance = None
+            self.note.setText("")
+            h, w = result.display.shape[:2]
+            for (plot, photo, heat), values, title in zip(self._figures, maps, titles, strict=True):
+                plot.setTitle(title, size=figures.TITLE_SIZE)
+                if raw:
+                    live.update_heat(plot, photo, values)
+                else:
+                    photo.setImage(result.display, levels=(0, 255), autoLevels=False)
+                    live.update_heat(plot, heat, values)
+                    live.update_masked(plot, masked, h, w)
+            return
         self._clear("")
         self.maps = maps
         columns = int(np.ceil(np.sqrt(len(maps))))
-        for i, (heat, title) in enumerate(zip(maps, titles, strict=True)):
+        for i, (values, title) in enumerate(zip(maps, titles, strict=True)):
             if i and i % columns == 0:
                 self.plots.ci.nextRow()
-            if self.raw.isChecked():
-                _, image = figures.draw_heatmap(self.plots.ci, heat, title=title, cmap="inferno",
-                                                colorbar_label="attention", grid=result.layout.grid)
+            if raw:
+                plot, image = figures.draw_heatmap(self.plots.ci, values, title=title, cmap="inferno",
+                                                   colorbar_label="attention", grid=result.layout.grid)
+                heat = None
             else:
-                _, image, overlay = figures.draw_image(
-                    self.plots.ci, result.display, title=title, grid=result.layout.grid, overlay=heat,
-                    overlay_alpha=self.opacity.value() / 100, overlay_label="attention",
-                    masked=result.inputs.mask if result.inputs.mask.any() else None)
-                overlay.is_overlay = True
+                plot, image, heat = figures.draw_image(
+                    self.plots.ci, result.display, title=title, grid=result.layout.grid, overlay=values,
+                    overlay_alpha=self.opacity.value() / 100, overlay_label="attention", masked=masked)
+                heat.is_overlay = True
+            self._figures.append((plot, image, heat))
             self.images.append(image)
+        self._key = key
 
     def table(self) -> Table | None:
         if self.distance is not None:

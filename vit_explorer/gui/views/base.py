@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import SignalInstance
-from PySide6.QtGui import QCloseEvent, QShowEvent
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..session import Session
@@ -25,6 +25,7 @@ class View(QWidget):
         super().__init__(parent)
         self.session = session
         self._dirty = False
+        self.on_screen = True  # the window says when a tabbed dock hides the view
         self._connections: list[tuple[SignalInstance, Callable[..., Any]]] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -49,15 +50,16 @@ class View(QWidget):
 
     def schedule(self, *_: object) -> None:
         """Refresh now if the view is on screen, else when it is next shown (hidden tabs cost nothing)."""
-        if self.isVisible():
+        if self.on_screen:
             self._dirty = False
             self.refresh()
         else:
             self._dirty = True
 
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
-        super().showEvent(event)
-        if self._dirty:
+    def set_on_screen(self, shown: bool) -> None:
+        """Told by the window when the view's dock becomes the current tab (or is hidden)."""
+        self.on_screen = shown
+        if shown and self._dirty:
             self._dirty = False
             self.refresh()
 

@@ -29,6 +29,7 @@ class HeadsView(View):
         super().__init__(session, parent)
         self.importance: np.ndarray | None = None  # (layers, heads)
         self.buttons: list[list[QPushButton]] = []
+        self._synced: tuple[bytes, int] | None = None  # (head mask, importance) the buttons show
         row = self.toolbar
         self.measure = QPushButton("Measure importance")
         self.measure.setToolTip("Remove each head alone and measure how much the predicted class's probability "
@@ -64,6 +65,7 @@ class HeadsView(View):
             self.grid.setRowStretch(row, 0)
         self.buttons = []
         self.importance = None
+        self._synced = None
         loaded = self.session.loaded
         if loaded is None:
             return
@@ -128,6 +130,10 @@ class HeadsView(View):
         mask = self.session.head_mask
         if not self.buttons or mask.shape != (len(self.buttons), len(self.buttons[0])):
             return
+        key = (mask.tobytes(), id(self.importance))
+        if key == self._synced:  # a patch mask changed, not the heads: restyling buttons is slow
+            return
+        self._synced = key
         top = float(self.importance.max()) if self.importance is not None else 0.0
         for i, row in enumerate(self.buttons):
             for h, button in enumerate(row):

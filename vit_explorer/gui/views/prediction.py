@@ -6,7 +6,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QSpinBox, QWidget
 
-from .. import figures
+from .. import figures, live
 from ..forward import ForwardResult
 from ..session import Session
 from .base import Table, View
@@ -29,6 +29,8 @@ class PredictionView(View):
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(220)
         self.body.addWidget(self.plots, 1)
+        self._key: tuple | None = None  # structure of the drawn figure: (k, titles)
+        self._bars: list[tuple[pg.PlotItem, pg.BarGraphItem]] = []
         self.change = QLabel("")
         self.change.setWordWrap(True)
         self.body.addWidget(self.change)
@@ -45,19 +47,30 @@ class PredictionView(View):
 
     def redraw(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
-        self.plots.ci.clear()
         if result is None:
+            self.plots.ci.clear()
+            self._key = None
             self.change.setText("No prediction yet.")
             return
         k = min(self.top_k.value(), result.num_classes)
         heads = result.head_probs if len(result.head_probs) > 1 else {}
         columns = [("average of both heads" if heads else "prediction", result.probs)]
         columns += [(HEAD_TITLES.get(name, name), p) for name, p in heads.items()]
-        for i, (title, probs) in enumerate(columns):
-            order = np.argsort(-probs)[:k]
-            figures.draw_bars(self.plots.ci, self._labels(order), probs[order], title=title, xlabel="probability")
-            if i == 0 and len(columns) > 1:
-                self.plots.ci.nextRow()
+        key = (k, tuple(title for title, _ in columns))
+        if key != self._key:  # new structure: draw from scratch
+            self.plots.ci.clear()
+            self._bars = []
+            for i, (title, probs) in enumerate(columns):
+                order = np.argsort(-probs)[:k]
+                self._bars.append(figures.draw_bars(self.plots.ci, self._labels(order), probs[order], title=title,
+                                                    xlabel="probability"))
+                if i == 0 and len(columns) > 1:
+                    self.plots.ci.nextRow()
+            self._key = key
+        else:  # same structure: new numbers only
+            for (plot, bars), (_, probs) in zip(self._bars, columns, strict=True):
+                order = np.argsort(-probs)[:k]
+                live.update_bars(plot, bars, self._labels(order), probs[order])
         self.change.setText(self._change_text(result))
 
     def _change_text(self, result: ForwardResult) -> str:

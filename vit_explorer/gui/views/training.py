@@ -177,6 +177,9 @@ class TrainingView(View):
         split.setStretchFactor(1, 3)
         self.body.addWidget(split, 1)
         self.snapshot: PESnapshot | None = None
+        self._key: tuple | None = None  # structure of the drawn figures
+        self._curves: dict[tuple[str, str, str], pg.PlotDataItem] = {}  # (run, metric, train/val) -> curve
+        self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.redraw)
@@ -343,27 +346,56 @@ class TrainingView(View):
         self._buttons()
 
     def _schedule_redraw(self) -> None:
-        if not self._timer.isActive():
+        if not self.on_screen:  # drawn when the tab is shown
+            self._dirty = True
+        elif not self._timer.isActive():
             self._timer.start(REDRAW_MS)
 
+    def refresh(self, *_: object) -> None:
+        self.redraw()
+
     def redraw(self) -> None:
-        self.plots.ci.clear()
+        """Draw the curves and the PE grid; while the runs and series stay the same, only feed new data."""
         runs = [r for r in self.runs if r.steps]
         if not runs:
+            self.plots.ci.clear()
+            self._curves = {}
+            self._key = None
             return
-        for key, label in (("loss", "training loss"), ("accuracy", "training accuracy")):
-            plot = figures.draw_lines(self.plots.ci, [], {}, title=label, xlabel="step", ylabel=key, markers=False)
+        key = (tuple((r.name, bool(r.val)) for r in runs), self.snapshot is not None and self.snapshot.similarity.shape)
+        if key != self._key:
+            self._build_figures(runs)
+            self._key = key
+        for run in runs:
+            for metric in ("loss", "accuracy"):
+                self._curves[(run.name, metric, "train")].setData(run.steps, getattr(run, metric))
+                if run.val:
+                    values = [v[1] if metric == "loss" else v[2] for v in run.val]
+                    self._curves[(run.name, metric, "val")].setData([v[0] for v in run.val], values)
+        if self.snapshot is not None:
+            plot, image = self._pe
+            gh, gw = self.snapshot.similarity.shape[:2]
+            separator = 1 if max(gh, gw) < 24 else 2  # as figures.draw_similarity_grid draws it
+            image.setImage(figures.similarity_mosaic(self.snapshot.similarity, separator), levels=(-1, 1),
+                           autoLevels=False)
+            plot.setTitle(f"position-embedding similarity at step {self.snapshot.step}", size=figures.TITLE_SIZE)
+
+    def _build_figures(self, runs: list[Run]) -> None:
+        self.plots.ci.clear()
+        self._curves = {}
+        for metric, label in (("loss", "training loss"), ("accuracy", "training accuracy")):
+            plot = figures.draw_lines(self.plots.ci, [], {}, title=label, xlabel="step", ylabel=metric, markers=False)
             for i, run in enumerate(runs):
                 colour = figures.PALETTE[i % len(figures.PALETTE)]
-                plot.plot(run.steps, getattr(run, key), pen=pg.mkPen(colour, width=2.5), name=run.name)
+                self._curves[(run.name, metric, "train")] = plot.plot([], [], pen=pg.mkPen(colour, width=2.5),
+                                                                      name=run.name)
                 if run.val:
-                    values = [v[1] if key == "loss" else v[2] for v in run.val]
-                    plot.plot([v[0] for v in run.val], values, pen=None, symbol="o", symbolBrush=colour,
-                              symbolSize=9, name=f"{run.name} (validation)")
+                    self._curves[(run.name, metric, "val")] = plot.plot(
+                        [], [], pen=None, symbol="o", symbolBrush=colour, symbolSize=9, name=f"{run.name} (validation)")
             self.plots.ci.nextRow()
         if self.snapshot is not None:
-            figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
-                                         title=f"position-embedding similarity at step {self.snapshot.step}")
+            self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
+                                                    title=f"position-embedding similarity at step {self.snapshot.step}")
 
     def closeEvent(self, event: Any) -> None:  # noqa: N802
         self.stop()

@@ -1,0 +1,66 @@
+"""Updating figures drawn by `figures` in place.
+
+Building a pyqtgraph PlotItem (and a colour bar, itself a PlotItem) costs tens of milliseconds of
+GUI-thread time, too much to repeat on every mask click or training step. Views draw a figure once
+with `figures.draw_*` and, while its structure stays the same, feed new numbers to its items here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QGraphicsPathItem
+
+from . import figures
+
+
+def colorbar_of(plot: pg.PlotItem) -> pg.ColorBarItem | None:
+    """The colour bar `figures` put next to a plot (right of its axis), if any."""
+    item = plot.layout.itemAt(2, 5)
+    return item if isinstance(item, pg.ColorBarItem) else None
+
+
+def levels_of(values: np.ndarray, levels: tuple[float, float] | None = None) -> tuple[float, float]:
+    if levels is not None:
+        return levels
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+
+
+def update_heat(plot: pg.PlotItem, image: pg.ImageItem, values: np.ndarray,
+                levels: tuple[float, float] | None = None) -> None:
+    """New values (of the same shape) for a heat map; its colour bar follows."""
+    values = np.asarray(values, np.float32)
+    lv = levels_of(values, levels)
+    image.setImage(values, levels=lv, autoLevels=False)  # same shape: an overlay stays stretched over the photo
+    bar = colorbar_of(plot)
+    if bar is not None:
+        bar.setLevels(values=lv)
+
+
+def update_masked(plot: pg.PlotItem, masked: np.ndarray | None, height: float, width: float) -> None:
+    """Replace the hatched masked-patch cells of an image figure."""
+    for item in list(plot.items):
+        if isinstance(item, QGraphicsPathItem):
+            plot.removeItem(item)
+    if masked is not None and masked.any():
+        figures._masked_cells(plot, masked, height, width)
+
+
+def update_bars(plot: pg.PlotItem, bars: pg.BarGraphItem, labels: Sequence[str], values: Sequence[float],
+                value_format: str = "{:.1%}") -> None:
+    """New labels and values for horizontal bars drawn by `figures.draw_bars` (same number of bars)."""
+    values = np.asarray(values, np.float64)
+    bars.setOpts(width=values)
+    plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+    texts = [item for item in plot.items if isinstance(item, pg.TextItem)]
+    for i, (text, v) in enumerate(zip(texts, values, strict=True)):
+        text.setText(value_format.format(v))
+        text.setPos(float(v), i)
+    top = float(np.nanmax(np.abs(values))) if len(values) else 1.0
+    plot.setXRange(min(0.0, float(np.nanmin(values)) * 1.3), top * 1.3 if top > 0 else 1.0, padding=0)
