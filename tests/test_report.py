@@ -118,6 +118,14 @@ def test_timm_cait_hub_folder(tmp_path: Path) -> None:
     assert set(summary["parameters"]["by_stage"]) == {"embeddings", "encoder", "class attention", "head"}
 
 
+def test_model_without_classifier(tmp_path: Path) -> None:
+    source = _native(tmp_path / "model", num_classes=0)
+    assert _inspect(source, "--out", tmp_path / "out") == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["top_k"] == [] and "prediction.png" not in summary["figures"]
+    assert "rollout.png" in summary["figures"]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--resolution", "30x32"], "not a positive multiple of the patch size 4"),
     (["--resolution", "big"], "expected HxW"),

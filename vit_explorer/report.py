@@ -127,10 +127,12 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
         result = model.forward_intermediates(
             pixels, capture=("embedded", "hidden_states", "attentions", "class_tokens", "class_attentions"))
     layout = result["layout"]
-    probs = result["logits"][0].float().softmax(-1).cpu()
-    top = torch.topk(probs, min(top_k, probs.numel()))
-    top_rows = [{"index": int(i), "label": _label(loaded, int(i)), "prob": float(p)}
-                for p, i in zip(top.values, top.indices, strict=True)]
+    top_rows = []
+    if cfg.num_classes:  # without a classifier the "logits" are pooled features: nothing to rank
+        probs = result["logits"][0].float().softmax(-1).cpu()
+        top = torch.topk(probs, min(top_k, probs.numel()))
+        top_rows = [{"index": int(i), "label": _label(loaded, int(i)), "prob": float(p)}
+                    for p, i in zip(top.values, top.indices, strict=True)]
     attentions = [a.float().cpu() for a in result["attentions"]]
     step("forward pass")
 
@@ -231,10 +233,11 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     step("class attention")
 
     # 8. prediction
-    save("prediction.png", lambda lay: figures.draw_bars(
-        lay, [r["label"] for r in top_rows], [r["prob"] for r in top_rows],
-        title=f"Top-{len(top_rows)} classes ({image_info['kind']} image)", highlight=0, xlabel="probability"),
-        (900, 120 + 70 * len(top_rows)))
+    if top_rows:
+        save("prediction.png", lambda lay: figures.draw_bars(
+            lay, [r["label"] for r in top_rows], [r["prob"] for r in top_rows],
+            title=f"Top-{len(top_rows)} classes ({image_info['kind']} image)", highlight=0, xlabel="probability"),
+            (900, 120 + 70 * len(top_rows)))
     step("prediction")
 
     summary = {

@@ -267,7 +267,7 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     _add_colorbar(plot, image, colormap, lv, colorbar_label)
     for axis_name, n, size in (("bottom", gw, gw), ("left", gh, gh)):
         step = max(1, int(np.ceil(n / 10)))
-        ticks = [(i * (size + separator) + size / 2, str(i + 1)) for i in range(0, n, step)]
+        ticks = [(i * (size + separator) + size / 2, str(i)) for i in range(0, n, step)]  # 0-based like (row, col)
         plot.getAxis(axis_name).setTicks([ticks, []])
     plot.setRange(xRange=(0, mosaic.shape[1]), yRange=(0, mosaic.shape[0]), padding=0.01)
     return plot, image
