@@ -1,0 +1,133 @@
+"""Measure the app's start-up and mask-click latency (offscreen).
+
+    python scripts/gui_latency.py                 # launch to first paint / first prediction, bundled model
+    python scripts/gui_latency.py --clicks 10 --preset vit-s16
+        # latency from a mask click to the updated prediction and attention map, for a random-weight
+        # model of that preset (saved as a native checkpoint in a temporary folder)
+
+Start-up runs in a fresh interpreter (imports included), like `vit-explorer` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def child(start: float, source: str | None) -> None:
+    """The app as `run_app` opens it, reporting when it first paints and first predicts."""
+    from PySide6.QtCore import QEvent, QObject
+
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    app = make_app()
+    times: dict[str, float] = {}
+
+    class FirstPaint(QObject):
+        def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802
+            if event.type() == QEvent.Type.Paint and "paint" not in times:
+                times["paint"] = time.time() - start
+            return False
+
+    window = MainWindow(source)
+    spy = FirstPaint()
+    window.installEventFilter(spy)
+    window.show()
+
+    def ready() -> None:
+        window.session.result_ready.connect(lambda result: finish())
+
+    def finish() -> None:
+        if "prediction" not in times:
+            times["prediction"] = time.time() - start
+            print(json.dumps(times))
+            app.quit()
+
+    window.ready.connect(ready)
+    app.exec()
+
+
+def startup(source: str | None) -> dict[str, float]:
+    start = time.time()
+    cmd = [sys.executable, __file__, "--child", str(start)] + (["--source", source] if source else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen")})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def click_latency(source: str, clicks: int) -> list[float]:
+    """Seconds from toggling a patch to the prediction and attention views having redrawn and painted."""
+    from PySide6.QtCore import QEventLoop, QPointF
+
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    app = make_app()
+    window = MainWindow(source)
+    window.resize(1600, 1000)
+    window.show()
+    while window.session is None or window.session.result is None:
+        app.processEvents()
+        time.sleep(0.005)
+    session, panel = window.session, window.image_panel
+    window.docks["Attention"].raise_()
+    p = session.loaded.config.patch_size
+    gh, gw = session.grid
+    loop = QEventLoop()  # waits without spinning, as the app's own event loop does
+    session.result_ready.connect(lambda result: loop.quit())  # after the views' own slots
+    latencies = []
+    for i in range(clicks + 1):  # the first click warms up
+        row, col = divmod(i * 7 % (gh * gw), gw)
+        t0 = time.perf_counter()
+        panel.press(QPointF((col + 0.5) * p, (row + 0.5) * p), start=True)
+        loop.exec()
+        window.views["Prediction"].plots.repaint()  # paint now, as the next frame would
+        window.views["Attention"].plots.repaint()
+        if i:
+            latencies.append(time.perf_counter() - t0)
+    window.close()
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--source", default=None, help="checkpoint to open (default: the bundled model)")
+    parser.add_argument("--preset", default=None, help="measure clicks on a random-weight model of this preset")
+    parser.add_argument("--clicks", type=int, default=0, help="measure this many mask clicks instead of start-up")
+    args = parser.parse_args()
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    if args.child is not None:
+        child(args.child, args.source)
+        return 0
+    if not args.clicks:
+        times = [startup(args.source) for _ in range(3)]
+        for key in ("paint", "prediction"):
+            values = sorted(t[key] for t in times)
+            print(f"launch to first {key}: median {values[1]:.2f} s (runs: {', '.join(f'{v:.2f}' for v in values)})")
+        return 0
+    source = args.source
+    if args.preset:
+        from vit_explorer.checkpoints import Preprocess, save_native
+        from vit_explorer.models import VisionTransformer, preset
+
+        model = VisionTransformer(preset(args.preset)).eval()
+        source = str(save_native(Path(tempfile.mkdtemp()) / args.preset, model,
+                                 [f"class {i}" for i in range(model.config.num_classes)],
+                                 Preprocess(model.config.image_size)))
+    latencies = sorted(click_latency(source, args.clicks))
+    ms = [f"{v * 1000:.0f}" for v in latencies]
+    print(f"mask click -> prediction + attention painted ({args.preset or source or 'bundled'}): "
+          f"median {latencies[len(latencies) // 2] * 1000:.0f} ms, all (ms): {', '.join(ms)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
