@@ -279,7 +279,10 @@ class VisionTransformer(nn.Module):
             head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
             if cfg.distilled:
                 head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
-        logits = sum(head_logits.values()) / len(head_logits)  # DeiT: average of both heads
+        if cfg.distilled:
+            logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
+        else:
+            (logits,) = head_logits.values()
         out.update(logits=logits, head_logits=head_logits, layout=layout)
         return out
 
