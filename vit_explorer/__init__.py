@@ -13,11 +13,14 @@ if TYPE_CHECKING:
     from .checkpoints.loaded import LoadedModel
 
 
-def load(source: str, *, device: str | None = None) -> LoadedModel:
-    """Load a hub id (HF or `timm/...`), a local folder or a file into a `LoadedModel`."""
+def load(source: str, *, device: str | None = None, arch: str | None = None) -> LoadedModel:
+    """Load a hub id (HF or `timm/...`), a local folder or a file into a `LoadedModel`.
+
+    `arch` names the timm architecture of a bare weights file (e.g. "vit_small_patch16_224").
+    """
     from .checkpoints import load as _load
 
-    return _load(source, device=device)
+    return _load(source, device=device, arch=arch)
 
 
 def __getattr__(name: str) -> Any:
