@@ -21,7 +21,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .analysis import attention as attn
-from .analysis.params import flops_per_stage, parameter_table
+from .analysis.params import ParameterTable, flops_per_stage, parameter_table
 from .analysis.patch_embed import embedding_components, unfold_difference
 from .analysis.pe import pe_similarity
 from .analysis.tokens import cls_dist_similarity
@@ -117,9 +117,16 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     model.check_image_size(*preprocessing.size)
     steps = tqdm(total=11, desc="inspect", unit="step", file=sys.stderr, disable=not progress)
 
-    def step(what: str) -> None:
+    started: list[str] = []
+
+    def stage(what: str) -> None:
+        """Count the stage that just ended and name the one that starts."""
+        if started:
+            steps.update(1)
+        started.append(what)
         steps.set_postfix_str(what)
-        steps.update(1)
+
+    stage("forward pass")
 
     pixels = preprocessing(image).to(loaded.device)
     rgb = model_view(pixels, preprocessing)
@@ -134,11 +141,11 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
         top_rows = [{"index": int(i), "label": _label(loaded, int(i)), "prob": float(p)}
                     for p, i in zip(top.values, top.indices, strict=True)]
     attentions = [a.float().cpu() for a in result["attentions"]]
-    step("forward pass")
+    stage("parameter table")
 
     table = parameter_table(model)
     _write_params_csv(out / "params.csv", table)
-    step("parameter table")
+    stage("position embeddings")
 
     figures_written: dict[str, list[int]] = {}  # file name -> [width, height] in pixels
     size_single = (900, 760)
@@ -164,7 +171,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
                                      colorbar_label="cosine similarity", grid=grid, xlabel="patch column",
                                      ylabel="patch row")
         save("pe_prefix_similarity.png", draw_prefix, (700 * len(sim.prefix), 600))
-    step("position embeddings")
+    stage("patch embedding")
 
     # 2. patch-embedding filters
     components_info: dict[str, Any] = {}
@@ -177,7 +184,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
                 lay, components.cpu().numpy(),
                 title=f"Patch-embedding filters: first {len(share)} principal components "
                       f"({float(share.sum()):.0%} of the variance)", columns=7), (900, 640))
-    step("patch embedding")
+    stage("attention per layer")
 
     # 3. attention of the first prefix token ([CLS]) per layer, or of the centre patch without one
     query = 0 if layout.num_prefix_tokens else layout.token_index(grid[0] // 2, grid[1] // 2)
@@ -187,7 +194,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     save("attention_layers.png", lambda lay: _small_multiples(
         figures, lay, rgb, maps, f"Attention of {query_name} per layer (mean over heads, each layer scaled "
         "to its maximum)", "layer"), _multiples_size(len(maps)))
-    step("attention per layer")
+    stage("rollout")
 
     # 4. rollout
     if layout.class_attn and result.get("class_attentions"):
@@ -200,7 +207,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     save("rollout.png", lambda lay: figures.draw_image(
         lay, rgb, title=rollout_title, grid=grid, overlay=rolled.numpy() * 100, overlay_alpha=0.7,
         overlay_label="rollout weight (% of the query)"), size_single)
-    step("rollout")
+    stage("attention distance")
 
     # 5. mean attention distance
     distance = attn.mean_attention_distance(attentions, layout)  # (layers, heads)
@@ -210,7 +217,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
         lay, layers_x, distance.numpy().reshape(-1), groups=heads if distance.shape[1] <= 20 else None,
         title="Mean attention distance per head", xlabel="layer (network depth)",
         ylabel="mean attention distance (pixels)", jitter=0.6), (1000, 650))
-    step("attention distance")
+    stage("token similarity")
 
     # 6. DeiT: [CLS] vs distillation token through the layers
     cls_dist = None
@@ -221,7 +228,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
             lay, np.arange(len(cls_dist)), {"cos([CLS], [DIST])": cls_dist},
             title="[CLS] vs distillation token", xlabel="layer (0 = embeddings)", ylabel="cosine similarity"),
             (900, 600))
-    step("token similarity")
+    stage("class attention")
 
     # 7. CaiT: class attention of each class-attention block
     if result.get("class_attentions"):
@@ -230,7 +237,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
         save("class_attention.png", lambda lay: _small_multiples(
             figures, lay, rgb, ca, "Class attention of [CLS] per class-attention block (mean over heads)",
             "class-attention block"), _multiples_size(len(ca)))
-    step("class attention")
+    stage("prediction")
 
     # 8. prediction
     if top_rows:
@@ -238,7 +245,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
             lay, [r["label"] for r in top_rows], [r["prob"] for r in top_rows],
             title=f"Top-{len(top_rows)} classes ({image_info['kind']} image)", highlight=0, xlabel="probability"),
             (900, 120 + 70 * len(top_rows)))
-    step("prediction")
+    stage("summary")
 
     summary = {
         "source": loaded.source,
@@ -262,7 +269,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     if cls_dist is not None:
         summary["cls_dist_similarity"] = [round(float(v), 6) for v in cls_dist]
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    step("summary")
+    steps.update(1)
     steps.close()
     return summary
 
@@ -271,7 +278,7 @@ def _label(loaded: LoadedModel, index: int) -> str:
     return loaded.labels[index] if index < len(loaded.labels) else f"class {index}"
 
 
-def _write_params_csv(path: Path, table: Any) -> None:
+def _write_params_csv(path: Path, table: ParameterTable) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["stage", "layer", "name", "shape", "count", "share"])
