@@ -10,7 +10,7 @@ import pytest
 import torch
 from timm.layers import resample_abs_pos_embed
 
-from vit_explorer.models import VisionTransformer, ViTConfig
+from vit_explorer.models import VisionTransformer, ViTConfig, count_parameters
 from vit_explorer.models.position import apply_rope, rope_angles, sincos_1d, sincos_2d
 
 PES = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
@@ -190,6 +190,28 @@ def test_learned_pe_resampling(layout: str, antialias: bool) -> None:
         constant = model.position_embedding((5, 9))
     assert torch.equal(native, table[0])  # the native grid is the identity
     torch.testing.assert_close(constant, torch.full_like(constant, 0.25), atol=1e-6, rtol=0)
+
+
+def test_learned_pe_without_prefix_rows_equals_timm_no_embed_class() -> None:
+    """pos_embed_prefix=False: the table covers patches only and prefix tokens get no position."""
+    from timm.models.vision_transformer import VisionTransformer as TimmViT
+
+    reference = TimmViT(img_size=(16, 24), patch_size=4, embed_dim=32, depth=2, num_heads=4, num_classes=5,
+                        no_embed_class=True, dynamic_img_size=True).eval()
+    model = VisionTransformer(tiny("cls", pos_embed_prefix=False)).eval()
+    model.load_state_dict(reference.state_dict())
+    assert model.pos_embed.shape == (1, 24, 32)
+    assert model.config.estimate_parameters() == count_parameters(model) == count_parameters(reference)
+    for size in [(16, 24), (24, 16)]:
+        x = torch.randn(2, 3, *size)
+        with torch.no_grad():
+            out = model.forward_intermediates(x, capture=["with_prefix", "with_pos"])
+            torch.testing.assert_close(out["logits"], reference(x), atol=1e-5, rtol=0)
+        assert torch.equal(out["with_pos"][:, 0], out["with_prefix"][:, 0])  # [CLS] unchanged by the PE
+    distilled = VisionTransformer(tiny("cls+dist", pos_embed_prefix=False))
+    pe = distilled.position_embedding((5, 3))
+    assert pe.shape == (2 + 15, 32) and torch.equal(pe[:2], torch.zeros(2, 32))
+    assert torch.equal(distilled.position_embedding((4, 6))[2:], distilled.pos_embed[0])
 
 
 def test_learned_2d_concatenates_row_and_column_tables() -> None:

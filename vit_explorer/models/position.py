@@ -2,7 +2,8 @@
 
 How each scheme treats the prefix tokens ([CLS], distillation):
 - learned (1D): with `pos_embed_prefix` the table has a row per prefix token in front of the
-  patch rows (ViT, DeiT); without it (CaiT) only patches get a position.
+  patch rows (ViT, DeiT); without it only patches get a position (CaiT; DeiT III and timm's
+  `no_embed_class`), prefix tokens a zero row.
 - learned_2d, sincos_1d, sincos_2d: prefix tokens get no position (a zero row, as MAE does);
   their own learned embedding already tells them apart.
 - rope: nothing is added to the tokens; queries and keys of patch tokens are rotated by their

@@ -104,8 +104,9 @@ class VisionTransformer(nn.Module):
 
     # ------------------------------------------------------------------ position embeddings
     def position_embedding(self, grid: tuple[int, int]) -> torch.Tensor | None:
-        """Additive PE for a grid as (rows, D): prefix rows first where the scheme has them.
+        """Additive PE for a grid as (prefix + patches, D), one row per token of the sequence.
 
+        Prefix tokens get their learned rows (learned 1D with `pos_embed_prefix`) or zero rows.
         Learned tables are resampled (bicubic, explicit size, prefix rows untouched) when the
         grid differs from the one they were trained for. None for 'none' and 'rope'.
         """
@@ -116,12 +117,13 @@ class VisionTransformer(nn.Module):
             return None
         if kind == "learned":
             table = self.pos_embed[0]
-            if tuple(grid) == cfg.grid_size:
-                return table  # the native grid: no resampling, no copy
-            k = n_prefix if cfg.pos_embed_prefix else 0
+            k = n_prefix if cfg.pos_embed_prefix else 0  # rows the table holds for prefix tokens
+            if tuple(grid) == cfg.grid_size and k == n_prefix:
+                return table  # the native grid with a row for every token: no resampling, no copy
             patches = position.resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)
-            return torch.cat([table[:k], patches], dim=0)
-        if kind == "learned_2d":
+            if k:
+                return torch.cat([table[:k], patches], dim=0)
+        elif kind == "learned_2d":
             patches = position.learned_2d(position.resample_axis(self.pos_embed_y, grid[0]),
                                           position.resample_axis(self.pos_embed_x, grid[1]))
         elif kind == "sincos_1d":
@@ -129,6 +131,8 @@ class VisionTransformer(nn.Module):
         else:
             patches = position.sincos_2d(grid, cfg.embed_dim)
         patches = patches.to(self.mask_token.device, self.mask_token.dtype)
+        if not n_prefix:
+            return patches
         return torch.cat([patches.new_zeros(n_prefix, cfg.embed_dim), patches], dim=0)
 
     def rope_angles(self, grid: tuple[int, int]) -> torch.Tensor | None:
@@ -249,8 +253,10 @@ class VisionTransformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens,
                              head_mask=None if head_mask is None else head_mask[i], rows=rows)
-            hidden.append(x)
-            attentions.append(probs)
+            if "hidden_states" in want:  # holding on to unwanted states would keep depth x (B, T, D) alive
+                hidden.append(x)
+            if rows is not None:
+                attentions.append(probs)
         keep("hidden_states", hidden)
         keep("attentions", attentions)
 
