@@ -162,7 +162,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     if sim.patches is not None:
         save("pe_similarity.png", lambda lay: figures.draw_similarity_grid(
             lay, sim.patches, title=f"Position embedding similarity ({cfg.pos_embed}, {grid_text})"),
-            (1000, int(np.clip(880 * grid[0] / grid[1], 420, 1200)) + 120))  # keep the mosaic's aspect
+            (1000, int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200)) + 120))  # the mosaic's aspect
     if sim.prefix:
         def draw_prefix(lay: Any) -> None:
             for name, values in sim.prefix.items():
