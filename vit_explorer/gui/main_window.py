@@ -112,9 +112,11 @@ class MainWindow(QMainWindow):
     def _import_core(self) -> None:
         def work() -> None:
             try:
-                import torch  # noqa: F401 - the slow import, off the GUI thread
+                import torch  # noqa: F401 - the slow imports, off the GUI thread
 
                 from .. import checkpoints, models  # noqa: F401
+                from ..analysis import attention, dropout, heads, params, patch_embed, pe, tokens  # noqa: F401
+                from . import forward  # noqa: F401
             except Exception as error:  # noqa: BLE001 - shown in the window
                 self.core_ready.emit(f"could not import PyTorch: {error}")
                 return
@@ -126,9 +128,22 @@ class MainWindow(QMainWindow):
         if message:
             self.placeholder.setText(message)
             return
+        from .session import Session
+
+        self.session = Session(self)
+        self.session.error.connect(self.show_error)
+        self.session.result_ready.connect(self._result)
+        self.session.loading.connect(self._loading)
+        self.session.model_changed.connect(self._model_changed)
+        opened = self._open_initial()  # the model loads in the background while the views are built
         self._build_views()
         self.load_button.setEnabled(True)
-        self._open_initial()
+        if not opened:
+            from ..paths import BUNDLED_MODEL
+
+            self.show_error(f"The bundled classroom model is missing ({BUNDLED_MODEL}); "
+                            "build one in the Model builder or load a checkpoint.")
+            self.docks["Model builder"].raise_()
         self.ready.emit()
 
     def _build_views(self) -> None:
@@ -136,7 +151,6 @@ class MainWindow(QMainWindow):
         import torch
 
         from .image_panel import ImagePanel, sample_images
-        from .session import Session
         from .views import VIEW_CLASSES
 
         # leave one core to the GUI thread so the window keeps repainting while the model computes
@@ -145,11 +159,6 @@ class MainWindow(QMainWindow):
         pg.setConfigOptions(imageAxisOrder="row-major", antialias=True,
                             background=palette.color(palette.ColorRole.Base),
                             foreground=palette.color(palette.ColorRole.Text))
-        self.session = Session(self)
-        self.session.error.connect(self.show_error)
-        self.session.result_ready.connect(self._result)
-        self.session.loading.connect(self._loading)
-        self.session.model_changed.connect(self._model_changed)
 
         self.image_panel = ImagePanel(self.session)
         self._add_dock("Image", self.image_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -207,18 +216,17 @@ class MainWindow(QMainWindow):
         for dock in self.docks.values():
             view_menu.addAction(dock.toggleViewAction())
 
-    def _open_initial(self) -> None:
+    def _open_initial(self) -> bool:
+        """Start loading the source given on the command line, or the bundled model; False if it is missing."""
         from ..paths import BUNDLED_MODEL
 
         source = self.initial_source
         if source is None:
             if not (BUNDLED_MODEL / "vit_explorer.json").exists():
-                self.show_error(f"The bundled classroom model is missing ({BUNDLED_MODEL}); "
-                                "build one in the Model builder or load a checkpoint.")
-                self.docks["Model builder"].raise_()
-                return
+                return False
             source = str(BUNDLED_MODEL)
         self.load(source)
+        return True
 
     # ------------------------------------------------------------------ loading
     def recent_sources(self) -> list[str]:
