@@ -1,0 +1,119 @@
+"""A user's ImageFolder tree: one sub-folder per class, images inside (any depth).
+
+A `train/` + `val/` pair of such trees is used as given; otherwise a seeded tenth of each class
+is held out for validation. Every image is resized to the model's input size; an image that
+turns out to be corrupt while training is skipped with a warning that names it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .images import IMAGE_EXTENSIONS, ImageError, open_image
+
+
+class Batch(NamedTuple):
+    images: torch.Tensor  # uint8 (B, 3, H, W)
+    labels: torch.Tensor  # int64 (B,)
+    skipped: list[str]  # messages naming the unreadable images left out of this batch
+
+
+def _class_folders(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such folder")
+    try:
+        folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError as error:
+        raise ValueError(f"{root}: cannot read the folder ({error})") from None
+    if not folders:
+        raise ValueError(f"{root}: no class folders; an image folder needs one sub-folder of images per class")
+    return folders
+
+
+def _images_in(folder: Path) -> list[Path]:
+    files = []
+    for dirpath, _, names in os.walk(folder):
+        files += [Path(dirpath) / n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)]
+    return sorted(files)
+
+
+def scan(root: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:
+    """(files, labels, class names) of an ImageFolder tree; errors name the offending folder."""
+    folders = _class_folders(root)
+    names = [f.name for f in folders]
+    if classes is not None and names != classes:
+        raise ValueError(f"{root}: class folders {names} differ from the training classes {classes}")
+    files: list[Path] = []
+    labels: list[int] = []
+    for label, folder in enumerate(folders):
+        found = _images_in(folder)
+        if not found:
+            raise ValueError(f"{folder}: class folder without images (extensions {', '.join(IMAGE_EXTENSIONS)})")
+        files += found
+        labels += [label] * len(found)
+    return files, labels, names
+
+
+def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> str | None:
+    """A note when the images (the first `sample`) have sizes other than the model's input."""
+    sizes: set[tuple[int, int]] = set()
+    for path in files[:sample]:
+        try:
+            with Image.open(path) as image:
+                sizes.add((image.height, image.width))
+        except OSError:
+            continue  # reported when the image is loaded
+    if sizes and sizes != {size}:
+        shown = ", ".join(f"{h}x{w}" for h, w in sorted(sizes)[:5]) + (" ..." if len(sizes) > 5 else "")
+        return f"images have {len(sizes)} different size(s) ({shown}); all are resized to {size[0]}x{size[1]}"
+    return None
+
+
+class FolderImages(torch.utils.data.Dataset):
+    """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones."""
+
+    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]) -> None:
+        self.files = files
+        self.labels = torch.tensor(labels, dtype=torch.int64)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def load(self, index: int) -> torch.Tensor:
+        """(3, H, W) uint8; raises ImageError naming the file."""
+        image = open_image(self.files[index]).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
+        return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        images, keep, skipped = [], [], []
+        for i in indices:
+            try:
+                images.append(self.load(i))
+                keep.append(i)
+            except ImageError as error:
+                skipped.append(str(error))  # reported by the trainer; the batch goes on without it
+        if not images:
+            return Batch(torch.empty(0, 3, *self.size, dtype=torch.uint8), torch.empty(0, dtype=torch.int64), skipped)
+        return Batch(torch.stack(images), self.labels[keep], skipped)
+
+
+def split_holdout(labels: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """Indices (train, val): a seeded `fraction` of each class (at least one image when it has two) held out."""
+    g = torch.Generator().manual_seed(seed)
+    train, val = [], []
+    label_tensor = torch.tensor(labels)
+    for c in range(int(label_tensor.max()) + 1):
+        idx = (label_tensor == c).nonzero().squeeze(1)
+        idx = idx[torch.randperm(idx.numel(), generator=g)].tolist()
+        k = int(round(len(idx) * fraction)) if len(idx) > 1 else 0
+        k = max(k, 1) if len(idx) > 1 else 0
+        val += idx[:k]
+        train += idx[k:]
+    return sorted(train), sorted(val)

@@ -1,0 +1,54 @@
+"""Teachers for DeiT distillation: any model `vit_explorer.load` opens, or a small built-in CNN
+(DeiT's point is that a convnet teacher helps a ViT student most)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..checkpoints.preprocess import Preprocess
+
+
+class SmallCNN(nn.Module):
+    """Three conv-BN-ReLU stages (the last two with stride 2), global average pooling, a linear head."""
+
+    def __init__(self, num_classes: int, width: int = 32) -> None:
+        super().__init__()
+
+        def stage(c_in: int, c_out: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False), nn.BatchNorm2d(c_out),
+                                 nn.ReLU(inplace=True))
+
+        self.features = nn.Sequential(stage(3, width, 1), stage(width, 2 * width, 2), stage(2 * width, 4 * width, 2),
+                                      stage(4 * width, 4 * width, 1))
+        self.head = nn.Linear(4 * width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))  # (B, classes)
+
+
+class Teacher(nn.Module):
+    """Runs a teacher on the student's batches: undo the student's normalisation, resize to the
+    teacher's input size, apply the teacher's normalisation. Always in eval mode, no gradients."""
+
+    def __init__(self, model: nn.Module, student: Preprocess, teacher: Preprocess) -> None:
+        super().__init__()
+        self.model = model.eval()
+        self.student = student
+        self.teacher = teacher
+        self.model.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> Teacher:
+        return super().train(False)  # a teacher never leaves eval mode
+
+    @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dev = x.device
+        s_mean, s_std = (torch.tensor(v, device=dev).view(1, 3, 1, 1) for v in (self.student.mean, self.student.std))
+        t_mean, t_std = (torch.tensor(v, device=dev).view(1, 3, 1, 1) for v in (self.teacher.mean, self.teacher.std))
+        pixels = x * s_std + s_mean  # (B, 3, H, W) in [0, 1]
+        if tuple(pixels.shape[2:]) != tuple(self.teacher.size):
+            pixels = F.interpolate(pixels, size=self.teacher.size, mode="bilinear", antialias=True,
+                                   align_corners=False)
+        return self.model((pixels - t_mean) / t_std).float()  # (B, classes)
