@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default=None, help="checkpoint to open (default: the bundled model)")
     parser.add_argument("--image", default=None, help="image to show (default: the first bundled sample)")
     parser.add_argument("--mask", type=int, default=20, help="percentage of patches to mask (default 20)")
+    parser.add_argument("--train-steps", type=int, default=40,
+                        help="steps of the two short training runs shown in the Training view (0: none)")
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -53,6 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     wait(lambda: session.result is not None)
     if args.image:
         window.image_panel.open_path(args.image)
+    elif not window.image_panel.samples.count() > 1:  # no bundled samples yet: a picture of the built-in set
+        from PIL import Image
+
+        from vit_explorer.data.synthetic import generate
+
+        images, _ = generate(1, size=session.size[0], split="val")
+        session.set_image(Image.fromarray(images[0].permute(1, 2, 0).numpy()), "shapes sample")
+    if args.train_steps:
+        train(app, window, args.train_steps, out)
     if args.mask:
         window.image_panel.percent.setValue(args.mask)
         window.image_panel.random_mask()
@@ -62,11 +73,39 @@ def main(argv: list[str] | None = None) -> int:
             continue
         dock.raise_()
         settle(app, window)
-        path = out / f"{title.lower().replace(' ', '_')}.png"
-        window.grab().save(str(path), "PNG")
-        print(path)
+        shoot(window, out / f"{title.lower().replace(' ', '_')}.png")
+    attention = window.views["Attention"]
+    window.docks["Attention"].raise_()
+    for mode in ("all heads", "rollout", "mean attention distance"):
+        attention.mode.setCurrentText(mode)
+        settle(app, window)
+        shoot(window, out / f"attention_{mode.replace(' ', '_')}.png")
     window.close()
     return 0
+
+
+def shoot(window, path: Path) -> None:
+    window.grab().save(str(path), "PNG")
+    print(path)
+
+
+def train(app, window, steps: int, out: Path) -> None:
+    """Two short runs (the model as built, then without position embedding) for the Training view."""
+    view = window.views["Training"]
+    window.docks["Training"].raise_()
+    view.steps.setValue(steps)
+    view.batch.setValue(64)
+    view.train_size.setValue(2000)
+    view.out.setText(str(out / "run"))
+    view.start()
+    while view.running or not view.runs[-1].finished:
+        app.processEvents()
+        time.sleep(0.02)
+    view.change.setCurrentIndex(0)
+    view.start_comparison()
+    while view.running or not view.runs[-1].finished:
+        app.processEvents()
+        time.sleep(0.02)
 
 
 def settle(app, window, seconds: float = 1.5) -> None:

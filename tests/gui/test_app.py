@@ -99,3 +99,35 @@ def test_export_every_view(window, tmp_path: Path) -> None:
         if view.table() is not None:
             csv = view.export_csv(tmp_path / f"{title}.csv")
             assert len(csv.read_text().splitlines()) >= 2, title
+
+
+def test_drawing_classifies_as_you_draw(qtbot, window) -> None:
+    from PySide6.QtCore import QPointF
+
+    panel = window.image_panel
+    panel.clear_canvas()
+    blank = wait_result(qtbot, window.session)
+    assert blank.display.max() == 0
+    panel.mode_group.button(2).setChecked(True)  # Draw
+    panel.brush.setValue(4)
+    panel.press(QPointF(4, 4), start=True)
+    panel.press(QPointF(28, 28), start=False)
+    result = wait_result(qtbot, window.session)
+    assert window.session.image_name == "drawing"
+    diagonal = result.display[np.arange(4, 28), np.arange(4, 28)]
+    assert diagonal.min() > 200 and result.display[2, 29].max() == 0  # a white stroke, black elsewhere
+    assert not np.allclose(result.probs, blank.probs)
+
+
+def test_paste_image(qtbot, window) -> None:
+    from PySide6.QtGui import QImage
+    from PySide6.QtWidgets import QApplication
+
+    image = QImage(40, 20, QImage.Format.Format_RGB32)
+    image.fill(0xFF3366)
+    QApplication.clipboard().setImage(image)
+    window.image_panel.paste()
+    result = wait_result(qtbot, window.session)
+    assert window.session.image.size == (40, 20)
+    assert window.session.image.getpixel((5, 5)) == (0xFF, 0x33, 0x66)
+    assert result.display.shape == (32, 32, 3)

@@ -138,3 +138,12 @@ def test_hf_and_timm_checkpoints(qtbot, window, hf_vit_folder: Path, timm_cait_f
     view.mode.setCurrentText("rollout")  # CaiT: rollout through the class-attention blocks
     qtbot.waitUntil(lambda: view.maps is not None and len(view.maps) == 1, timeout=10000)
     assert 0 < view.maps[0].sum() <= 1 + 1e-5  # the patches' share of [CLS] (the rest is [CLS] itself)
+
+
+def test_attention_opacity_and_map_only(qtbot, window) -> None:
+    view = show(window, "Attention")
+    qtbot.waitUntil(lambda: view.maps is not None, timeout=10000)
+    view.opacity.setValue(25)
+    assert view._figures[0][2].opacity() == 0.25
+    view.raw.setChecked(True)  # the map alone, as a heat map with the patch grid
+    assert view._figures[0][2] is None and view.maps.shape == (1, 8, 8)

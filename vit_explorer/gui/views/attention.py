@@ -151,10 +151,9 @@ class AttentionView(View):
                 return
 
     def _set_opacity(self, value: int) -> None:
-        for item in self.plots.ci.items:
-            for child in getattr(item, "items", []):
-                if getattr(child, "is_overlay", False):
-                    child.setOpacity(value / 100)
+        for _, _, heat in self._figures:
+            if heat is not None:
+                heat.setOpacity(value / 100)
 
     def refresh(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
@@ -257,7 +256,6 @@ class AttentionView(View):
                 plot, image, heat = figures.draw_image(
                     self.plots.ci, result.display, title=title, grid=result.layout.grid, overlay=values,
                     overlay_alpha=self.opacity.value() / 100, overlay_label="attention", masked=masked)
-                heat.is_overlay = True
             self._figures.append((plot, image, heat))
             self.images.append(image)
         self._key = key

@@ -175,6 +175,7 @@ class TrainingView(View):
         self.plots = pg.GraphicsLayoutWidget()
         split.addWidget(self.plots)
         split.setStretchFactor(1, 3)
+        split.setSizes([420, 1100])
         self.body.addWidget(split, 1)
         self.snapshot: PESnapshot | None = None
         self._key: tuple | None = None  # structure of the drawn figures
