@@ -263,12 +263,14 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
                                   fused=dev.type == "cuda")
     gen = torch.Generator().manual_seed(recipe.seed * 1000 + 1 + rank)  # crops and masks
     step, elapsed = 0, 0.0
+    history: list[list[float]] = []  # [step, loss, accuracy] of every Step event: the loss curve
     if state is not None:
         model.load_state_dict(state["model"])
         if mpp_head is not None:
             mpp_head.load_state_dict(state["mpp_head"])
         optimizer.load_state_dict(state["optimizer"])
         step, elapsed = int(state["step"]), float(state["elapsed"])
+        history = [list(row) for row in state.get("history", [])]
         torch.set_rng_state(state["rng"]["torch"])
         if rank == 0:
             gen.set_state(state["rng"]["generator"])
@@ -315,14 +317,14 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
                 rng["cuda"] = torch.cuda.get_rng_state(dev)
             blob = {"config": config.to_dict(), "recipe": recipe.to_dict(), "data": data.spec, "step": step,
                     "elapsed": elapsed, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "rng": rng}
+                    "rng": rng, "history": history}
             if mpp_head is not None:
                 blob["mpp_head"] = mpp_head.state_dict()
             if teacher is not None and isinstance(teacher.model, SmallCNN):
                 blob["teacher"] = teacher.model.state_dict()
             write_atomic(out_dir / STATE_NAME, lambda tmp: torch.save(blob, tmp))
         extra = {"training": {"data": data.spec, "step": step, "epoch": step / spe, "recipe": recipe.to_dict(),
-                              "elapsed_s": elapsed, **metrics}}
+                              "elapsed_s": elapsed, **metrics, "history": history}}
         save_native(out_dir, model, data.labels, data.preprocessing, extra)
         saved_step = step
         yield CheckpointSaved(step, out_dir)
@@ -436,6 +438,7 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
                     eta = (total - step) * elapsed / max(step - (int(state["step"]) if state else 0), 1)
                 else:
                     eta = max(budget - elapsed, 0.0)
+                history.append([step, loss_sum / count, correct / count])
                 yield Step(step, step / spe, loss_sum / count, correct / count, lr,
                            window_images / max(window_time, 1e-9), eta, elapsed)
             window.zero_()
