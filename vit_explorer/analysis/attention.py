@@ -74,7 +74,7 @@ def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fus
         query = 0
     t = layout.num_tokens
     eye = torch.eye(t, dtype=torch.float32, device=attentions[0].device)
-    result = None
+    steps = []
     for attention in attentions:
         fused = fuse_heads(attention.float(), head_fusion)  # (B, T, T)
         if discard_ratio > 0:
@@ -84,9 +84,17 @@ def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fus
             drop[:, query * t + query] = False  # keep the query's attention to itself
             fused = flat.masked_fill(drop, 0.0).reshape(fused.shape)
         a = (fused + eye) / 2
-        a = a / a.sum(dim=-1, keepdim=True)  # (B, T, T), rows sum to 1
-        result = a if result is None else a @ result
-    return to_grid(result[:, query], layout)  # (B, gh, gw)
+        steps.append(a / a.sum(dim=-1, keepdim=True))  # (B, T, T), rows sum to 1
+    return to_grid(_row_of_product(steps, query), layout)  # (B, gh, gw)
+
+
+def _row_of_product(steps: Sequence[torch.Tensor], query: int) -> torch.Tensor:
+    """Row `query` of steps[-1] @ ... @ steps[0] as (B, T): vector-matrix products from the left,
+    O(layers * T^2) instead of the O(layers * T^3) of forming the whole product."""
+    row = steps[-1][:, query]  # (B, T)
+    for a in reversed(steps[:-1]):
+        row = (row[:, None, :] @ a)[:, 0]  # (B, T)
+    return row
 
 
 def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence[torch.Tensor],
@@ -112,13 +120,11 @@ def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence
         cls_row = row if cls_row is None else torch.cat(
             [row[:, :1] * cls_row[:, :1], row[:, :1] * cls_row[:, 1:] + row[:, 1:]], dim=1)
     eye = torch.eye(n, dtype=torch.float32, device=cls_row.device)
-    patches = None
-    for attention in attentions:
+    weights = cls_row[:, 1:]  # (B, N) over the final patch tokens
+    for attention in reversed(attentions):  # back through the self-attention rollout, last block first
         a = (fuse_heads(attention.float(), head_fusion) + eye) / 2
-        a = a / a.sum(dim=-1, keepdim=True)  # (B, N, N)
-        patches = a if patches is None else a @ patches
-    weights = cls_row[:, None, 1:] @ patches  # (B, 1, N)
-    return weights[:, 0].reshape(-1, *layout.grid)
+        weights = (weights[:, None, :] @ (a / a.sum(dim=-1, keepdim=True)))[:, 0]  # (B, N)
+    return weights.reshape(-1, *layout.grid)
 
 
 def class_attention_maps(class_attentions: Sequence[torch.Tensor], layout: TokenLayout) -> torch.Tensor:
