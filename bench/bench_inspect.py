@@ -33,7 +33,7 @@ from vit_explorer.checkpoints.preprocess import Preprocess
 from vit_explorer.models import VisionTransformer, preset
 from vit_explorer.report import add_arguments, run
 
-CAPTURE = ("attentions", "hidden_states")  # what the attention and token views read
+CAPTURE = ("attentions", "hidden_states", "with_pos", "embedded")  # what the app's forward (gui/forward.py) asks
 
 
 def interactive_update(model: VisionTransformer, x: torch.Tensor) -> torch.Tensor:
