@@ -19,6 +19,24 @@ def test_startup_does_not_import_torch_before_paint() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def test_full_startup_imports_neither_transformers_nor_timm(tiny_checkpoint: Path) -> None:
+    """Opening the app on a checkpoint, up to its first prediction, never imports transformers or timm."""
+    code = (
+        "import sys\n"
+        "from vit_explorer.gui.app import make_app\n"
+        "from vit_explorer.gui.main_window import MainWindow\n"
+        "app = make_app()\n"
+        f"window = MainWindow({str(tiny_checkpoint)!r})\n"
+        "window.ready.connect(lambda: window.session.result_ready.connect(lambda r: app.quit()))\n"
+        "window.show()\n"
+        "app.exec()\n"
+        "assert window.session.result is not None\n"
+        "bad = [m for m in ('transformers', 'timm') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=180)
+
+
 def test_opens_with_a_model_and_predicts(window) -> None:
     session = window.session
     result = session.result
@@ -131,3 +149,27 @@ def test_paste_image(qtbot, window) -> None:
     assert window.session.image.size == (40, 20)
     assert window.session.image.getpixel((5, 5)) == (0xFF, 0x33, 0x66)
     assert result.display.shape == (32, 32, 3)
+
+
+def test_run_app_returns_exit_code(qtbot, tiny_checkpoint: Path) -> None:
+    """`vit-explorer SOURCE` -> run_app: the window opens the source, predicts, and quits cleanly."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from vit_explorer.gui.app import run_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    seen: list[MainWindow] = []
+
+    def quit_when_predicted() -> None:
+        for widget in QApplication.topLevelWidgets():
+            if isinstance(widget, MainWindow) and widget.session is not None and widget.session.result is not None:
+                seen.append(widget)
+                widget.close()
+                QApplication.quit()
+                return
+        QTimer.singleShot(50, quit_when_predicted)
+
+    QTimer.singleShot(50, quit_when_predicted)
+    assert run_app(str(tiny_checkpoint)) == 0
+    assert seen and seen[0].session.loaded.source == str(tiny_checkpoint)

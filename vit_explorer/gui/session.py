@@ -22,6 +22,13 @@ from .workers import Runner
 _ids = itertools.count(1)
 
 
+def preferred_device() -> str:
+    """The GPU when there is one (inference of large models), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def default_image(size: tuple[int, int]) -> Image.Image:
     """A neutral grey picture, used until the user opens one."""
     return Image.new("RGB", (size[1], size[0]), (128, 128, 128))
@@ -86,7 +93,7 @@ class Session(QObject):
             if on_error is not None:
                 on_error(message)
 
-        self.runner.submit("load", lambda: load(source), done, failed, pool="io")
+        self.runner.submit("load", lambda: load(source, device=preferred_device()), done, failed, pool="io")
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Make `loaded` current: reset masks and selection to fit it, then run it."""

@@ -20,8 +20,9 @@ def build_loaded(config: ViTConfig) -> Any:
     """A freshly initialised model wrapped as a LoadedModel (runs in a worker)."""
     from ...checkpoints import LoadedModel, Preprocess
     from ...models import VisionTransformer
+    from ..session import preferred_device
 
-    model = VisionTransformer(config).eval()
+    model = VisionTransformer(config).eval().to(preferred_device())
     labels = [f"class {i}" for i in range(config.num_classes)]
     pre = Preprocess(config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     return LoadedModel(model, config, labels, pre, "", "built", {"config": config.to_dict()})
