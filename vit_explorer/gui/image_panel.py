@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
     QFileDialog,
+    QGraphicsItem,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -26,10 +27,10 @@ from PySide6.QtWidgets import (
 
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
 from ..paths import SAMPLES
+from . import figures
 from .forward import ForwardResult
 from .session import Session
 
-MASK_RGBA = (230, 40, 40, 150)  # masked patches: translucent red
 QUERY_RGBA = (255, 215, 0, 200)
 
 
@@ -105,8 +106,9 @@ class ImagePanel(QWidget):
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.view.addItem(self.canvas)
-        self.mask_item = pg.ImageItem()
+        self.mask_item = pg.ImageItem()  # the query patch, highlighted
         self.view.addItem(self.mask_item)
+        self._hatches: list[QGraphicsItem] = []  # masked patches, drawn as the figures draw them
         self.grid_item = pg.PlotCurveItem(pen=pg.mkPen((255, 255, 255, 110), width=1), connect="pairs")
         self.view.addItem(self.grid_item)
         for item in (self.mask_item, self.grid_item):
@@ -329,8 +331,14 @@ class ImagePanel(QWidget):
             return
         p = self.session.loaded.config.patch_size
         gh, gw = self.session.mask.shape
+        for item in self._hatches:
+            self.view.removeItem(item)
+        before = set(self.view.addedItems)
+        figures._masked_cells(self.view, self.session.mask, gh * p, gw * p)  # grey and hatched, as in every view
+        self._hatches = [item for item in self.view.addedItems if item not in before]
+        for item in self._hatches:
+            item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         rgba = np.zeros((gh, gw, 4), np.uint8)
-        rgba[self.session.mask] = MASK_RGBA
         if self.session.query is not None and self.session.query[0] < gh and self.session.query[1] < gw:
             rgba[self.session.query] = QUERY_RGBA
         self.mask_item.setImage(rgba, autoLevels=False, levels=(0, 255))
