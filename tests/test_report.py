@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +168,13 @@ def test_report_figures_come_from_one_forward_pass(tmp_path: Path, monkeypatch: 
     source = _native(tmp_path / "model")
     assert _inspect(source, "--out", tmp_path / "out") == 0
     assert len(calls) == 1
+
+
+def test_headless_without_a_display_or_qt_platform(tmp_path: Path) -> None:
+    """A server shell: no DISPLAY and no QT_QPA_PLATFORM; Qt must not abort looking for a screen."""
+    source = _native(tmp_path / "model")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    command = [sys.executable, "-m", "vit_explorer", "inspect", str(source), "--out", str(tmp_path / "out")]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "out" / "rollout.png").exists()

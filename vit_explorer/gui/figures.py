@@ -29,6 +29,7 @@ points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -390,10 +391,12 @@ def render_png(draw: Callable[[pg.GraphicsLayout], object], path: str | Path, si
                ) -> Path:
     """Draw offscreen into a (width, height) GraphicsLayoutWidget and save a PNG (white background).
 
-    Needs a QApplication; one is created when none exists (QT_QPA_PLATFORM=offscreen works headless).
+    Needs a QApplication. When none exists (a headless command) one is created on the offscreen
+    platform unless QT_QPA_PLATFORM says otherwise, so a server without a display works too.
     """
     path = Path(path)
     if QtWidgets.QApplication.instance() is None:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         pg.mkQApp("vit-explorer")
     saved = {key: pg.getConfigOption(key) for key in ("background", "foreground")}
     pg.setConfigOptions(background="w", foreground="k")
