@@ -16,12 +16,16 @@ and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handler
 - draw_similarity_grid(layout, sim, *, title, cmap, levels, colorbar_label) -> (PlotItem, ImageItem)
                                            the ViT paper's figure: a gh x gw mosaic of per-patch
                                            similarity maps with thin separators, one colour bar
+- similarity_mosaic(sim, separator) -> 2D array   the mosaic draw_similarity_grid shows (for setImage)
 - draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel)
       -> (PlotItem, BarGraphItem)
 - draw_lines(layout, x, series, *, title, xlabel, ylabel, markers) -> PlotItem   (with a legend)
 - draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel, jitter) -> PlotItem  (legend beside it)
 - draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
 - render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
+
+`_masked_cells(plot, masked, height, width)` draws the hatched [MASK] cells of `draw_image` onto
+any plot or view box (the image panel uses it so masks look the same everywhere).
 
 Image coordinates: x = column, y = row, one unit per pixel (or per cell of a heatmap); the y axis
 points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
