@@ -33,20 +33,22 @@ def build_pair(name: str, device: torch.device, dtype: torch.dtype) -> tuple[tor
     return reference.to(device, dtype).eval(), ours.to(device, dtype).eval()
 
 
-def time_once(fn: Callable[[], object], iters: int, device: torch.device) -> float:
-    """Mean seconds per call over iters calls."""
+def time_once(fn: Callable[[], object], iters: int, device: torch.device, clock: str) -> float:
+    """Mean seconds per call over iters calls: wall time, or this process's CPU time (CPU runs only),
+    which a busy shared machine disturbs far less."""
+    now = time.process_time if clock == "cpu" and device.type == "cpu" else time.perf_counter
     if device.type == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = now()
     for _ in range(iters):
         fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return (time.perf_counter() - start) / iters
+    return (now() - start) / iters
 
 
 def bench_case(name: str, batch: int, device: torch.device, dtype: torch.dtype, repeats: int,
-               iters: int) -> dict[str, float]:
+               iters: int, clock: str) -> dict[str, float]:
     reference, ours = build_pair(name, device, dtype)
     x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
     runs: dict[str, Callable[[], object]] = {
@@ -63,7 +65,7 @@ def bench_case(name: str, batch: int, device: torch.device, dtype: torch.dtype, 
             # rotate the order each repeat so no variant always runs first after a pause
             order = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
             for key in order:
-                times[key].append(time_once(runs[key], iters, device))
+                times[key].append(time_once(runs[key], iters, device, clock))
     result = {key: statistics.median(values) for key, values in times.items()}
     # ratios of runs from the same repeat (seconds apart) cancel most of the drift in machine load
     result["fast/timm"] = statistics.median(f / t for f, t in zip(times["fast"], times["timm"], strict=True))
@@ -79,6 +81,8 @@ def main() -> None:
     parser.add_argument("--batches", nargs="+", type=int, help="batch sizes")
     parser.add_argument("--repeats", type=int, help="timed repeats per variant (median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="CPU runs: wall time, or process CPU time (steadier on a busy machine)")
     args = parser.parse_args()
     models = args.models or (["vit-s16"] if args.quick else ["vit-s16", "vit-b16"])
     batches = args.batches or ([1, 8] if args.quick else [1, 64])
@@ -90,7 +94,8 @@ def main() -> None:
     if torch.cuda.is_available():
         setups.append((torch.device("cuda"), torch.bfloat16))
     cuda = f"CUDA: {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "no CUDA: bf16 runs skipped"
-    print(f"torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, {cuda}")
+    print(f"torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, "
+          f"CPU clock {args.clock}, {cuda}")
     header = (f"{'model':8} {'device':5} {'dtype':9} {'batch':>5} {'timm ms':>9} {'fast ms':>9} {'capture ms':>10} "
               f"{'fast/timm':>9} {'capture/fast':>12} {'max|diff|':>9}")
     print(header)
@@ -100,7 +105,7 @@ def main() -> None:
             for batch in batches:
                 # enough calls per timing that one timing lasts roughly 0.2 s or more at batch 1
                 iters = max(1, 16 // batch) if device.type == "cpu" else max(5, 64 // batch)
-                r = bench_case(name, batch, device, dtype, repeats, iters)
+                r = bench_case(name, batch, device, dtype, repeats, iters, args.clock)
                 print(f"{name:8} {device.type:5} {str(dtype).removeprefix('torch.'):9} {batch:5d} "
                       f"{r['timm'] * 1e3:9.1f} {r['fast'] * 1e3:9.1f} {r['capture'] * 1e3:10.1f} "
                       f"{r['fast/timm']:9.3f} {r['capture/fast']:12.3f} {r['max_abs_diff']:9.1e}",

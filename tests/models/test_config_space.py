@@ -196,3 +196,17 @@ def test_dropout_and_drop_path_in_training_stay_finite_and_vanish_in_eval() -> N
         torch.testing.assert_close(model(x), model.forward_intermediates(x, capture="all")["logits"],
                                    atol=1e-5, rtol=0)
         assert torch.equal(model(x), model(x))
+
+
+@pytest.mark.parametrize("talking", [False, True], ids=["mhsa", "talking"])
+def test_captured_attention_is_differentiable(talking: bool) -> None:
+    """Gradients flow through captured maps (attention x gradient methods need them); without
+    autograd the capture path may reuse buffers, and gives the same numbers."""
+    model = VisionTransformer(make_config("patchify", "learned", ("cls", "cls", 0), talking_heads=talking)).eval()
+    x = torch.randn(2, 3, *IMAGE, requires_grad=True)
+    out = model.forward_intermediates(x, capture=["attentions"])
+    out["attentions"][0][..., 0].sum().backward()  # attention paid to token 0 (a row sum would be 1)
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    with torch.inference_mode():
+        again = model.forward_intermediates(x.detach(), capture=["attentions"])
+    torch.testing.assert_close(again["attentions"][0], out["attentions"][0].detach(), atol=1e-6, rtol=0)

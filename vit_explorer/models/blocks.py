@@ -64,6 +64,14 @@ def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tens
     return out * head_mask.to(out.device, out.dtype).view(1, -1, 1, 1)
 
 
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys. In place unless autograd needs the input: the (B, H, T, T) scores are
+    the capture path's largest tensor, and a second buffer of that size costs a third of its time."""
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return logits.softmax(dim=-1)
+    return torch.softmax(logits, dim=-1, out=logits)
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, num_heads: int, qkv_bias: bool, attn_drop: float, proj_drop: float,
                  talking_heads: bool = False) -> None:
@@ -94,7 +102,7 @@ class Attention(nn.Module):
             logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
             if self.talking_heads:
                 logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-            probs = logits.softmax(dim=-1)
+            probs = _softmax(logits)
             if self.talking_heads:
                 probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
             out = self.attn_drop(probs) @ v  # (B, H, N, hd)
