@@ -76,17 +76,17 @@ def bench_case(name: str, batch: int, device: torch.device, dtype: torch.dtype, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="ViT-S/16 only, batch 1 and 8, 3 repeats")
+    parser.add_argument("--quick", action="store_true", help="ViT-S/16 only, batch 1 and 8, fewer repeats")
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), help="models to run")
     parser.add_argument("--batches", nargs="+", type=int, help="batch sizes")
-    parser.add_argument("--repeats", type=int, help="timed repeats per variant (median reported)")
+    parser.add_argument("--repeats", type=int,
+                        help="timed repeats per variant (default: more for small batches; median reported)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="CPU runs: wall time, or process CPU time (steadier on a busy machine)")
     args = parser.parse_args()
     models = args.models or (["vit-s16"] if args.quick else ["vit-s16", "vit-b16"])
     batches = args.batches or ([1, 8] if args.quick else [1, 64])
-    repeats = args.repeats or (3 if args.quick else 7)
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -103,8 +103,10 @@ def main() -> None:
     for device, dtype in setups:
         for name in models:
             for batch in batches:
-                # enough calls per timing that one timing lasts roughly 0.2 s or more at batch 1
-                iters = max(1, 16 // batch) if device.type == "cpu" else max(5, 64 // batch)
+                # CPU: one call per timing, alternating variants call by call, many repeats for short calls;
+                # CUDA: several calls per timing so that launch and synchronisation costs average out
+                repeats = args.repeats or max(3 if args.quick else 5, (16 if args.quick else 48) // batch)
+                iters = 1 if device.type == "cpu" else max(5, 64 // batch)
                 r = bench_case(name, batch, device, dtype, repeats, iters, args.clock)
                 print(f"{name:8} {device.type:5} {str(dtype).removeprefix('torch.'):9} {batch:5d} "
                       f"{r['timm'] * 1e3:9.1f} {r['fast'] * 1e3:9.1f} {r['capture'] * 1e3:10.1f} "
