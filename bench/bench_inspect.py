@@ -9,7 +9,9 @@ On ViT-S/16 (random weights, timm's and ours sharing one state dict), on the CPU
 
 Timings of the update and of timm's forward are interleaved and the medians reported.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/bench_inspect.py [--repeats 15] [--threads N]
+    .venv/bin/python bench/bench_inspect.py [--repeats 15] [--threads N] [--clock cpu]
+
+Without --image, inspect uses the first bundled sample image (resources/samples), as the CLI does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import timm
@@ -43,11 +46,11 @@ def interactive_update(model: VisionTransformer, x: torch.Tensor) -> torch.Tenso
     return out["logits"].softmax(-1)
 
 
-def timed(fn, iters: int) -> float:
-    start = time.perf_counter()
+def timed(fn: Callable[[], object], iters: int, clock: Callable[[], float]) -> float:
+    start = clock()
     for _ in range(iters):
         fn()
-    return (time.perf_counter() - start) / iters
+    return (clock() - start) / iters
 
 
 def main() -> None:
@@ -55,7 +58,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15, help="timed repeats of update and timm forward")
     parser.add_argument("--iters", type=int, default=4, help="calls per timed repeat")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="cpu: this process's CPU time for the update/forward ratio, steadier on a busy machine "
+                             "(use with --threads 1, where CPU time is the time one core spends)")
     args = parser.parse_args()
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.threads:
         torch.set_num_threads(args.threads)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -65,7 +72,7 @@ def main() -> None:
     ours.load_state_dict(reference.state_dict(), strict=True)
     x = torch.randn(1, 3, 224, 224)
     print(f"torch {torch.__version__}, timm {timm.__version__}, CPU threads {torch.get_num_threads()}, "
-          "ViT-S/16, batch 1, fp32")
+          f"ViT-S/16, batch 1, fp32, {args.clock} clock")
 
     with torch.inference_mode():
         diff = (reference(x).softmax(-1) - interactive_update(ours, x)).abs().max().item()  # and warm-up
@@ -74,7 +81,7 @@ def main() -> None:
         for r in range(args.repeats):
             pair = [("timm forward", lambda: reference(x)), ("interactive update", lambda: interactive_update(ours, x))]
             for name, fn in pair if r % 2 == 0 else pair[::-1]:
-                times[name].append(timed(fn, args.iters))
+                times[name].append(timed(fn, args.iters, clock))
     medians = {k: statistics.median(v) for k, v in times.items()}
 
     with tempfile.TemporaryDirectory() as tmp:
