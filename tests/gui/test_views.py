@@ -94,6 +94,8 @@ def test_position_view_click_and_compare(qtbot, window) -> None:
     qtbot.waitUntil(lambda: view.mosaic is not None, timeout=10000)
     assert view.sim.patches.shape == (8, 8, 8, 8) and "cls" in view.sim.prefix
     mosaic = view.mosaic
+    qtbot.waitUntil(lambda: min(mosaic.sceneBoundingRect().width(), mosaic.sceneBoundingRect().height()) > 71,
+                    timeout=5000)  # laid out on screen
     tile_centre = mosaic.mapToScene(QPointF(2 * 9 + 4, 5 * 9 + 4))  # 8-cell tiles with 1-cell separators
 
     class Click:
@@ -102,6 +104,7 @@ def test_position_view_click_and_compare(qtbot, window) -> None:
 
     view._clicked(Click())
     assert view.patch == (5, 2)
+    np.testing.assert_array_equal(view._patch_map[1].image, view.sim.patches[5, 2])
     view.compare.setCurrentIndex(view.compare.findData("sincos_2d"))
     qtbot.waitUntil(lambda: view.other is not None, timeout=10000)
     assert view.other.patches.shape == (8, 8, 8, 8)

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
 from ...analysis.pe import PESimilarity, pe_similarity
-from .. import figures
+from .. import figures, live
 from ..session import Session
 from .base import Table, View
 from .builder import PE_SCHEMES
@@ -50,6 +50,7 @@ class PositionView(View):
         self.other_name = ""
         self.patch = (0, 0)
         self.mosaic: pg.ImageItem | None = None
+        self._patch_map: tuple[pg.PlotItem, pg.ImageItem] | None = None  # the clicked patch's map
         controls = QHBoxLayout()
         self.compare = QComboBox()
         self.compare.addItem("no comparison", "")
@@ -132,35 +133,51 @@ class PositionView(View):
         tile = tile_at(self.mosaic, event.scenePos(), self.sim.grid)
         if tile is not None:
             self.patch = tile
-            self.redraw()
+            self._show_patch()
 
     def redraw(self) -> None:
         self.plots.ci.clear()
         self.mosaic = None
+        self._patch_map = None
         sim = self.sim
         if sim is None:
             return
-        if sim.patches is None:
-            self.note.setText(sim.note)
-            return
         self.note.setText(sim.note)
+        if sim.patches is None:
+            return
+        # the mosaics get a full-width row of their own; the single maps share the row below
+        top = self.plots.ci.addLayout()
+        self.plots.ci.nextRow()
+        bottom = self.plots.ci.addLayout()
+        self.plots.ci.layout.setRowStretchFactor(0, 3)
+        self.plots.ci.layout.setRowStretchFactor(1, 2)
         scheme = self.session.loaded.config.pos_embed
         _, self.mosaic = figures.draw_similarity_grid(
-            self.plots.ci, sim.patches, title=f"position-embedding similarity ({scheme}, {sim.grid[0]}×{sim.grid[1]})")
+            top, sim.patches, title=f"position-embedding similarity ({scheme}, {sim.grid[0]}×{sim.grid[1]})")
         if self.other is not None:
             if self.other.patches is None:
                 self.note.setText(f"{self.other_name}: {self.other.note}")
             else:
-                figures.draw_similarity_grid(self.plots.ci, self.other.patches, title=self.other_name)
-        self.plots.ci.nextRow()
+                figures.draw_similarity_grid(top, self.other.patches, title=self.other_name)
         r, c = self.patch
-        figures.draw_heatmap(self.plots.ci, sim.patches[r, c], title=f"patch ({r}, {c}) vs every patch",
-                             cmap=figures.SIMILARITY_CMAP, levels=(-1, 1), colorbar_label="cosine similarity",
-                             grid=sim.grid)
+        self._patch_map = figures.draw_heatmap(bottom, sim.patches[r, c], title=self._patch_title(),
+                                               cmap=figures.SIMILARITY_CMAP, levels=(-1, 1),
+                                               colorbar_label="cosine similarity", grid=sim.grid)
         for name, values in sim.prefix.items():
-            figures.draw_heatmap(self.plots.ci, values, title=f"[{name.upper()}] PE vs patch PEs",
+            figures.draw_heatmap(bottom, values, title=f"[{name.upper()}] PE vs patch PEs",
                                  cmap=figures.SIMILARITY_CMAP, levels=(-1, 1), colorbar_label="cosine similarity",
                                  grid=sim.grid)
+
+    def _patch_title(self) -> str:
+        return f"patch ({self.patch[0]}, {self.patch[1]}) vs every patch"
+
+    def _show_patch(self) -> None:
+        """The clicked patch's map, updated in place."""
+        if self._patch_map is None or self.sim is None:
+            return
+        plot, image = self._patch_map
+        live.update_heat(plot, image, self.sim.patches[self.patch], levels=(-1, 1))
+        plot.setTitle(self._patch_title(), size=figures.TITLE_SIZE)
 
     def table(self) -> Table | None:
         if self.sim is None or self.sim.patches is None:
