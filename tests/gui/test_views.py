@@ -119,8 +119,9 @@ def test_deit_heads_and_token_similarity(qtbot, window, deit_checkpoint: Path) -
     titles = [item.titleLabel.text for item in prediction.plots.ci.items if hasattr(item, "titleLabel")]
     assert {"average of both heads", "class head", "distillation head"} <= set(titles)
     view = show(window, "Embeddings")
-    qtbot.waitUntil(lambda: view.facts is not None and view.facts.cls_dist is not None, timeout=10000)
-    assert view.facts.cls_dist.shape == (3,)  # input + 2 blocks
+    qtbot.waitUntil(lambda: view.facts is not None and "cos([CLS], [DIST])" in view.facts.tokens, timeout=10000)
+    assert view.facts.tokens["cos([CLS], [DIST])"].shape == (3,)  # input + 2 blocks
+    assert len(view._curves) == 2  # [CLS] with the patches, [CLS] with [DIST]
     assert view.facts.unfold_max_diff < 1e-5
     assert "unchanged" in view.facts_label.text()
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..analysis.tokens import cls_dist_similarity
+from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
 from ..models import TokenLayout
 
@@ -43,6 +43,7 @@ class ForwardResult:
     class_attentions: list[torch.Tensor]  # CaiT: per class-attention block (1, heads, 1, 1 + N)
     with_pos: torch.Tensor | None = None  # (1, T, D) tokens after adding the position embedding, on the CPU
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
+    cls_patch: np.ndarray | None = None  # mean cosine of [CLS] with the patch tokens, input then each block
     seconds: float = 0.0
 
     @property
@@ -85,13 +86,17 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_probs = {k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()}
     attentions = [a.float().cpu() for a in out["attentions"]]  # (1, heads, T, T) per block
     class_attn = [a.float().cpu() for a in out.get("class_attentions", [])]  # (1, heads, 1, 1+N)
-    cls_dist = None
+    states = [out["embedded"]] + out["hidden_states"]  # (1, T, D) each
+    cls_dist = cls_patch = None
     if "dist" in layout.prefix_names:  # DeiT: how alike [CLS] and the distillation token become
-        cls_dist = cls_dist_similarity([out["embedded"]] + out["hidden_states"], layout)[0].cpu().numpy()
+        cls_dist = cls_dist_similarity(states, layout)[0].cpu().numpy()
+    if "cls" in layout.prefix_names:
+        cls_patch = np.asarray([float(patch_cls_similarity(s, layout).mean()) for s in states])
     pre = loaded.preprocessing
     return ForwardResult(
         inputs=inputs, layout=layout, display=display_image(pixels, pre.mean, pre.std), probs=probs,
         head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
         class_attentions=class_attn, with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist,
+        cls_patch=cls_patch,
         seconds=time.perf_counter() - start,
     )

@@ -17,15 +17,18 @@ from ..forward import ForwardResult, pixels_for
 from ..session import Session
 from .base import Table, View
 
+MAX_TILES = 28  # filters shown of a convolutional stem's first layer
+
 
 @dataclass
 class EmbeddingFacts:
     model_id: int  # the session's id of the model these facts describe
-    components: np.ndarray | None  # (k, P, P, 3) principal components of the patch-embedding filters
-    variance: np.ndarray | None  # (k,) share of variance each explains
+    components: np.ndarray | None  # (k, h, w, 3) patchify: principal components of the filters; conv stem:
+    # the first 3x3 convolution's filters
+    variance: np.ndarray | None  # (k,) patchify: share of the filters' variance each component explains
     unfold_max_diff: float | None  # max |Conv2d - Unfold+Linear|; None for a convolutional stem
     dropout: DropoutDemo
-    cls_dist: np.ndarray | None  # cosine of [CLS] and distillation token: input, then after each block
+    tokens: dict[str, np.ndarray]  # token-similarity curves: input, then after each block
 
 
 def embedding_facts(result: ForwardResult, p: float, previous: EmbeddingFacts | None) -> EmbeddingFacts:
@@ -44,8 +47,16 @@ def embedding_facts(result: ForwardResult, p: float, previous: EmbeddingFacts | 
                 comps, share = embedding_components(model)
                 components, variance = comps.cpu().numpy(), share.cpu().numpy()
             diff = unfold_difference(model, pixels)
+        elif model.config.stem == "conv" and model.config.in_chans == 3:
+            first = model.patch_embed.convs[0][0].weight  # (C_out, 3, 3, 3)
+            components = first[:MAX_TILES].permute(0, 2, 3, 1).float().cpu().numpy()  # (k, 3, 3, RGB)
+    tokens = {}
+    if result.cls_patch is not None:
+        tokens["cos([CLS], patch), mean over patches"] = result.cls_patch
+    if result.cls_dist is not None:
+        tokens["cos([CLS], [DIST])"] = result.cls_dist
     return EmbeddingFacts(result.inputs.model_id, components, variance, diff, dropout_demo(result.with_pos, p),
-                          result.cls_dist)
+                          tokens)
 
 
 class EmbeddingsView(View):
@@ -54,7 +65,7 @@ class EmbeddingsView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.facts: EmbeddingFacts | None = None
-        self._curve: pg.PlotDataItem | None = None  # the [CLS]/[DIST] similarity curve, updated in place
+        self._curves: list[pg.PlotDataItem] = []  # the token-similarity curves, updated in place
         self.p = QDoubleSpinBox()
         self.p.setRange(0.0, 0.95)
         self.p.setSingleStep(0.05)
@@ -81,35 +92,38 @@ class EmbeddingsView(View):
 
     def _show(self, facts: EmbeddingFacts) -> None:
         same_picture = (self.facts is not None and self.facts.model_id == facts.model_id
-                        and (self.facts.cls_dist is None) == (facts.cls_dist is None))
+                        and list(self.facts.tokens) == list(facts.tokens))
         self.facts = facts
-        if same_picture:  # the filters are the model's: only the curve and the numbers change
-            if self._curve is not None:
-                self._curve.setData(np.arange(len(facts.cls_dist)), facts.cls_dist)
+        if same_picture:  # the filters are the model's: only the curves and the numbers change
+            for curve, values in zip(self._curves, facts.tokens.values(), strict=True):
+                curve.setData(np.arange(len(values)), values)
         else:
             self._draw(facts)
         self.facts_label.setText("\n".join(self._lines(facts)))
 
     def _draw(self, facts: EmbeddingFacts) -> None:
         self.plots.ci.clear()
-        self._curve = None
-        if facts.components is not None:
+        self._curves = []
+        if facts.variance is not None:
             explained = facts.variance[: len(facts.components)].sum()
             figures.draw_rgb_tiles(self.plots.ci, facts.components,
                                    title=f"top {len(facts.components)} components of the patch-embedding filters "
                                          f"({explained:.0%} of their variance)")
-        if facts.cls_dist is not None:
+        elif facts.components is not None:
+            figures.draw_rgb_tiles(self.plots.ci, facts.components,
+                                   title=f"{len(facts.components)} filters of the convolutional stem's first 3×3 "
+                                         "convolution")
+        if facts.tokens:
             self.plots.ci.nextRow()
-            x = np.arange(len(facts.cls_dist))
-            plot = figures.draw_lines(self.plots.ci, x, {"cos([CLS], [DIST])": facts.cls_dist},
-                                      title="[CLS] vs distillation token through the layers",
+            x = np.arange(len(next(iter(facts.tokens.values()))))
+            plot = figures.draw_lines(self.plots.ci, x, facts.tokens, title="token similarity through the layers",
                                       xlabel="layer (0 = embedded input)", ylabel="cosine similarity")
-            self._curve = plot.listDataItems()[0]
+            self._curves = plot.listDataItems()
 
     @staticmethod
     def _lines(facts: EmbeddingFacts) -> list[str]:
         lines = []
-        if facts.components is not None:
+        if facts.unfold_max_diff is not None:
             lines.append(f"Conv2d(k=P, s=P) against Unfold + Linear with the same weights: largest difference "
                          f"{facts.unfold_max_diff:.2e} — the patchify stem is one linear map per patch.")
         else:
@@ -132,6 +146,6 @@ class EmbeddingsView(View):
         if self.facts.unfold_max_diff is not None:
             rows.append(("conv vs unfold+linear max diff", self.facts.unfold_max_diff))
             rows += [(f"component {i} variance share", float(v)) for i, v in enumerate(self.facts.variance)]
-        if self.facts.cls_dist is not None:
-            rows += [(f"cos(cls, dist) layer {i}", float(v)) for i, v in enumerate(self.facts.cls_dist)]
+        for name, values in self.facts.tokens.items():
+            rows += [(f"{name} layer {i}", float(v)) for i, v in enumerate(values)]
         return ["quantity", "value"], rows

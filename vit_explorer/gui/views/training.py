@@ -171,6 +171,7 @@ class TrainingView(View):
         self.status = QLabel("Not training.")
         self.status.setWordWrap(True)
         form.addRow(self.status)
+        form_widget.setMaximumWidth(460)  # the curves get the rest
         split.addWidget(form_widget)
         self.plots = pg.GraphicsLayoutWidget()
         split.addWidget(self.plots)
@@ -178,6 +179,7 @@ class TrainingView(View):
         split.setSizes([420, 1100])
         self.body.addWidget(split, 1)
         self.snapshot: PESnapshot | None = None
+        self.snapshot_run = ""  # the run the snapshot belongs to
         self._key: tuple | None = None  # structure of the drawn figures
         self._curves: dict[tuple[str, str, str], pg.PlotDataItem] = {}  # (run, metric, train/val) -> curve
         self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
@@ -323,7 +325,7 @@ class TrainingView(View):
             run.val.append((event.step, event.loss, event.accuracy))
             self._schedule_redraw()
         elif isinstance(event, PESnapshot):
-            self.snapshot = event
+            self.snapshot, self.snapshot_run = event, run.name
             self._schedule_redraw()
         elif isinstance(event, CheckpointSaved):
             run.saved = event.path
@@ -379,7 +381,7 @@ class TrainingView(View):
             separator = 1 if max(gh, gw) < 24 else 2  # as figures.draw_similarity_grid draws it
             image.setImage(figures.similarity_mosaic(self.snapshot.similarity, separator), levels=(-1, 1),
                            autoLevels=False)
-            plot.setTitle(f"position-embedding similarity at step {self.snapshot.step}", size=figures.TITLE_SIZE)
+            plot.setTitle(self._snapshot_title(), size=figures.TITLE_SIZE)
 
     def _build_figures(self, runs: list[Run]) -> None:
         self.plots.ci.clear()
@@ -396,7 +398,10 @@ class TrainingView(View):
             self.plots.ci.nextRow()
         if self.snapshot is not None:
             self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
-                                                    title=f"position-embedding similarity at step {self.snapshot.step}")
+                                                    title=self._snapshot_title())
+
+    def _snapshot_title(self) -> str:
+        return f"PE similarity · {self.snapshot_run} · step {self.snapshot.step}"
 
     def closeEvent(self, event: Any) -> None:  # noqa: N802
         self.stop()
