@@ -68,11 +68,11 @@ def _background(g: torch.Generator, n: int, size: int, gradient: bool) -> torch.
     angle = _uniform(g, n, 0, math.pi).view(n, 1, 1)
     freq = _uniform(g, n, 0.3, 1.6).view(n, 1, 1)
     phase = _uniform(g, n, 0, 2 * math.pi).view(n, 1, 1)
-    strength = (_uniform(g, n, -0.05, 0.2).clamp(min=0)).view(n, 1, 1, 1)
+    strength = (_uniform(g, n, -0.05, 0.15).clamp(min=0)).view(n, 1, 1, 1)
     stripes = torch.sin(freq * (xs * torch.cos(angle) + ys * torch.sin(angle)) + phase)  # (n, S, S)
     tint = _uniform(g, 3 * n, -1, 1).view(n, 3, 1, 1)
     bg = base + strength * tint * stripes[:, None]
-    bg = bg + _uniform(g, n, 0, 0.06).view(n, 1, 1, 1) * torch.randn(n, 3, size, size, generator=g)
+    bg = bg + _uniform(g, n, 0, 0.04).view(n, 1, 1, 1) * torch.randn(n, 3, size, size, generator=g)
     if gradient:
         gx, gy = (_uniform(g, 3 * n, -0.25, 0.25).view(n, 3, 1, 1) for _ in range(2))
         bg = bg + (gx * (xs - size / 2) + gy * (ys - size / 2)) / size
@@ -101,7 +101,7 @@ def _draw(seed: int, split: str, start: int, count: int, size: int, variant: str
     labels = labels[torch.randperm(n, generator=g)]
     shape_ids = labels if variant == "shapes" else torch.randint(0, len(SHAPES), (n,), generator=g)
 
-    radius = _uniform(g, n, 0.2, 0.36) * size  # pixels
+    radius = _uniform(g, n, 0.24, 0.4) * size  # pixels
     theta = _uniform(g, n, 0, 2 * math.pi)
     if variant == "shapes":
         margin = radius * 0.8
