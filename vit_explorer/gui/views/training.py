@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from ...models import PRESETS, ViTConfig, preset
 from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
+from ...training.recipe import Recipe
 from .. import figures
 from ..session import Session
 from ..workers import GeneratorThread
@@ -40,7 +41,8 @@ CHANGES: list[tuple[str, Callable[[ViTConfig], dict[str, Any]]]] = [  # the comp
     ("no [CLS]: average pooling", lambda c: {"prefix_tokens": "none", "pool": "gap"}),
     ("half the depth", lambda c: {"depth": max(1, c.depth // 2)}),
 ]
-REDRAW_MS = 250  # curves redraw at most this often while training
+REDRAW_MS = 250
+DEFAULTS = Recipe()  # the trainer's own defaults fill the form  # curves redraw at most this often while training
 
 
 @dataclass
@@ -114,14 +116,14 @@ class TrainingView(View):
         form.addRow("Time budget", self.budget)
         self.batch = QSpinBox()
         self.batch.setRange(1, 4096)
-        self.batch.setValue(128)
+        self.batch.setValue(DEFAULTS.batch_size)
         self.batch.setToolTip("Images per optimizer step.")
         form.addRow("Batch size", self.batch)
         self.lr = QDoubleSpinBox()
         self.lr.setDecimals(5)
         self.lr.setRange(1e-5, 1.0)
         self.lr.setSingleStep(1e-4)
-        self.lr.setValue(2e-3)
+        self.lr.setValue(DEFAULTS.lr)
         self.lr.setToolTip("Peak learning rate of AdamW after warm-up (cosine decay after it).")
         form.addRow("Learning rate", self.lr)
         self.train_size = QSpinBox()
@@ -213,9 +215,7 @@ class TrainingView(View):
             raise ValueError("the Model builder's settings are not valid; fix them or pick a preset")
         return self.session.draft
 
-    def recipe(self) -> Any:
-        from ...training.recipe import Recipe
-
+    def recipe(self) -> Recipe:
         steps = self.steps.value() or None
         return Recipe(steps=steps, time_budget=None if steps else float(self.budget.value()),
                       batch_size=self.batch.value(), lr=self.lr.value(), snapshot_every=10, log_every=5)
