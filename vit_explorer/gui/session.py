@@ -35,7 +35,7 @@ def default_image(size: tuple[int, int]) -> Image.Image:
 
 
 class Session(QObject):
-    model_changed = Signal()  # a new model (or new weights): everything is reset
+    model_changed = Signal()  # a new model: everything is reset
     image_changed = Signal()
     inputs_changed = Signal()  # mask, head mask or resolution changed
     selection_changed = Signal()  # layer, head or query token changed
@@ -108,13 +108,6 @@ class Session(QObject):
         self.head = min(self.head, cfg.num_heads - 1)
         self.query = None
         self.result = None
-        self.model_changed.emit()
-        self.request_forward()
-
-    def weights_changed(self) -> None:
-        """The current model's weights changed in place (e.g. training): rerun everything."""
-        self.model_id = next(_ids)
-        self._baseline = None
         self.model_changed.emit()
         self.request_forward()
 
