@@ -121,7 +121,7 @@ def test_fused_and_capture_paths_agree(case: tuple, talking: bool) -> None:
     model = VisionTransformer(cfg).eval()
     with torch.no_grad():  # random, non-trivial values everywhere (zeros would hide layout mistakes)
         for p in model.parameters():
-            p.normal_(0, 0.3) if p.ndim > 1 or p.numel() > 16 else p.normal_(0, 0.1)
+            p.normal_(0, 0.3)
     x = torch.randn(2, 3, *IMAGE)
     head_mask = torch.ones(cfg.depth + cfg.class_attn_depth, cfg.num_heads)
     head_mask[0, 1] = 0
@@ -151,7 +151,7 @@ def test_fused_and_capture_paths_agree(case: tuple, talking: bool) -> None:
             expected = brute_class_attention(model, 0, model.cls_token.expand(2, -1, -1), out["hidden_states"][-1])
         torch.testing.assert_close(probs, expected, atol=1e-5, rtol=1e-4)
     else:
-        assert "class_attentions" not in out or out["class_attentions"] == []
+        assert "class_attentions" not in out
 
 
 @pytest.mark.parametrize("talking", [False, True], ids=["sdpa", "talking"])
