@@ -176,3 +176,10 @@ def test_run_app_returns_exit_code(tiny_checkpoint: Path) -> None:
         f"assert code == 0 and seen == [{str(tiny_checkpoint)!r}], (code, seen)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_current_view_follows_the_tab(window) -> None:
+    window.docks["Heads"].raise_()
+    assert window.current_view() is window.views["Heads"]
+    window.docks["Parameters"].raise_()
+    assert window.current_view() is window.views["Parameters"]

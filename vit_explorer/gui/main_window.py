@@ -302,12 +302,14 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ actions
     def current_view(self) -> Any:
-        for title, dock in self.docks.items():
-            if title in self.views and not dock.visibleRegion().isEmpty():
-                if dock.widget().hasFocus() or dock.isAncestorOf(self.focusWidget() or dock):
-                    return self.views[title]
-        visible = [self.views[t] for t, d in self.docks.items() if t in self.views and not d.visibleRegion().isEmpty()]
-        return visible[-1] if visible else None
+        """The view holding the keyboard focus, else the big view on screen (the current tab)."""
+        focus = self.focusWidget()
+        shown = [view for title, view in self.views.items() if view.on_screen and self.docks[title].isVisible()]
+        for view in shown:
+            if focus is not None and view.isAncestorOf(focus):
+                return view
+        tabs = [view for view in shown if view.title != "Prediction"]
+        return (tabs or shown or [None])[0]
 
     def export_current(self) -> None:
         view = self.current_view()
