@@ -151,3 +151,13 @@ def test_attention_opacity_and_map_only(qtbot, window) -> None:
     assert view._figures[0][2].opacity() == 0.25
     view.raw.setChecked(True)  # the map alone, as a heat map with the patch grid
     assert view._figures[0][2] is None and view.maps.shape == (1, 8, 8)
+
+
+def test_builder_starts_from_the_open_model(qtbot, window, deit_checkpoint: Path) -> None:
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(deit_checkpoint))
+    view = show(window, "Model builder")
+    view.from_current()
+    assert view.config() == window.session.loaded.config  # every field, also those without a control
+    view.depth.setValue(1)
+    assert view.config() == window.session.loaded.config.replace(depth=1)

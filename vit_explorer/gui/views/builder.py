@@ -4,7 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
 from ...models import PRESETS, ConfigError, ViTConfig, preset
 from ..session import Session
@@ -33,6 +43,7 @@ class BuilderView(View):
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
+        self._base: dict[str, Any] = dict(PRESETS["classroom"])  # fields without a control come from here
         form = QFormLayout()
         self.preset = QComboBox()
         self.preset.addItem("(from parts)", "")
@@ -40,7 +51,13 @@ class BuilderView(View):
             self.preset.addItem(name, name)
         self.preset.setToolTip("Start from a named preset; changing any part below edits it.")
         self.preset.activated.connect(self._preset_chosen)
-        form.addRow("Preset", self.preset)
+        from_current = QPushButton("Current model")
+        from_current.setToolTip("Fill the parts in from the model that is open now.")
+        from_current.clicked.connect(self.from_current)
+        row = QHBoxLayout()
+        row.addWidget(self.preset, 1)
+        row.addWidget(from_current)
+        form.addRow("Preset", row)
 
         def combo(items: list[tuple[str, str]], tip: str) -> QComboBox:
             box = QComboBox()
@@ -122,19 +139,25 @@ class BuilderView(View):
             w.blockSignals(False)
         self.update_estimate()
 
+    def from_current(self) -> None:
+        """Start from the open model (its fields that have no control here are kept too)."""
+        if self.session.loaded is not None:
+            self.preset.setCurrentIndex(0)
+            self._base = self.session.loaded.config.to_dict()
+            self.set_config(self.session.loaded.config)
+
     def _preset_chosen(self, index: int) -> None:
         name = self.preset.itemData(index)
+        self._base = dict(PRESETS[name]) if name else {}
         if name:
             self.set_config(preset(name))
 
     def config(self) -> ViTConfig:
         """The config the controls describe; raises ConfigError with what to change."""
-        name = self.preset.currentData()
-        base = PRESETS[name] if name else {}
         prefix = self.prefix.currentData()
         class_attn = self.class_attn.value()
         values: dict[str, Any] = {
-            **base,
+            **self._base,
             "stem": self.stem.currentData(),
             "pos_embed": self.pos_embed.currentData(),
             "prefix_tokens": "none" if prefix == "none" else prefix,
