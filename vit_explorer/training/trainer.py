@@ -303,7 +303,7 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
     last_save = time.monotonic()
     saved_step = step if state is not None else None
     window = torch.zeros(3, dtype=torch.float64, device=dev)  # loss sum, correct, count since the last Step
-    window_time, window_images = 0.0, 0
+    window_images = 0
 
     def save() -> Iterator[Event]:
         nonlocal last_save, saved_step
@@ -342,26 +342,70 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
         if sim is not None:
             yield PESnapshot(step, sim)
 
+    def log() -> Iterator[Event]:
+        """Close the window of steps since the last Step event: sync, NaN check, report, maybe validate/save."""
+        nonlocal elapsed, window_start, window_images, next_eval, nan_message
+        totals = window.clone()
+        if distributed:
+            dist.all_reduce(totals)
+        loss_sum, correct, count = totals.tolist()  # waits for the device: the window's time is now real
+        span = time.perf_counter() - window_start
+        elapsed += span
+        if distributed:  # rank 0's clock decides, so every process validates at the same steps
+            clock = torch.tensor([elapsed], dtype=torch.float64, device=dev)
+            dist.broadcast(clock, 0)
+            elapsed = float(clock.item())
+        if not math.isfinite(loss_sum):
+            kept = (f"the last good checkpoint (step {saved_step}) in {out_dir} is kept"
+                    if saved_step is not None else "no checkpoint was written")
+            nan_message = (f"the loss became {'NaN' if math.isnan(loss_sum) else 'infinite'} by step {step} "
+                           f"(learning rate {lr:.3g}); training stopped and {kept}. "
+                           "Try a lower --lr or a smaller --batch-size.")
+            return
+        if count:
+            if total is not None:
+                eta = (total - step) * elapsed / max(step - (int(state["step"]) if state else 0), 1)
+            else:
+                eta = max(budget - elapsed, 0.0)
+            history.append([step, loss_sum / count, correct / count])
+            yield Step(step, step / spe, loss_sum / count, correct / count, lr, window_images / max(span, 1e-9),
+                       eta, elapsed)
+        window.zero_()
+        window_images = 0
+        # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one
+        if progress(step, elapsed) >= next_eval and progress(step, elapsed) < 1.0:
+            next_eval = (math.floor(progress(step, elapsed) / recipe.eval_every) + 1) * recipe.eval_every
+            yield from validate()
+            yield from save()
+        elif time.monotonic() - last_save >= recipe.checkpoint_every and progress(step, elapsed) < 1.0:
+            yield from save()
+        window_start = time.perf_counter()  # validation and saving are not training time
+
     yield from snapshot()
     model.train()
     epoch, it = step // spe, batches.epoch(step // spe, step % spe)
     reason = "completed"
+    nan_message: str | None = None
+    lr = recipe.lr_at(progress(step, elapsed))
+    window_start = time.perf_counter()
     while True:
         # every process must agree on stopping and (time budget) on the learning rate: rank 0 decides
         stop = control.stopped
+        clock = elapsed + time.perf_counter() - window_start
         if distributed:
-            flags = torch.tensor([float(stop), elapsed], dtype=torch.float64, device=dev)
+            flags = torch.tensor([float(stop), clock], dtype=torch.float64, device=dev)
             dist.broadcast(flags, 0)
-            stop, elapsed = bool(flags[0].item()), float(flags[1].item())
-        p = progress(step, elapsed)
+            stop, clock = bool(flags[0].item()), float(flags[1].item())
+        p = progress(step, clock)
         if p >= 1.0 or stop:
             reason = "stopped" if stop and p < 1.0 else ("time budget" if budget else "completed")
             break
         if control.paused:
+            paused_at = time.perf_counter()
             control.wait_while_paused()
+            window_start += time.perf_counter() - paused_at  # a pause is not training time
             continue
 
-        t0 = time.perf_counter()
         if step // spe != epoch:
             epoch = step // spe
             it = batches.epoch(epoch, 0)
@@ -416,43 +460,23 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
                                    torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
             window_images += len(labels) * world
         step += 1
-        dt = time.perf_counter() - t0
-        elapsed += dt
-        window_time += dt
 
-        final = progress(step, elapsed) >= 1.0
-        if step % recipe.log_every == 0 or final:
-            totals = window.clone()
-            if distributed:
-                dist.all_reduce(totals)
-            loss_sum, correct, count = totals.tolist()
-            if not math.isfinite(loss_sum):
-                kept = (f"the last good checkpoint (step {saved_step}) in {out_dir} is kept"
-                        if saved_step is not None else "no checkpoint was written")
-                yield Error(step, f"the loss became {'NaN' if math.isnan(loss_sum) else 'infinite'} by step {step} "
-                                  f"(learning rate {lr:.3g}); training stopped and {kept}. "
-                                  "Try a lower --lr or a smaller --batch-size.")
+        # a step-sized run ends on a step count every process knows; a timed one stops at the loop top
+        if step % recipe.log_every == 0 or (total is not None and step >= total):
+            yield from log()
+            if nan_message:
+                yield Error(step, nan_message)
                 return
-            if count:
-                if total is not None:
-                    eta = (total - step) * elapsed / max(step - (int(state["step"]) if state else 0), 1)
-                else:
-                    eta = max(budget - elapsed, 0.0)
-                history.append([step, loss_sum / count, correct / count])
-                yield Step(step, step / spe, loss_sum / count, correct / count, lr,
-                           window_images / max(window_time, 1e-9), eta, elapsed)
-            window.zero_()
-            window_time, window_images = 0.0, 0
-            # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one
-            if progress(step, elapsed) >= next_eval and not final:
-                next_eval = (math.floor(progress(step, elapsed) / recipe.eval_every) + 1) * recipe.eval_every
-                yield from validate()
-                yield from save()
-            elif time.monotonic() - last_save >= recipe.checkpoint_every:
-                yield from save()
         if step % recipe.snapshot_every == 0:
             yield from snapshot()
 
+    if window_images:  # steps since the last Step event (a timed or stopped run)
+        yield from log()
+        if nan_message:
+            yield Error(step, nan_message)
+            return
+    else:
+        elapsed = max(elapsed, clock)
     yield from snapshot()
     yield from validate()
     yield from save()
