@@ -193,7 +193,8 @@ class TrainingView(View):
     # ------------------------------------------------------------------ control
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        """A run has started and its last event has not been handled yet (cleared by `_done`)."""
+        return self.thread is not None
 
     def _buttons(self) -> None:
         running = self.running
