@@ -24,8 +24,8 @@ and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handler
 - draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
 - render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
 
-`_masked_cells(plot, masked, height, width)` draws the hatched [MASK] cells of `draw_image` onto
-any plot or view box (the image panel uses it so masks look the same everywhere).
+- draw_masked_cells(plot_or_viewbox, masked, height, width)   the hatched [MASK] cells of `draw_image`
+                                           on any plot or view box (masks look the same everywhere)
 
 Image coordinates: x = column, y = row, one unit per pixel (or per cell of a heatmap); the y axis
 points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
@@ -61,8 +61,24 @@ def _tick_font() -> QtGui.QFont:
     return font
 
 
-def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "") -> pg.PlotItem:
-    plot = layout.addPlot(title=None)
+class IntegerAxis(pg.AxisItem):
+    """An axis with ticks on whole numbers only, for axes that count (layers, heads, steps)."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
+        levels = [(spacing, offset) for spacing, offset in super().tickSpacing(minVal, maxVal, size)
+                  if spacing >= 1 and float(spacing).is_integer()]
+        return levels or [(1.0, 0.0)]
+
+
+def _is_integer(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values)]
+    return finite.size > 0 and bool(np.all(finite == np.round(finite)))
+
+
+def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "",
+              integer_x: bool = False) -> pg.PlotItem:
+    axes = {"bottom": IntegerAxis("bottom")} if integer_x else None
+    plot = layout.addPlot(title=None, axisItems=axes)
     if title:
         plot.setTitle(title, size=TITLE_SIZE)
     for side, text in (("bottom", xlabel), ("left", ylabel)):
@@ -167,8 +183,12 @@ def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, 
     return plot, image
 
 
-def _masked_cells(plot: pg.PlotItem, masked: np.ndarray, height: float, width: float) -> None:
-    """Grey, cross-hatched rectangles over masked patches (visible on any image and any overlay)."""
+def draw_masked_cells(plot: pg.PlotItem | pg.ViewBox, masked: np.ndarray, height: float, width: float) -> None:
+    """Grey, hatched rectangles over the masked patches (visible on any image and any overlay).
+
+    masked: (gh, gw) bool; the image spans height x width units, so cell (r, c) covers
+    [c * width / gw, (c + 1) * width / gw) x [r * height / gh, (r + 1) * height / gh).
+    """
     gh, gw = masked.shape
     ch, cw = height / gh, width / gw
     path = QtGui.QPainterPath()
@@ -216,7 +236,7 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
         if colorbar:
             _add_colorbar(plot, heat, colormap, lv, overlay_label)
     if masked is not None:
-        _masked_cells(plot, np.asarray(masked, dtype=bool), h, w)
+        draw_masked_cells(plot, np.asarray(masked, dtype=bool), h, w)
     if grid is not None:
         _grid_lines(plot, h, w, grid)
         _patch_ticks(plot, h, w, grid)
@@ -348,12 +368,13 @@ def draw_bars(layout: pg.GraphicsLayout, labels: Sequence[str], values: Sequence
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
                title: str, xlabel: str, ylabel: str, markers: bool = True) -> pg.PlotItem:
-    """One line per named series over the same x, with a legend."""
-    plot = _new_plot(layout, title, xlabel, ylabel)
+    """One line per named series over the same x, with a legend; whole-number x (layers, steps) gets
+    whole-number ticks."""
+    xs = np.asarray(x, dtype=np.float64)
+    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs))
     legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE)
     legend.setBrush(pg.mkBrush(255, 255, 255, 170))
     legend.setLabelTextColor("k")
-    xs = np.asarray(x, dtype=np.float64)
     for i, (name, y) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         plot.plot(xs, np.asarray(y, dtype=np.float64), pen=pg.mkPen(colour, width=2.5), name=name,
@@ -368,9 +389,9 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
                  jitter: float = 0.0) -> pg.PlotItem:
     """Points coloured by group, with a legend beside the plot, e.g. mean attention distance: one
     point per head (group = head) against depth (x = layer). jitter spreads the groups side by side
-    over that width of x so points at the same x stay visible."""
+    over that width of x so points at the same x stay visible. Whole-number x gets whole-number ticks."""
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    plot = _new_plot(layout, title, xlabel, ylabel)
+    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs))
     names = list(dict.fromkeys(groups)) if groups is not None else [""]
     group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
     legend = None

@@ -334,7 +334,7 @@ class ImagePanel(QWidget):
         for item in self._hatches:
             self.view.removeItem(item)
         before = set(self.view.addedItems)
-        figures._masked_cells(self.view, self.session.mask, gh * p, gw * p)  # grey and hatched, as in every view
+        figures.draw_masked_cells(self.view, self.session.mask, gh * p, gw * p)  # grey and hatched, as in every view
         self._hatches = [item for item in self.view.addedItems if item not in before]
         for item in self._hatches:
             item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)

@@ -49,7 +49,7 @@ def update_masked(plot: pg.PlotItem, masked: np.ndarray | None, height: float, w
         if isinstance(item, QGraphicsPathItem):
             plot.removeItem(item)
     if masked is not None and masked.any():
-        figures._masked_cells(plot, masked, height, width)
+        figures.draw_masked_cells(plot, masked, height, width)
 
 
 def update_bars(plot: pg.PlotItem, bars: pg.BarGraphItem, labels: Sequence[str], values: Sequence[float],
