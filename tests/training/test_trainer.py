@@ -132,3 +132,21 @@ def test_recipe_schedule() -> None:
     assert r.lr_at(0.1) == pytest.approx(1.0)
     assert r.lr_at(0.55) == pytest.approx(0.5)
     assert r.lr_at(1.0) == pytest.approx(0.0)
+
+
+def test_pause_then_resume_from_another_thread(colour_data: TrainingData) -> None:
+    import threading
+    import time
+
+    control = ev.Control()
+    events = train(tiny_config(num_classes=4), colour_data, _recipe(steps=4), control=control)
+    found = []
+    for event in events:
+        found.append(event)
+        if isinstance(event, ev.Step) and event.step == 2:
+            control.pause()
+            threading.Timer(1.0, control.resume).start()
+            paused_at = time.perf_counter()
+    assert time.perf_counter() - paused_at >= 1.0  # the generator waited while paused
+    assert found[-1].step == 4 and found[-1].reason == "completed"
+    assert found[-1].elapsed_s < 1.0  # the pause is not training time (four tiny steps take far less)
