@@ -119,7 +119,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .events import CheckpointSaved, Control, Error, Finished, Notice, Started, Step, Validation
+    from .events import Control, Error, Finished, Notice, Started, Step, Validation
     from .trainer import train
 
     distributed = _setup_distributed()
@@ -156,16 +156,14 @@ def run(args: argparse.Namespace) -> int:
                     initial = 0 if event.total_steps is None else event.start_step
                     bar = tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
                 elif isinstance(event, Step) and bar is not None:
-                    bar.update(round(event.elapsed_s, 1) - bar.n if event.eta_s is not None and recipe_time(recipe)
-                               else event.step - bar.n)
+                    # a timed run's bar counts seconds of training, a sized one steps
+                    bar.update((round(event.elapsed_s, 1) if bar.unit == "s" else event.step) - bar.n)
                     bar.set_postfix_str(f"loss {event.loss:.3f} acc {event.accuracy:.1%} lr {event.lr:.2e} "
                                         f"{event.images_per_s:.0f} img/s")
                 elif isinstance(event, Validation):
                     _write(bar, f"step {event.step}: validation loss {event.loss:.4f}, accuracy {event.accuracy:.2%}")
                 elif isinstance(event, Notice):
                     _write(bar, f"note: {event.message}")
-                elif isinstance(event, CheckpointSaved):
-                    pass
                 elif isinstance(event, Error):
                     _write(bar, f"vit-explorer train: error: {event.message}", sys.stderr)
                     code = 1
@@ -188,10 +186,6 @@ def run(args: argparse.Namespace) -> int:
             import torch.distributed as dist
 
             dist.destroy_process_group()
-
-
-def recipe_time(recipe: Any) -> bool:
-    return recipe.steps is None and recipe.epochs is None
 
 
 def _write(bar: Any, message: str, file: Any = None) -> None:
