@@ -76,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
         shoot(window, out / f"{title.lower().replace(' ', '_')}.png")
     attention = window.views["Attention"]
     window.docks["Attention"].raise_()
-    for mode in ("all heads", "rollout", "mean attention distance"):
+    modes = ["all heads", "rollout", "mean attention distance"]
+    if session.result.class_attentions:
+        modes.append("class attention (CaiT)")
+    for mode in modes:
         attention.mode.setCurrentText(mode)
         settle(app, window)
-        shoot(window, out / f"attention_{mode.replace(' ', '_')}.png")
+        shoot(window, out / f"attention_{mode.split(' (')[0].replace(' ', '_')}.png")
     window.close()
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyqtgraph as pg
 from PySide6.QtCore import QPointF
 
 from vit_explorer.models import preset
@@ -116,8 +117,14 @@ def test_deit_heads_and_token_similarity(qtbot, window, deit_checkpoint: Path) -
     result = wait_result(qtbot, window.session)
     assert set(result.head_probs) == {"cls", "dist"}
     prediction = window.views["Prediction"]
-    titles = [item.titleLabel.text for item in prediction.plots.ci.items if hasattr(item, "titleLabel")]
-    assert {"average of both heads", "class head", "distillation head"} <= set(titles)
+    plot, bars = prediction._bars[0]  # one chart: bars = the average, symbols = each head on the same classes
+    title = plot.titleLabel.text
+    assert "average of both heads" in title and "class head" in title and "distillation head" in title
+    order = np.argsort(-result.probs)[:5]
+    np.testing.assert_allclose(bars.opts["width"], result.probs[order])
+    marks = [item.data["x"] for item in plot.items if isinstance(item, pg.ScatterPlotItem)]
+    np.testing.assert_allclose(marks[0], result.head_probs["cls"][order])
+    np.testing.assert_allclose(marks[1], result.head_probs["dist"][order])
     view = show(window, "Embeddings")
     qtbot.waitUntil(lambda: view.facts is not None and "cos([CLS], [DIST])" in view.facts.tokens, timeout=10000)
     assert view.facts.tokens["cos([CLS], [DIST])"].shape == (3,)  # input + 2 blocks

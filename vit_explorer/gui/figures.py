@@ -5,7 +5,7 @@ returns what it created, so a view can own a `pg.GraphicsLayoutWidget`, call `wi
 and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handlers to the result:
 
 - add_title(layout, text, colspan) -> LabelItem   a title over a whole figure of several plots
-- draw_heatmap(layout, array2d, *, title, cmap, levels, colorbar_label, grid, xlabel, ylabel)
+- draw_heatmap(layout, array2d, *, title, cmap, levels, colorbar_label, grid, xlabel, ylabel, colorbar)
       -> (PlotItem, ImageItem)             a 2D array, row 0 at the top, with a labelled colour bar
 - draw_image(layout, rgb, *, title, grid, overlay, overlay_alpha, overlay_cmap, overlay_levels,
       overlay_label, masked, colorbar, axes) -> (PlotItem, ImageItem, ImageItem | None)
@@ -17,9 +17,10 @@ and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handler
                                            the ViT paper's figure: a gh x gw mosaic of per-patch
                                            similarity maps with thin separators, one colour bar
 - similarity_mosaic(sim, separator) -> 2D array   the mosaic draw_similarity_grid shows (for setImage)
-- draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel)
-      -> (PlotItem, BarGraphItem)
-- draw_lines(layout, x, series, *, title, xlabel, ylabel, markers) -> PlotItem   (with a legend)
+- draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel, markers)
+      -> (PlotItem, BarGraphItem)          markers: named per-bar values drawn as symbols (DeiT's heads)
+- set_bar_values(plot, bars, values, value_format, horizontal, markers)   new numbers for those bars
+- draw_lines(layout, x, series, *, title, xlabel, ylabel, markers, integer_x) -> PlotItem   (with a legend)
 - draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel, jitter) -> PlotItem  (legend beside it)
 - draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
 - render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
@@ -52,6 +53,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#bcbd22", "#17becf")
 GRID_PEN = pg.mkPen(255, 255, 255, 110, width=1)
 SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "p", "h", "t1")
+MARKER_SYMBOLS = (("t", "▼"), ("d", "◆"), ("s", "■"), ("o", "●"))  # pyqtgraph symbol, the glyph that names it
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -159,11 +161,12 @@ def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.Labe
 
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
                  levels: tuple[float, float] | None = None, colorbar_label: str = "",
-                 grid: tuple[int, int] | None = None, xlabel: str = "", ylabel: str = ""
+                 grid: tuple[int, int] | None = None, xlabel: str = "", ylabel: str = "", colorbar: bool = True
                  ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """A 2D array (rows, cols) with row 0 at the top and a labelled colour bar; NaN cells are blank.
 
     grid=(gh, gw) draws patch boundaries over the array (e.g. a per-pixel map of a gh x gw grid).
+    colorbar=False leaves the bar out, for all but the last of several maps sharing `levels`.
     """
     data = np.asarray(array2d, dtype=np.float32)
     if data.ndim != 2:
@@ -174,7 +177,8 @@ def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, 
     image = pg.ImageItem(data, levels=lv)
     image.setColorMap(colormap)
     plot.addItem(image)
-    _add_colorbar(plot, image, colormap, lv, colorbar_label)
+    if colorbar:
+        _add_colorbar(plot, image, colormap, lv, colorbar_label)
     h, w = data.shape
     if grid is not None:
         _grid_lines(plot, h, w, grid)
@@ -330,13 +334,20 @@ def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, 
 # ---------------------------------------------------------------------------- charts
 def draw_bars(layout: pg.GraphicsLayout, labels: Sequence[str], values: Sequence[float], *, title: str,
               horizontal: bool = True, value_format: str = "{:.1%}", highlight: int | None = None,
-              xlabel: str = "") -> tuple[pg.PlotItem, pg.BarGraphItem]:
+              xlabel: str = "", markers: Mapping[str, Sequence[float]] | None = None
+              ) -> tuple[pg.PlotItem, pg.BarGraphItem]:
     """One bar per label with its value written next to it; bar `highlight` in a second colour.
-    Horizontal bars run top to bottom in the given order (a top-k list reads naturally)."""
+    Horizontal bars run top to bottom in the given order (a top-k list reads naturally).
+
+    markers (horizontal only): named series of one value per bar, drawn as symbols on the bars'
+    rows with a legend, e.g. DeiT's class and distillation heads on the bars of their average.
+    """
     values = np.asarray(values, dtype=np.float64)
     n = len(values)
     if len(labels) != n:
         raise ValueError(f"draw_bars got {len(labels)} labels for {n} values")
+    if markers and not horizontal:
+        raise ValueError("draw_bars draws markers on horizontal bars only")
     brushes = [pg.mkBrush(PALETTE[3] if i == highlight else PALETTE[0]) for i in range(n)]
     pos = np.arange(n, dtype=np.float64)
     if horizontal:
@@ -349,29 +360,56 @@ def draw_bars(layout: pg.GraphicsLayout, labels: Sequence[str], values: Sequence
         bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=values, brushes=brushes, pen=None)
         plot.getAxis("bottom").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
     plot.addItem(bars)
-    top = float(np.nanmax(np.abs(values))) if n else 1.0
-    for i, v in enumerate(values):
-        text = pg.TextItem(value_format.format(v), color=pg.getConfigOption("foreground"),
-                           anchor=(0, 0.5) if horizontal else (0.5, 1))
+    keys = []
+    for i, (name, marks) in enumerate((markers or {}).items()):
+        colour = PALETTE[1 + i % (len(PALETTE) - 1)]
+        symbol, glyph = MARKER_SYMBOLS[i % len(MARKER_SYMBOLS)]
+        plot.addItem(pg.ScatterPlotItem(x=np.asarray(marks, dtype=np.float64), y=pos, symbol=symbol, size=12,
+                                        brush=pg.mkBrush(colour), pen=pg.mkPen("k", width=1)))
+        keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
+    if keys:  # the key goes in the title, where it never hides a bar or a value
+        plot.setTitle(f"{title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=LABEL_SIZE)
+    for _ in range(n):
+        text = pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=(0, 0.5) if horizontal else (0.5, 1))
         text.setFont(_tick_font())
-        text.setPos(*((v, i) if horizontal else (i, v)))
         plot.addItem(text)
-    span = top * 1.3 if top > 0 else 1.0
+    set_bar_values(plot, bars, values, value_format, horizontal, markers)
+    plot.setMouseEnabled(x=False, y=False)
+    return plot, bars
+
+
+def set_bar_values(plot: pg.PlotItem, bars: pg.BarGraphItem, values: np.ndarray, value_format: str = "{:.1%}",
+                   horizontal: bool = True, markers: Mapping[str, Sequence[float]] | None = None) -> None:
+    """Bar lengths, marker positions, value texts (after the bar or its furthest marker) and the range of
+    a `draw_bars` figure, updated in place (same number of bars, same marker series)."""
+    n = len(values)
+    bars.setOpts(**({"width": values} if horizontal else {"height": values}))
+    ends = values.copy()
+    scatters = [item for item in plot.items if isinstance(item, pg.ScatterPlotItem)]
+    for item, marks in zip(scatters, (markers or {}).values(), strict=True):
+        marks = np.asarray(marks, dtype=np.float64)
+        item.setData(x=marks, y=np.arange(n, dtype=np.float64))
+        ends = np.maximum(ends, marks)
+    texts = [item for item in plot.items if isinstance(item, pg.TextItem)]
+    for i, (text, v, end) in enumerate(zip(texts, values, ends, strict=True)):
+        text.setText(value_format.format(v))
+        text.setPos(*((end, i) if horizontal else (i, v)))
+    top = float(np.nanmax(np.abs(ends))) if n else 1.0
+    span = top * 1.35 if top > 0 else 1.0
     low = min(0.0, float(np.nanmin(values)) * 1.3) if n else 0.0
     if horizontal:
         plot.setRange(xRange=(low, span), yRange=(-0.6, n - 0.4), padding=0)
     else:
         plot.setRange(yRange=(low, span), xRange=(-0.6, n - 0.4), padding=0)
-    plot.setMouseEnabled(x=False, y=False)
-    return plot, bars
 
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
-               title: str, xlabel: str, ylabel: str, markers: bool = True) -> pg.PlotItem:
-    """One line per named series over the same x, with a legend; whole-number x (layers, steps) gets
-    whole-number ticks."""
+               title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None
+               ) -> pg.PlotItem:
+    """One line per named series over the same x, with a legend. integer_x: ticks on whole numbers
+    only (x counts layers or steps); None decides from x (say True for curves that start empty)."""
     xs = np.asarray(x, dtype=np.float64)
-    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs))
+    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs) if integer_x is None else integer_x)
     legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE)
     legend.setBrush(pg.mkBrush(255, 255, 255, 170))
     legend.setLabelTextColor("k")
@@ -407,6 +445,9 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
                          symbolSize=9, symbolBrush=colour, symbolPen=pg.mkPen("k", width=0.5))
         if legend is not None:
             legend.addItem(item, name)
+    if legend is not None:  # a legend stretched to the plot's height spreads its rows and parts them from their symbols
+        legend.setMaximumHeight(legend.layout.preferredHeight())
+        layout.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignTop)
     plot.showGrid(x=True, y=True, alpha=0.25)
     return plot
 

@@ -7,7 +7,7 @@ with `figures.draw_*` and, while its structure stays the same, feed new numbers 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -53,14 +53,8 @@ def update_masked(plot: pg.PlotItem, masked: np.ndarray | None, height: float, w
 
 
 def update_bars(plot: pg.PlotItem, bars: pg.BarGraphItem, labels: Sequence[str], values: Sequence[float],
-                value_format: str = "{:.1%}") -> None:
-    """New labels and values for horizontal bars drawn by `figures.draw_bars` (same number of bars)."""
-    values = np.asarray(values, np.float64)
-    bars.setOpts(width=values)
+                value_format: str = "{:.1%}", markers: Mapping[str, Sequence[float]] | None = None) -> None:
+    """New labels, values and markers for horizontal bars drawn by `figures.draw_bars` (same number of
+    bars, same marker series)."""
     plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
-    texts = [item for item in plot.items if isinstance(item, pg.TextItem)]
-    for i, (text, v) in enumerate(zip(texts, values, strict=True)):
-        text.setText(value_format.format(v))
-        text.setPos(float(v), i)
-    top = float(np.nanmax(np.abs(values))) if len(values) else 1.0
-    plot.setXRange(min(0.0, float(np.nanmin(values)) * 1.3), top * 1.3 if top > 0 else 1.0, padding=0)
+    figures.set_bar_values(plot, bars, np.asarray(values, np.float64), value_format, True, markers)

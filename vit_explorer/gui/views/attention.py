@@ -66,6 +66,8 @@ class AttentionView(View):
         self._key: tuple | None = None  # structure of the drawn maps; the same structure is updated in place
         self._figures: list[tuple[pg.PlotItem, pg.ImageItem, pg.ImageItem | None]] = []  # plot, photo, heat
         self.images: list[pg.ImageItem] = []
+        self._heading: pg.LabelItem | None = None  # over small multiples
+        self._shared_bar: pg.ColorBarItem | None = None  # the one colour bar of small multiples
         controls = QHBoxLayout()
         self.mode = QComboBox()
         self.mode.addItems(MODES)
@@ -181,16 +183,19 @@ class AttentionView(View):
                 return
             block = min(self.session.layer, len(result.class_attentions) - 1)
             maps = class_attention_maps(result.class_attentions, result.layout)[0, block].numpy()  # (heads, gh, gw)
-            titles = [f"class-attention block {block} · head {h} · query [CLS]" for h in range(len(maps))]
+            heading = f"class-attention block {block} · query [CLS]"
         else:
             maps = attention_grid(result, layer, query)
-            titles = [f"layer {layer} · head {h} · {who}" for h in range(len(maps))]
+            heading = f"layer {layer} · {who}"
             if mode == "one head":
                 head = min(self.session.head, len(maps) - 1)
-                maps, titles = maps[head:head + 1], titles[head:head + 1]
+                maps, heading = maps[head:head + 1], f"layer {layer} · head {head} · {who}"
             elif mode == "mean of heads":
-                maps, titles = maps.mean(0, keepdims=True), [f"layer {layer} · mean of heads · {who}"]
-        self._draw_maps(result, maps, titles)
+                maps, heading = maps.mean(0, keepdims=True), f"layer {layer} · mean of heads · {who}"
+        if len(maps) == 1:
+            self._draw_maps(result, maps, [heading])
+        else:  # small multiples: the shared part above them, short titles that fit a small plot
+            self._draw_maps(result, maps, [f"head {h}" for h in range(len(maps))], heading)
 
     @staticmethod
     def _who(result: ForwardResult, row: int | None, query: tuple[int, int] | None) -> str:
@@ -205,6 +210,7 @@ class AttentionView(View):
         self._key = None
         self._figures = []
         self.images = []
+        self._heading = self._shared_bar = None
         self.maps = None
         self.distance = None
         self.note.setText(note)
@@ -224,40 +230,57 @@ class AttentionView(View):
                              title="mean attention distance per head against depth", xlabel="layer",
                              ylabel="mean attention distance (pixels)")
 
-    def _draw_maps(self, result: ForwardResult, maps: np.ndarray, titles: list[str]) -> None:
+    def _draw_maps(self, result: ForwardResult, maps: np.ndarray, titles: list[str], heading: str = "") -> None:
+        """One map per title; several maps (with a heading over them) share one colour scale and one bar,
+        so heads can be compared and every plot keeps the same width."""
         raw = self.raw.isChecked()
         key = (raw, len(maps), result.layout.grid, result.display.shape)
         masked = result.inputs.mask if result.inputs.mask.any() else None
+        shared = live.levels_of(maps) if len(maps) > 1 else None
         if key == self._key:  # same figures: new numbers only (rebuilding plots is slow)
             self.maps = maps
             self.distance = None
             self.note.setText("")
             h, w = result.display.shape[:2]
+            if self._heading is not None:
+                self._heading.setText(heading, size=figures.TITLE_SIZE, bold=True)
+            if self._shared_bar is not None:
+                self._shared_bar.setLevels(values=shared)
             for (plot, photo, heat), values, title in zip(self._figures, maps, titles, strict=True):
                 plot.setTitle(title, size=figures.TITLE_SIZE)
                 if raw:
-                    live.update_heat(plot, photo, values)
+                    live.update_heat(plot, photo, values, shared)
                 else:
                     photo.setImage(result.display, levels=(0, 255), autoLevels=False)
-                    live.update_heat(plot, heat, values)
+                    live.update_heat(plot, heat, values, shared)
                     live.update_masked(plot, masked, h, w)
             return
         self._clear("")
         self.maps = maps
         columns = int(np.ceil(np.sqrt(len(maps))))
+        rows = -(-len(maps) // columns)
+        if shared is not None:
+            self._heading = figures.add_title(self.plots.ci, heading, colspan=columns + 1)
+            self.plots.ci.nextRow()
         for i, (values, title) in enumerate(zip(maps, titles, strict=True)):
             if i and i % columns == 0:
                 self.plots.ci.nextRow()
             if raw:
-                plot, image = figures.draw_heatmap(self.plots.ci, values, title=title, cmap="inferno",
-                                                   colorbar_label="attention", grid=result.layout.grid)
+                plot, image = figures.draw_heatmap(self.plots.ci, values, title=title, cmap="inferno", levels=shared,
+                                                   colorbar_label="attention", grid=result.layout.grid,
+                                                   colorbar=shared is None)
                 heat = None
             else:
                 plot, image, heat = figures.draw_image(
                     self.plots.ci, result.display, title=title, grid=result.layout.grid, overlay=values,
-                    overlay_alpha=self.opacity.value() / 100, overlay_label="attention", masked=masked)
+                    overlay_alpha=self.opacity.value() / 100, overlay_levels=shared, overlay_label="attention",
+                    masked=masked, colorbar=shared is None)
             self._figures.append((plot, image, heat))
             self.images.append(image)
+        if shared is not None:
+            self._shared_bar = figures.draw_colorbar(self.plots.ci, heat if heat is not None else image, levels=shared,
+                                                     cmap="inferno", label="attention", row=1, col=columns,
+                                                     rowspan=rows)
         self._key = key
 
     def table(self) -> Table | None:

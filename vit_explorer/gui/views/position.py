@@ -160,13 +160,14 @@ class PositionView(View):
             else:
                 figures.draw_similarity_grid(top, self.other.patches, title=self.other_name)
         r, c = self.patch
-        self._patch_map = figures.draw_heatmap(bottom, sim.patches[r, c], title=self._patch_title(),
-                                               cmap=figures.SIMILARITY_CMAP, levels=(-1, 1),
-                                               colorbar_label="cosine similarity", grid=sim.grid)
-        for name, values in sim.prefix.items():
-            figures.draw_heatmap(bottom, values, title=f"[{name.upper()}] PE vs patch PEs",
-                                 cmap=figures.SIMILARITY_CMAP, levels=(-1, 1), colorbar_label="cosine similarity",
-                                 grid=sim.grid)
+        maps = [(self._patch_title(), sim.patches[r, c])]
+        maps += [(f"[{name.upper()}] PE vs patches", values) for name, values in sim.prefix.items()]
+        for i, (title, values) in enumerate(maps):  # same levels: one colour bar, after the last map, fits the width
+            drawn = figures.draw_heatmap(bottom, values, title=title, cmap=figures.SIMILARITY_CMAP, levels=(-1, 1),
+                                         colorbar_label="cosine similarity", grid=sim.grid,
+                                         colorbar=i == len(maps) - 1)
+            if i == 0:
+                self._patch_map = drawn
 
     def _patch_title(self) -> str:
         return f"patch ({self.patch[0]}, {self.patch[1]}) vs every patch"

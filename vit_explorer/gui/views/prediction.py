@@ -29,7 +29,7 @@ class PredictionView(View):
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(220)
         self.body.addWidget(self.plots, 1)
-        self._key: tuple | None = None  # structure of the drawn figure: (k, titles)
+        self._key: tuple | None = None  # structure of the drawn figure: (k, title, marker names)
         self._bars: list[tuple[pg.PlotItem, pg.BarGraphItem]] = []
         self.change = QLabel("")
         self.change.setWordWrap(True)
@@ -54,23 +54,20 @@ class PredictionView(View):
             return
         k = min(self.top_k.value(), result.num_classes)
         heads = result.head_probs if len(result.head_probs) > 1 else {}
-        columns = [("average of both heads" if heads else "prediction", result.probs)]
-        columns += [(HEAD_TITLES.get(name, name), p) for name, p in heads.items()]
-        key = (k, tuple(title for title, _ in columns))
+        order = np.argsort(-result.probs)[:k]
+        # DeiT: bars are the average the model predicts, symbols the class and distillation heads on the same
+        # classes (one compact chart; three separate top-k charts are unreadable in a small dock)
+        markers = {HEAD_TITLES.get(name, name): p[order] for name, p in heads.items()}
+        title = "average of both heads (bars)" if heads else "prediction"
+        key = (k, title, tuple(markers))
         if key != self._key:  # new structure: draw from scratch
             self.plots.ci.clear()
-            self._bars = []
-            for i, (title, probs) in enumerate(columns):
-                order = np.argsort(-probs)[:k]
-                self._bars.append(figures.draw_bars(self.plots.ci, self._labels(order), probs[order], title=title,
-                                                    xlabel="probability"))
-                if i == 0 and len(columns) > 1:
-                    self.plots.ci.nextRow()
+            self._bars = [figures.draw_bars(self.plots.ci, self._labels(order), result.probs[order], title=title,
+                                            xlabel="probability", markers=markers)]
             self._key = key
         else:  # same structure: new numbers only
-            for (plot, bars), (_, probs) in zip(self._bars, columns, strict=True):
-                order = np.argsort(-probs)[:k]
-                live.update_bars(plot, bars, self._labels(order), probs[order])
+            plot, bars = self._bars[0]
+            live.update_bars(plot, bars, self._labels(order), result.probs[order], markers=markers)
         self.change.setText(self._change_text(result))
 
     def _change_text(self, result: ForwardResult) -> str:
@@ -83,7 +80,8 @@ class PredictionView(View):
         n_heads = int((result.inputs.head_mask < 1).sum())
         what = f"{n_masked} masked patches, {n_heads} heads off"
         delta = result.probs[top_base] - base[top_base]
-        text = f"With {what}: '{labels[top_base]}' {base[top_base]:.1%} → {result.probs[top_base]:.1%} ({delta:+.1%})."
+        change = f"{delta:+.1%}" if abs(delta) >= 0.0005 else "no change"  # not "-0.0%"
+        text = f"With {what}: '{labels[top_base]}' {base[top_base]:.1%} → {result.probs[top_base]:.1%} ({change})."
         if top != top_base:
             text += f" The top class changed to '{labels[top]}' ({result.probs[top]:.1%})."
         return text
@@ -105,6 +103,6 @@ class PredictionView(View):
         return header, rows
 
 
-def _short(label: str, limit: int = 28) -> str:
+def _short(label: str, limit: int = 32) -> str:
     label = label.split(",")[0]
     return label if len(label) <= limit else label[: limit - 1] + "…"
