@@ -183,3 +183,24 @@ def test_current_view_follows_the_tab(window) -> None:
     assert window.current_view() is window.views["Heads"]
     window.docks["Parameters"].raise_()
     assert window.current_view() is window.views["Parameters"]
+
+
+def test_plots_follow_a_palette_change(qtbot, window) -> None:
+    import pyqtgraph as pg
+    from PySide6.QtWidgets import QApplication
+
+    from vit_explorer.gui.app import dark_palette
+
+    app = QApplication.instance()
+    before = app.palette()
+    plot = window.views["Prediction"].plots
+    axis = window.views["Prediction"]._bars[0][0].getAxis("bottom")
+    dark = dark_palette()
+    try:
+        app.setPalette(dark)
+        qtbot.waitUntil(lambda: plot.backgroundBrush().color() == dark.color(dark.ColorRole.Base), timeout=5000)
+        assert axis.textPen().color() == dark.color(dark.ColorRole.Text)
+        assert pg.getConfigOption("foreground") == dark.color(dark.ColorRole.Text)  # plots drawn later too
+    finally:
+        app.setPalette(before)
+    qtbot.waitUntil(lambda: plot.backgroundBrush().color() == before.color(before.ColorRole.Base), timeout=5000)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -155,10 +155,10 @@ class MainWindow(QMainWindow):
 
         # leave one core to the GUI thread so the window keeps repainting while the model computes
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-        palette = self.palette()
-        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True,
-                            background=palette.color(palette.ColorRole.Base),
-                            foreground=palette.color(palette.ColorRole.Text))
+        from .live import follow_palette
+
+        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+        follow_palette(self, self.palette())  # plots drawn from now on; changeEvent handles later changes
 
         self.image_panel = ImagePanel(self.session)
         self._add_dock("Image", self.image_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -280,6 +280,14 @@ class MainWindow(QMainWindow):
         self.banner.setText(message)
         self.banner.setVisible(True)
         self.statusBar().showMessage(message, 15000)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        """Light/dark switch at run time: widgets restyle themselves, the plots are told here."""
+        if event.type() == QEvent.Type.PaletteChange and self.views:
+            from .live import follow_palette  # pyqtgraph is imported by now (the views exist)
+
+            follow_palette(self, self.palette())
+        super().changeEvent(event)
 
     def _loading(self, source: str) -> None:
         self.progress.setVisible(bool(source))
