@@ -4,6 +4,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from vit_explorer.checkpoints.native import write_atomic
 
 
@@ -27,9 +29,7 @@ def test_write_atomic_keeps_old_file_when_writing_fails(tmp_path: Path) -> None:
         Path(tmp).write_text("half")
         raise OSError("disk full")
 
-    try:
+    with pytest.raises(OSError, match="disk full"):
         write_atomic(target, fail)
-    except OSError:
-        pass
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.txt"]
