@@ -1,6 +1,5 @@
 """Tiny models and datasets so that every training test runs in seconds on two CPU cores."""
 
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -31,12 +30,3 @@ def colour_data() -> TrainingData:
 @pytest.fixture(scope="session")
 def tiny_data() -> TrainingData:
     return load_data("shapes", image_size=(16, 16), seed=0, train_size=256, val_size=64)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    # several test runs share two cores: one intra-op thread avoids OpenMP spin-waiting (30x slower)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
