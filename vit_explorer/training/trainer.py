@@ -222,7 +222,7 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
         raise ValueError(f"the training set has {len(data.train)} images, fewer than one batch of "
                          f"{recipe.batch_size}; use a smaller --batch-size")
     state = load_state(out_dir) if resume and out_dir is not None else None
-    if state is not None and state["config"] != config.to_dict():
+    if state is not None and ViTConfig.from_dict(state["config"]) != config:  # compare as configs: defaults may grow
         raise ValueError(f"{out_dir}: the saved run has a different model config; resume with the saved one")
 
     torch.manual_seed(recipe.seed)
