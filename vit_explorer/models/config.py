@@ -37,6 +37,8 @@ class ViTConfig:
     conv_stem_channels: tuple[int, ...] = ()  # conv stem 3x3 widths; () = derived from D and P
     conv_stem_strides: tuple[int, ...] = ()  # conv stem 3x3 strides (product = P); () = all 2
     prefix_tokens: str = "cls"  # "cls", "cls+dist" (DeiT) or "none"
+    # DeiT: a classifier on the distillation token, averaged with [CLS]'s; HF DeiTForImageClassification has none
+    dist_head: bool = True
     pool: str = "cls"  # what the classifier reads: the [CLS] token or the mean of patch tokens
     pos_embed: str = "learned"  # one of POS_EMBEDS
     pos_embed_prefix: bool = True  # learned 1D PE has rows for the prefix tokens (ViT, DeiT); CaiT: False
@@ -96,6 +98,9 @@ class ViTConfig:
         if self.prefix_tokens == "cls+dist":
             need(self.pool == "cls",
                  "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
+        else:
+            need(self.dist_head, "dist_head=False drops the distillation token's classifier, "
+                                 "so it needs prefix_tokens='cls+dist'")
         if self.class_attn_depth:
             need(
                 self.prefix_tokens == "cls" and self.pool == "cls",
@@ -233,7 +238,7 @@ class ViTConfig:
         ca += 2 * d if self.layer_scale_init is not None else 0
         n += self.class_attn_depth * ca
         n += 2 * d  # final norm
-        heads = 2 if self.distilled else 1
+        heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:
             n += heads * (d * self.num_classes + self.num_classes)
         return n

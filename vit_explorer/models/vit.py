@@ -63,7 +63,7 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.head_drop = nn.Dropout(config.drop_rate)
         self.head = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
-        if config.distilled:
+        if config.distilled and config.dist_head:
             self.head_dist = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
         self.init_weights()
 
@@ -192,11 +192,11 @@ class VisionTransformer(nn.Module):
         """Run the model and return, by stable names, what `capture` asks for.
 
         Always returned: 'logits' (B, classes) (DeiT: mean of both heads), 'head_logits'
-        ({'cls': ..., 'dist': ...}) and 'layout' (TokenLayout). Capturable (capture='all' for
-        every one): see CAPTURE_KEYS. 'attentions' is a list with one (B, heads, R, T) tensor per
-        block, R = T unless `attn_rows` lists query indices; 'class_attentions' one (B, heads, 1,
-        1+N) per class-attention block. head_mask: (layers, heads), 1 keeps a head, 0 removes it;
-        layers = depth + class_attn_depth.
+        ({'cls': ..., 'dist': ...}; only 'cls' when dist_head=False) and 'layout' (TokenLayout).
+        Capturable (capture='all' for every one): see CAPTURE_KEYS. 'attentions' is a list with one
+        (B, heads, R, T) tensor per block, R = T unless `attn_rows` lists query indices;
+        'class_attentions' one (B, heads, 1, 1+N) per class-attention block. head_mask:
+        (layers, heads), 1 keeps a head, 0 removes it; layers = depth + class_attn_depth.
         """
         cfg = self.config
         if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
@@ -283,9 +283,9 @@ class VisionTransformer(nn.Module):
         else:
             keep("pre_logits", x[:, 0])
             head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
-            if cfg.distilled:
+            if cfg.distilled and cfg.dist_head:
                 head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
-        if cfg.distilled:
+        if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
         else:
             (logits,) = head_logits.values()
@@ -294,7 +294,7 @@ class VisionTransformer(nn.Module):
 
     def forward(self, pixel_values: torch.Tensor, *, mask: torch.Tensor | None = None,
                 head_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits (B, classes); for DeiT the mean of the class and distillation heads."""
+        """Logits (B, classes); for DeiT with dist_head the mean of the class and distillation heads."""
         return self.forward_intermediates(pixel_values, mask=mask, head_mask=head_mask)["logits"]
 
 
