@@ -156,7 +156,7 @@ def convert(loaded: LoadedModel, to: str, out_dir: str | os.PathLike[str]) -> Pa
     hf, processor = hf_files(loaded.config, loaded.labels, loaded.preprocessing)
     # a learned [MASK] is for masked-image modelling; the classification models have no slot for it
     state = {k: v.detach().cpu().contiguous() for k, v in loaded.model.state_dict().items() if k != "mask_token"}
-    state = native_to_hf(state, loaded.config.distilled)
+    state = native_to_hf(state, hf["architectures"][0])
     out = Path(out_dir)
     write_atomic(out / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     write_atomic(out / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(hf, indent=2)))

@@ -1,5 +1,8 @@
 """Hugging Face ViT / DeiT checkpoints (`save_pretrained` folders) <-> the native model.
 
+DeiTForImageClassificationWithTeacher has a class and a distillation head (averaged, like ours);
+DeiTForImageClassification keeps the distillation token but classifies from [CLS] only (dist_head=False).
+
 Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
 imports transformers. HF keeps q, k, v as separate Linear layers; ours (timm's) fuse them into qkv.
 """
@@ -103,9 +106,17 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def native_to_hf(state: dict[str, torch.Tensor], distilled: bool) -> dict[str, torch.Tensor]:
-    """Our keys -> ViTForImageClassification / DeiTForImageClassificationWithTeacher keys."""
-    prefix = "deit." if distilled else "vit."
+def hf_architecture(config: ViTConfig) -> str:
+    """The transformers class that has exactly this model's tokens and heads."""
+    if not config.distilled:
+        return "ViTForImageClassification"
+    return "DeiTForImageClassificationWithTeacher" if config.dist_head else "DeiTForImageClassification"
+
+
+def native_to_hf(state: dict[str, torch.Tensor], architecture: str) -> dict[str, torch.Tensor]:
+    """Our keys -> the keys of `architecture` (one of `hf_architecture`'s answers)."""
+    prefix = "deit." if architecture.startswith("DeiT") else "vit."
+    with_teacher = architecture == "DeiTForImageClassificationWithTeacher"
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if key.startswith("blocks."):
@@ -124,7 +135,7 @@ def native_to_hf(state: dict[str, torch.Tensor], distilled: bool) -> dict[str, t
         elif key.startswith("norm."):
             out[f"{prefix}layernorm.{key.split('.', 1)[1]}"] = value
         elif key.startswith("head."):
-            out[("cls_classifier." if distilled else "classifier.") + key.split(".", 1)[1]] = value
+            out[("cls_classifier." if with_teacher else "classifier.") + key.split(".", 1)[1]] = value
         elif key.startswith("head_dist."):
             out["distillation_classifier." + key.split(".", 1)[1]] = value
         else:
@@ -140,11 +151,15 @@ def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Pa
                               f"Hugging Face {', '.join(MODEL_TYPES)} checkpoints")
     if hf.get("hidden_act", "gelu") != "gelu":
         raise CheckpointError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
-    if "dist_token" in state and "head.weight" in state and "head_dist.weight" not in state:
-        raise CheckpointError(
-            f"{where}: DeiTForImageClassification (a distillation token, but one classifier reading only [CLS]) "
-            "is not supported: vit-explorer's distilled models average a class and a distillation head. "
-            "Use DeiTForImageClassificationWithTeacher checkpoints, or ViT ones.")
+    distilled = "dist_token" in state
+    # DeiTForImageClassification: a distillation token, one classifier on [CLS]. The architecture
+    # decides (so a teacher checkpoint missing its distillation head is reported, not loaded as
+    # another model); without one, the weights do.
+    architecture = (hf.get("architectures") or [""])[0]
+    if architecture:
+        one_head = architecture == "DeiTForImageClassification"
+    else:
+        one_head = "head.weight" in state and "head_dist.weight" not in state
     try:
         d = int(hf["hidden_size"])
         intermediate = int(hf["intermediate_size"])
@@ -160,7 +175,8 @@ def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Pa
             num_heads=int(hf["num_attention_heads"]),
             mlp_ratio=intermediate / d,
             qkv_bias=bool(hf.get("qkv_bias", True)),
-            prefix_tokens="cls+dist" if "dist_token" in state else "cls",
+            prefix_tokens="cls+dist" if distilled else "cls",
+            dist_head=not (distilled and one_head),
             mask_token="mask_token" in state,
             pe_resample_antialias=False,  # HF's interpolate_pos_encoding: bicubic, no antialias
             layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
@@ -199,7 +215,7 @@ def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int]) -> 
 
 def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) -> tuple[dict, dict]:
     """(config.json, preprocessor_config.json) for a ViTForImageClassification or, distilled,
-    DeiTForImageClassificationWithTeacher folder; CheckpointError for what HF cannot express."""
+    DeiTForImageClassification[WithTeacher] folder; CheckpointError for what HF cannot express."""
     reasons = []
     if config.stem != "patchify":
         reasons.append("a convolutional stem")
@@ -222,7 +238,7 @@ def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) ->
                               + "; ".join(reasons))
     distilled = config.distilled
     hf = {
-        "architectures": ["DeiTForImageClassificationWithTeacher" if distilled else "ViTForImageClassification"],
+        "architectures": [hf_architecture(config)],
         "model_type": "deit" if distilled else "vit",
         "hidden_size": config.embed_dim,
         "num_hidden_layers": config.depth,
