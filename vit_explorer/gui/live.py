@@ -54,11 +54,12 @@ def update_masked(plot: pg.PlotItem, masked: np.ndarray | None, height: float, w
         figures.draw_masked_cells(plot, masked, height, width)
 
 
-def update_bars(plot: pg.PlotItem, bars: pg.BarGraphItem, labels: Sequence[str], values: Sequence[float],
+def update_bars(plot: pg.PlotItem, bars: pg.BarGraphItem, labels: Sequence[str] | None, values: Sequence[float],
                 value_format: str = "{:.1%}", markers: Mapping[str, Sequence[float]] | None = None) -> None:
     """New labels, values and markers for horizontal bars drawn by `figures.draw_bars` (same number of
     bars, same marker series)."""
-    plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+    if labels is not None:  # None: the same classes (new ticks re-lay out the axis, which takes time)
+        plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
     figures.set_bar_values(plot, bars, np.asarray(values, np.float64), value_format, True, markers)
 
 

@@ -68,6 +68,7 @@ class AttentionView(View):
         self.images: list[pg.ImageItem] = []
         self._heading: pg.LabelItem | None = None  # over small multiples
         self._shared_bar: pg.ColorBarItem | None = None  # the one colour bar of small multiples
+        self._display: np.ndarray | None = None  # the photo under the drawn maps
         controls = QHBoxLayout()
         self.mode = QComboBox()
         self.mode.addItems(MODES)
@@ -115,7 +116,7 @@ class AttentionView(View):
         self.raw.toggled.connect(self.refresh)
         self.fusion.currentIndexChanged.connect(self.refresh)
         self.discard.valueChanged.connect(self.refresh)
-        self.listen(session.result_ready, self.schedule)
+        self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.selection_changed, self._selection)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -242,21 +243,27 @@ class AttentionView(View):
             self.distance = None
             self.note.setText("")
             h, w = result.display.shape[:2]
-            if self._heading is not None:
+            if self._heading is not None and self._heading.text != heading:
                 self._heading.setText(heading, size=figures.TITLE_SIZE, bold=True)
             if self._shared_bar is not None:
                 self._shared_bar.setLevels(values=shared)
+            # only what changed: a new title or photo re-lays out or re-renders the plot (the GUI thread's time)
+            new_photo = not np.array_equal(self._display, result.display)
             for (plot, photo, heat), values, title in zip(self._figures, maps, titles, strict=True):
-                plot.setTitle(title, size=figures.TITLE_SIZE)
+                if plot.titleLabel.text != title:
+                    plot.setTitle(title, size=figures.TITLE_SIZE)
                 if raw:
                     live.update_heat(plot, photo, values, shared)
                 else:
-                    photo.setImage(result.display, levels=(0, 255), autoLevels=False)
+                    if new_photo:
+                        photo.setImage(result.display, levels=(0, 255), autoLevels=False)
                     live.update_heat(plot, heat, values, shared)
                     live.update_masked(plot, masked, h, w)
+            self._display = result.display
             return
         self._clear("")
         self.maps = maps
+        self._display = result.display
         columns = int(np.ceil(np.sqrt(len(maps))))
         rows = -(-len(maps) // columns)
         if shared is not None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import SignalInstance
+from PySide6.QtCore import QTimer, SignalInstance
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
@@ -25,6 +25,7 @@ class View(QWidget):
         super().__init__(parent)
         self.session = session
         self._dirty = False
+        self._refresh_pending = False  # a scheduled refresh waits for the next turn of the event loop
         self.on_screen = True  # the window says when a tabbed dock hides the view
         self._connections: list[tuple[SignalInstance, Callable[..., Any]]] = []
         layout = QVBoxLayout(self)
@@ -55,6 +56,18 @@ class View(QWidget):
             self.refresh()
         else:
             self._dirty = True
+
+    def schedule_soon(self, *_: object) -> None:
+        """`schedule` on the next turn of the event loop, for a new forward result: a burst of results
+        costs one refresh, and the view paints in a frame of its own after the image and the prediction,
+        so no single frame holds the GUI thread for all the plots at once."""
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            QTimer.singleShot(0, self, self._scheduled)  # dropped with the view if it closes first
+
+    def _scheduled(self) -> None:
+        self._refresh_pending = False
+        self.schedule()
 
     def set_on_screen(self, shown: bool) -> None:
         """Told by the window when the view's dock becomes the current tab (or is hidden)."""

@@ -79,7 +79,7 @@ class EmbeddingsView(View):
         self.facts_label = QLabel("")
         self.facts_label.setWordWrap(True)
         self.body.addWidget(self.facts_label)
-        self.listen(session.result_ready, self.schedule)
+        self.listen(session.result_ready, self.schedule_soon)
         self.refresh()
 
     def refresh(self, *_: object) -> None:

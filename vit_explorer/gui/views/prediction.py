@@ -31,6 +31,7 @@ class PredictionView(View):
         self.body.addWidget(self.plots, 1)
         self._key: tuple | None = None  # structure of the drawn figure: (k, title, marker names)
         self._bars: list[tuple[pg.PlotItem, pg.BarGraphItem]] = []
+        self._shown: tuple | None = None  # (model, classes best first) whose labels the axis shows
         self.change = QLabel("")
         self.change.setWordWrap(True)
         self.body.addWidget(self.change)
@@ -60,14 +61,17 @@ class PredictionView(View):
         markers = {HEAD_TITLES.get(name, name): p[order] for name, p in heads.items()}
         title = "average of both heads (bars)" if heads else "prediction"
         key = (k, title, tuple(markers))
+        shown = (result.inputs.model_id, tuple(order.tolist()))
         if key != self._key:  # new structure: draw from scratch
             self.plots.ci.clear()
             self._bars = [figures.draw_bars(self.plots.ci, self._labels(order), result.probs[order], title=title,
                                             xlabel="probability", markers=markers)]
             self._key = key
-        else:  # same structure: new numbers only
+        else:  # same structure: new numbers only (and new labels only if the classes changed)
             plot, bars = self._bars[0]
-            live.update_bars(plot, bars, self._labels(order), result.probs[order], markers=markers)
+            same = shown == self._shown
+            live.update_bars(plot, bars, None if same else self._labels(order), result.probs[order], markers=markers)
+        self._shown = shown
         self.change.setText(self._change_text(result))
 
     def _change_text(self, result: ForwardResult) -> str:
