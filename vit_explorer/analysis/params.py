@@ -121,6 +121,6 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
         ca = d * d + 2 * u * d * d + 2 * u * d + d * d + 2 * d * hidden_ca  # q, k and v, attention, proj, MLP
         macs["class attention"] = config.class_attn_depth * ca
 
-    heads = 2 if config.distilled else 1
+    heads = 2 if config.distilled and config.dist_head else 1
     macs["head"] = heads * d * config.num_classes
     return {stage: 2 * m for stage, m in macs.items()}

@@ -213,8 +213,9 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
         raise ValueError(f"batch size {recipe.batch_size} does not split over {world} processes")
     if config.num_classes != data.num_classes and recipe.task == "classify":
         raise ValueError(f"the model has {config.num_classes} classes but the dataset {data.num_classes}")
-    if recipe.distill and not config.distilled:
-        raise ValueError("distillation trains through a distillation token: use prefix_tokens='cls+dist'")
+    if recipe.distill and not (config.distilled and config.dist_head):
+        raise ValueError("distillation trains through a distillation token and its head: "
+                         "use prefix_tokens='cls+dist' with dist_head=True")
     local_batch = recipe.batch_size // world
     batches = _Batches(data, local_batch, recipe.seed, rank, world)
     spe = batches.steps_per_epoch
