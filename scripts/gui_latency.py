@@ -89,8 +89,10 @@ def click_latency(source: str, clicks: int) -> list[float]:
         t0 = time.perf_counter()
         panel.press(QPointF((col + 0.5) * p, (row + 0.5) * p), start=True)
         loop.exec()
-        window.views["Prediction"].plots.repaint()  # paint now, as the next frame would
-        window.views["Attention"].plots.repaint()
+        app.processEvents()  # the Attention view refreshes on the next turn of the event loop
+        assert not window.views["Attention"]._refresh_pending, "the Attention view has not refreshed yet"
+        window.views["Prediction"].plots.viewport().repaint()  # paint now, as the next frames would
+        window.views["Attention"].plots.viewport().repaint()
         if i:
             latencies.append(time.perf_counter() - t0)
     window.close()
