@@ -387,7 +387,8 @@ class TrainingView(View):
     def _build_figures(self, runs: list[Run]) -> None:
         self.plots.ci.clear()
         self._curves = {}
-        for metric, label in (("loss", "training loss"), ("accuracy", "training accuracy")):
+        dots = " (dots: validation)" if any(run.val for run in runs) else ""  # a short legend covers less
+        for metric, label in (("loss", f"loss{dots}"), ("accuracy", f"accuracy{dots}")):
             plot = figures.draw_lines(self.plots.ci, [], {}, title=label, xlabel="step", ylabel=metric, markers=False,
                                       integer_x=True)
             # one legend, top right of the loss plot (loss falls, so that corner stays clear); the accuracy plot
@@ -402,7 +403,7 @@ class TrainingView(View):
                                                                       name=run.name)
                 if run.val:
                     self._curves[(run.name, metric, "val")] = plot.plot(
-                        [], [], pen=None, symbol="o", symbolBrush=colour, symbolSize=9, name=f"{run.name} (validation)")
+                        [], [], pen=None, symbol="o", symbolBrush=colour, symbolSize=9)
             self.plots.ci.nextRow()
         if self.snapshot is not None:
             self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
