@@ -76,3 +76,23 @@ def test_convert_bad_source_is_one_line_error(tmp_path: Path, capsys: pytest.Cap
     assert main(["convert", str(missing), "--to", "native", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert str(missing) in err and len(err.strip().splitlines()) == 1
+
+
+def test_convert_refuses_a_folder_that_holds_a_checkpoint(hf_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = (hf_dir / "model.safetensors").read_bytes()
+    assert main(["convert", str(hf_dir), "--to", "hf", "--out", str(hf_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a checkpoint" in err and str(hf_dir) in err
+    assert (hf_dir / "model.safetensors").read_bytes() == before  # the source is untouched
+
+
+def test_predict_refuses_a_model_without_classifier(tmp_path: Path, image_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from vit_explorer.checkpoints.native import save_native
+    from vit_explorer.checkpoints.preprocess import Preprocess
+    from vit_explorer.models import VisionTransformer, preset
+
+    model = VisionTransformer(preset("classroom-tiny", num_classes=0))
+    save_native(tmp_path / "headless", model, [], Preprocess((32, 32)))
+    assert main(["predict", str(tmp_path / "headless"), str(image_path)]) == 2
+    assert "no classifier head" in capsys.readouterr().err

@@ -61,6 +61,8 @@ def _predict(args: argparse.Namespace) -> int:
     if args.top_k < 1:
         raise SystemExit("vit-explorer predict: --top-k must be at least 1")
     loaded = load(args.source, device=args.device, arch=args.arch)
+    if not loaded.config.num_classes:
+        raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(open_image(args.image))
     with torch.inference_mode():
         logits = loaded.model(pixels)[0].float().cpu()
@@ -68,7 +70,7 @@ def _predict(args: argparse.Namespace) -> int:
     k = min(args.top_k, probs.numel())
     top = torch.topk(probs, k)
     rows = [{"index": int(i), "label": loaded.labels[int(i)], "prob": float(p)}
-            for p, i in zip(top.values, top.indices)]
+            for p, i in zip(top.values, top.indices, strict=True)]
     if args.json:
         print(json.dumps({"source": args.source, "image": args.image, "top_k": rows, "logits": logits.tolist()}))
     else:

@@ -146,7 +146,17 @@ def save(loaded: LoadedModel, out_dir: str | os.PathLike[str]) -> Path:
 
 def convert(loaded: LoadedModel, to: str, out_dir: str | os.PathLike[str]) -> Path:
     """Write `loaded` as a native folder (to='native') or a Hugging Face ViT/DeiT folder (to='hf')
-    that transformers' `from_pretrained` loads to the same logits."""
+    that transformers' `from_pretrained` loads to the same logits.
+
+    Refuses a folder that already holds a checkpoint (the source included): converting must never
+    overwrite weights, or leave a folder whose files describe two different models.
+    """
+    out = Path(out_dir)
+    existing = [name for name in (CONFIG_NAME, "config.json", "model.safetensors", "pytorch_model.bin")
+                if (out / name).exists()]
+    if existing:
+        raise CheckpointError(f"{out}: already holds a checkpoint ({', '.join(existing)}); "
+                              "choose an empty or new folder")
     if to == "native":
         return save(loaded, out_dir)
     if to != "hf":
@@ -157,7 +167,6 @@ def convert(loaded: LoadedModel, to: str, out_dir: str | os.PathLike[str]) -> Pa
     # a learned [MASK] is for masked-image modelling; the classification models have no slot for it
     state = {k: v.detach().cpu().contiguous() for k, v in loaded.model.state_dict().items() if k != "mask_token"}
     state = native_to_hf(state, hf["architectures"][0])
-    out = Path(out_dir)
     write_atomic(out / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     write_atomic(out / "config.json", lambda tmp: Path(tmp).write_text(json.dumps(hf, indent=2)))
     write_atomic(out / "preprocessor_config.json", lambda tmp: Path(tmp).write_text(json.dumps(processor, indent=2)))
