@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 import vit_explorer
 from vit_explorer.cli import main
@@ -22,6 +23,23 @@ def test_train_then_resume_then_open(tmp_path: Path, capsys: pytest.CaptureFixtu
     # a finished run resumed does no more steps and keeps the same weights
     assert main(["train", "--resume", "--out", str(out)]) == 0
     assert "after 3 steps" in capsys.readouterr().out
+    resumed = vit_explorer.load(str(out)).model.state_dict()
+    assert all(torch.equal(v, resumed[k]) for k, v in loaded.model.state_dict().items())
+
+
+def test_a_saved_run_is_never_overwritten_by_accident(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--steps", "1", "--out", str(out)]) == 0
+    weights = (out / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["train", *TINY, "--steps", "2", "--out", str(out)]) == 2
+    assert "already holds a trained model" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == weights
+    # --resume continues with the saved settings: other flags are refused, not silently dropped
+    assert main(["train", "--resume", "--steps", "5", "--out", str(out)]) == 2
+    assert "drop --steps" in capsys.readouterr().err
+    assert main(["train", *TINY, "--steps", "2", "--overwrite", "--out", str(out)]) == 0
+    assert "after 2 steps" in capsys.readouterr().out
 
 
 def test_no_state_and_pe_override(tmp_path: Path) -> None:

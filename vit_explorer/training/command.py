@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-state", action="store_true",
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace a run already saved in --out")
 
 
 def _setup_distributed() -> bool:
@@ -78,19 +79,30 @@ def _setup_distributed() -> bool:
 
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, data, recipe) from the arguments, or from the saved run with --resume."""
+    from ..checkpoints.native import CONFIG_NAME
     from ..data.datasets import load_data
     from ..models import ViTConfig
     from ..models.presets import preset
     from .recipe import Recipe
-    from .trainer import load_state
+    from .trainer import STATE_NAME, load_state
 
     if args.resume:
+        given = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
+        given += [f"--{name.replace('_', '-')}" for name in ("pos_embed", "stem", "image_size", "init")
+                  if getattr(args, name)]
+        if given:
+            raise ValueError(f"--resume continues the run saved in {args.out} with its own settings; "
+                             f"drop {' '.join(given)}")
         state = load_state(Path(args.out))
         spec = dict(state["data"])
         recipe = Recipe.from_dict(state["recipe"])
         data = load_data(spec.pop("dataset"), image_size=tuple(spec.pop("image_size")), **spec)
         return ViTConfig.from_dict(state["config"]), data, recipe
 
+    out = Path(args.out)
+    if not args.overwrite and ((out / CONFIG_NAME).exists() or (out / STATE_NAME).exists()):
+        raise ValueError(f"{out}: already holds a trained model; continue it with --resume, "
+                         "replace it with --overwrite, or choose another --out")
     values = {field: getattr(args, flag) for flag, field in RECIPE_FLAGS.items() if getattr(args, flag) is not None}
     if args.no_state:
         values["save_state"] = False
