@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler
 
+from ..analysis.pe import pe_similarity
 from ..checkpoints.native import save_native, write_atomic
 from ..data.datasets import TrainingData, normalize, random_crop_flip
 from ..models import VisionTransformer, ViTConfig
@@ -54,16 +54,6 @@ def load_state(out: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling failure means the file is unusable
         raise ValueError(f"{path}: cannot read the training state ({error})") from None
-
-
-def pe_similarity(model: VisionTransformer) -> np.ndarray | None:
-    """Cosine similarity of every patch PE with every other, (gh, gw, gh, gw); None without additive PE."""
-    grid = model.config.grid_size
-    pe = model.position_embedding(grid)
-    if pe is None:
-        return None
-    patches = F.normalize(pe[-grid[0] * grid[1]:].detach().float(), dim=-1)  # (N, D), prefix rows dropped
-    return (patches @ patches.T).reshape(*grid, *grid).cpu().numpy()
 
 
 class TrainStep(nn.Module):
@@ -339,7 +329,8 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
         yield Validation(step, *val)
 
     def snapshot() -> Iterator[Event]:
-        sim = pe_similarity(model)
+        with torch.no_grad():
+            sim = pe_similarity(model).patches  # (gh, gw, gh, gw), None without an additive PE
         if sim is not None:
             yield PESnapshot(step, sim)
 
