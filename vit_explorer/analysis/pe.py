@@ -8,9 +8,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..models.config import PREFIX_NAMES
 from ..models.vit import VisionTransformer
-
-_PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}
 
 
 @dataclass
@@ -46,7 +45,7 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     patch_pe = pe[k:]  # (N, D)
     sim = cosine_matrix(patch_pe, patch_pe).reshape(grid[0], grid[1], grid[0], grid[1])  # (gh, gw, gh, gw)
     prefix, notes = {}, []
-    for name, row in zip(_PREFIX_NAMES[cfg.prefix_tokens][:k], pe[:k], strict=True):
+    for name, row in zip(PREFIX_NAMES[cfg.prefix_tokens][:k], pe[:k], strict=True):
         if torch.count_nonzero(row) == 0:
             notes.append(f"[{name.upper()}] has no position embedding in the {cfg.pos_embed} scheme")
             continue

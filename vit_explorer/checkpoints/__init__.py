@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .files import WEIGHT_SUFFIXES, find_weights, read_json, read_weights
+from .files import WEIGHT_SUFFIXES, find_weights, read_weights
 from .hf_format import (
     config_from_hf,
     hf_files,
@@ -25,7 +25,7 @@ from .hf_format import (
     preprocess_from_hf,
 )
 from .loaded import LoadedModel
-from .native import CONFIG_NAME, build_model, load_native_folder, save_native, write_atomic
+from .native import CONFIG_NAME, build_model, load_native_folder, read_json, save_native, write_atomic
 from .preprocess import Preprocess
 from .timm_format import config_from_timm, labels_from_timm, parse_name, preprocess_from_timm, timm_to_native
 
@@ -96,7 +96,7 @@ def _config_kind(config: dict[str, Any], where: Path) -> str:
 
 def _load_native(folder: Path, weights: Path | None = None) -> LoadedModel:
     model, labels, preprocessing, meta = load_native_folder(folder, weights)
-    details = {"weights": str(weights or folder / "model.safetensors")}
+    details = {"weights": str(weights or folder / "model.safetensors"), "training": meta.get("training", {})}
     return LoadedModel(model, model.config, labels, preprocessing, str(folder), "native", details)
 
 

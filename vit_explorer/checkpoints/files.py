@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 import zipfile
@@ -16,19 +15,6 @@ from .native import read_safetensors
 
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 WEIGHT_SUFFIXES = (".safetensors",) + PICKLE_SUFFIXES
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object from a file, or a CheckpointError naming the file."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: file is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
 
 
 def read_pickle(path: Path) -> dict[str, torch.Tensor]:

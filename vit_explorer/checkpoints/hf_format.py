@@ -16,7 +16,7 @@ import torch
 
 from ..models import ConfigError, ViTConfig
 from .errors import CheckpointError
-from .files import read_json
+from .native import read_json
 from .preprocess import Preprocess, hf_preprocess
 
 MODEL_TYPES = ("vit", "deit")

@@ -23,16 +23,23 @@ WEIGHTS_NAME = "model.safetensors"
 FORMAT_VERSION = 1
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; done once, at import, before any thread
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
 def write_atomic(path: Path, write: Any) -> None:
     """Write through a temporary file in the same folder, then rename: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -57,13 +64,23 @@ def save_native(out_dir: str | os.PathLike[str], model: VisionTransformer, label
     return out
 
 
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file, or a CheckpointError naming the file."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def read_meta(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG_NAME
-    try:
-        meta = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(meta, dict) or meta.get("format") != "vit-explorer" or "config" not in meta:
+    meta = read_json(path)
+    if meta.get("format") != "vit-explorer" or "config" not in meta:
         raise CheckpointError(f"{path}: not a vit-explorer checkpoint description (no 'format'/'config')")
     return meta
 

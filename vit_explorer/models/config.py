@@ -8,6 +8,7 @@ from typing import Any
 
 STEMS = ("patchify", "conv")
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
+PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 POOLS = ("cls", "gap")
 POS_EMBEDS = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
 
@@ -181,7 +182,7 @@ class ViTConfig:
         """Prefix tokens in front of the patches during the self-attention blocks."""
         if self.class_attn_depth:
             return 0  # CaiT: [CLS] joins only in the class-attention stage
-        return {"cls": 1, "cls+dist": 2, "none": 0}[self.prefix_tokens]
+        return len(PREFIX_NAMES[self.prefix_tokens])
 
     @property
     def distilled(self) -> bool:
@@ -216,7 +217,7 @@ class ViTConfig:
                 n += c_in * c_out * 9 + 2 * c_out
                 c_in = c_out
             n += c_in * d + d
-        n += {"cls": 1, "cls+dist": 2, "none": 0}[self.prefix_tokens] * d
+        n += len(PREFIX_NAMES[self.prefix_tokens]) * d
         if self.mask_token:
             n += d
         gh, gw = self.grid_size

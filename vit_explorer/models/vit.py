@@ -15,7 +15,7 @@ from torch import nn
 
 from . import position
 from .blocks import ALL, Block, ClassAttentionBlock, Rows
-from .config import ConfigError, TokenLayout, ViTConfig
+from .config import PREFIX_NAMES, ConfigError, TokenLayout, ViTConfig
 from .stems import make_stem
 
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
@@ -88,7 +88,7 @@ class VisionTransformer(nn.Module):
     def prefix_names(self) -> tuple[str, ...]:
         if self.config.class_attn_depth:
             return ()
-        return {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}[self.config.prefix_tokens]
+        return PREFIX_NAMES[self.config.prefix_tokens]
 
     def layout(self, image_size: tuple[int, int] | None = None) -> TokenLayout:
         """The token layout for an input of image_size (H, W) (default: the configured size)."""
@@ -276,8 +276,7 @@ class VisionTransformer(nn.Module):
         # 7. final norm, pooling, heads
         x = self.norm(x)
         if cfg.pool == "gap":
-            n_prefix = 1 if cfg.class_attn_depth else layout.num_prefix_tokens
-            pooled = x[:, n_prefix:].mean(dim=1)  # (B, D)
+            pooled = x[:, layout.num_prefix_tokens:].mean(dim=1)  # (B, D), patch tokens only
             keep("pre_logits", pooled)
             head_logits = {"gap": self.head(self.head_drop(pooled))}
         else:
