@@ -28,7 +28,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vit-ti4-32": dict(image_size=32, patch_size=4, num_classes=10, embed_dim=192, depth=12, num_heads=3),
 }
 
-# timm model names for the reference presets (also used to read timm checkpoints)
+# timm model names of the reference presets (the timm loader parses names itself; tests check both agree)
 TIMM_NAMES: dict[str, str] = {
     "vit_tiny_patch16_224": "vit-ti16",
     "vit_small_patch16_224": "vit-s16",

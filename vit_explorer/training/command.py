@@ -12,13 +12,11 @@ from typing import Any
 
 from ..models.config import POS_EMBEDS, STEMS
 
-RECIPE_FLAGS = {  # command-line flag -> Recipe field (only passed on when given)
-    "steps": "steps", "epochs": "epochs", "time_budget": "time_budget", "batch_size": "batch_size", "lr": "lr",
-    "seed": "seed", "warmup": "warmup", "weight_decay": "weight_decay", "label_smoothing": "label_smoothing",
-    "grad_clip": "grad_clip", "compile": "compile", "task": "task", "mask_ratio": "mask_ratio",
-    "distill": "distill", "teacher": "teacher", "teacher_steps": "teacher_steps", "distill_alpha": "distill_alpha",
-    "distill_tau": "distill_tau", "checkpoint_every": "checkpoint_every",
-}
+RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same name (only when given)
+    "steps", "epochs", "time_budget", "batch_size", "lr", "seed", "warmup", "weight_decay", "label_smoothing",
+    "grad_clip", "compile", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
+    "distill_tau", "checkpoint_every",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -103,7 +101,7 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if not args.overwrite and ((out / CONFIG_NAME).exists() or (out / STATE_NAME).exists()):
         raise ValueError(f"{out}: already holds a trained model; continue it with --resume, "
                          "replace it with --overwrite, or choose another --out")
-    values = {field: getattr(args, flag) for flag, field in RECIPE_FLAGS.items() if getattr(args, flag) is not None}
+    values = {flag: getattr(args, flag) for flag in RECIPE_FLAGS if getattr(args, flag) is not None}
     if args.no_state:
         values["save_state"] = False
     recipe = Recipe(**values)
