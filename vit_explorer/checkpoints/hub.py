@@ -24,6 +24,7 @@ def download(repo_id: str, config_files: tuple[str, ...]) -> Path:
         RepositoryNotFoundError,
     )
 
+    where = f"{repo_id} (no such local file or folder, so read as a hub id)"
     folder = None
     try:
         for weights in WEIGHT_FILES:
@@ -32,15 +33,15 @@ def download(repo_id: str, config_files: tuple[str, ...]) -> Path:
                 return folder
     except LocalEntryNotFoundError:
         if constants.is_offline_mode():
-            raise CheckpointError(f"{repo_id}: offline (HF_HUB_OFFLINE is set) and this hub id is not in the "
+            raise CheckpointError(f"{where}: offline (HF_HUB_OFFLINE is set) and this hub id is not in the "
                                   "local cache; connect once to download it, or give a local folder") from None
-        raise CheckpointError(f"{repo_id}: cannot reach the Hugging Face Hub and the id is not cached") from None
+        raise CheckpointError(f"{where}: cannot reach the Hugging Face Hub and the id is not cached") from None
     except RepositoryNotFoundError:
-        raise CheckpointError(f"{repo_id}: no such repository on the Hugging Face Hub (or it is private/gated)") \
+        raise CheckpointError(f"{where}: no such repository on the Hugging Face Hub (or it is private/gated)") \
             from None
     except HFValidationError as error:
-        raise CheckpointError(f"{repo_id}: not a valid hub id ({error})") from None
+        raise CheckpointError(f"{where}: not a valid hub id ({error})") from None
     except (HfHubHTTPError, EntryNotFoundError, OSError) as error:
-        raise CheckpointError(f"{repo_id}: download failed ({error})") from None
-    raise CheckpointError(f"{repo_id}: the repository (snapshot {folder}) has neither "
+        raise CheckpointError(f"{where}: download failed ({error})") from None
+    raise CheckpointError(f"{where}: the repository (snapshot {folder}) has neither "
                           f"{' nor '.join(WEIGHT_FILES)}")
