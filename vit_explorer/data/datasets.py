@@ -77,7 +77,7 @@ def load_data(dataset: str = "shapes", *, image_size: tuple[int, int] = (32, 32)
         if (h, w) != (32, 32):
             xt, xv = (F.interpolate(x.float(), size=(h, w), mode="bilinear", antialias=True)
                       .round().clamp(0, 255).to(torch.uint8) for x in (xt, xv))
-        pre = Preprocess((h, w), interpolation="bicubic", mean=cifar.CIFAR_MEAN, std=cifar.CIFAR_STD)
+        pre = Preprocess((h, w), interpolation="bilinear", mean=cifar.CIFAR_MEAN, std=cifar.CIFAR_STD)  # as trained
         return TrainingData(TensorImages(xt, yt), TensorImages(xv, yv), names, pre, spec, augment=True)
 
     notes = []
