@@ -161,8 +161,11 @@ class AttentionView(View):
     def refresh(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
         mode = MODES[self.mode.currentIndex()]
-        for widget in (self.fusion, self.discard):
-            widget.setVisible(mode == "rollout")
+        # only the controls this mode uses: a short toolbar keeps the view (and the window) within 1600 px
+        for widget, modes in ((self.fusion, ("rollout",)), (self.discard, ("rollout",)), (self.head, ("one head",)),
+                              (self.layer, ("one head", "all heads", "mean of heads", "class attention (CaiT)")),
+                              (self.query, ("one head", "all heads", "mean of heads", "rollout"))):
+            widget.setVisible(mode in modes)
         if result is None:
             return
         query = self.session.query if self.query.currentIndex() == 1 else None
