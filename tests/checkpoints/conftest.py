@@ -9,6 +9,25 @@ from typing import Any
 import pytest
 import torch
 
+TOL = 1e-4  # float32 parity with the reference implementations
+
+
+def assert_close(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+    assert ours.shape == ref.shape, f"{what}: shape {tuple(ours.shape)} vs {tuple(ref.shape)}"
+    diff = (ours - ref).abs().max().item()
+    assert diff < TOL, f"{what}: max |diff| {diff:.2e}"
+
+
+def assert_matches_hf(ours: dict[str, Any], ref: Any, depth: int) -> None:
+    """Our captures against a transformers output with hidden states and (eager) attentions."""
+    assert_close(ours["logits"], ref.logits, "logits")
+    assert len(ref.hidden_states) == depth + 1 and len(ref.attentions) == depth
+    assert_close(ours["embedded"], ref.hidden_states[0], "embeddings")
+    for i in range(depth):
+        assert_close(ours["hidden_states"][i], ref.hidden_states[i + 1], f"hidden state {i}")
+        assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
+
+
 LABELS = ["cat", "dog", "bird", "fish", "frog", "horse", "ship"]
 
 

@@ -15,15 +15,7 @@ from safetensors.torch import load_file
 
 from vit_explorer.checkpoints import CheckpointError, convert, load
 
-from .conftest import LABELS, randomize
-
-TOL = 1e-4
-
-
-def assert_close(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    assert ours.shape == ref.shape, f"{what}: shape {tuple(ours.shape)} vs {tuple(ref.shape)}"
-    diff = (ours - ref).abs().max().item()
-    assert diff < TOL, f"{what}: max |diff| {diff:.2e}"
+from .conftest import LABELS, assert_close, assert_matches_hf, randomize
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +51,7 @@ def test_single_head_deit_parity(deit_folders, fmt: str, size: tuple[int, int]) 
         ref = model(x, output_hidden_states=True, output_attentions=True, interpolate_pos_encoding=size != (32, 32))
         ours = loaded.model.forward_intermediates(x, capture="all")
     assert set(ours["head_logits"]) == {"cls"}
-    assert_close(ours["logits"], ref.logits, "logits")
-    assert len(ref.hidden_states) == 3 and len(ref.attentions) == 2
-    assert_close(ours["embedded"], ref.hidden_states[0], "embeddings")
-    for i in range(2):
-        assert_close(ours["hidden_states"][i], ref.hidden_states[i + 1], f"hidden state {i}")
-        assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
+    assert_matches_hf(ours, ref, depth=2)
 
 
 def test_convert_writes_deit_for_image_classification(deit_folders, tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import torch
 
 from vit_explorer.checkpoints import load
 
-TOL = 1e-4
+from .conftest import assert_close
+
 SIZES = [(32, 32), (24, 48)]  # the second shrinks the grid vertically and widens it
 
 
@@ -51,12 +52,6 @@ def reference_at(case: str, model: torch.nn.Module, size: tuple[int, int], timm_
                                                 num_prefix_tokens=0)
     rect.load_state_dict(state)
     return rect.eval()
-
-
-def assert_close(ours: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    assert ours.shape == ref.shape, f"{what}: shape {tuple(ours.shape)} vs {tuple(ref.shape)}"
-    diff = (ours - ref).abs().max().item()
-    assert diff < TOL, f"{what}: max |diff| {diff:.2e}"
 
 
 @pytest.mark.parametrize("case", ["vit", "deit_distilled", "cait"])
