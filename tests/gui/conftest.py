@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,14 @@ def _settings(tmp_path_factory: pytest.TempPathFactory) -> None:
     QSettings.setDefaultFormat(QSettings.Format.IniFormat)
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope,
                       str(tmp_path_factory.mktemp("settings")))
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _gc_back_on_after_gui_tests() -> Iterator[None]:
+    """make_app hands garbage collection to the GUI thread's timer; later (non-GUI) tests get it back."""
+    yield
+    gc.collect()
+    gc.enable()
 
 
 def save_tiny(folder: Path, name: str = "classroom-tiny", **overrides: object) -> Path:

@@ -204,3 +204,27 @@ def test_plots_follow_a_palette_change(qtbot, window) -> None:
     finally:
         app.setPalette(before)
     qtbot.waitUntil(lambda: plot.backgroundBrush().color() == before.color(before.ColorRole.Base), timeout=5000)
+
+
+def test_garbage_is_collected_on_the_gui_thread_only(qtbot) -> None:
+    """Automatic collection is off (a worker thread could otherwise run Qt destructors); the GUI
+    thread's timer collects cycles instead."""
+    import gc
+    import weakref
+
+    from vit_explorer.gui.app import make_app
+
+    make_app()
+    assert not gc.isenabled()
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a reference cycle: only the cyclic collector frees it
+    alive = weakref.ref(a)
+    del a, b
+    keep = [Node() for _ in range(2 * gc.get_threshold()[0])]  # cross generation 0's threshold
+    assert alive() is not None  # nothing collects without the GUI thread's timer
+    qtbot.waitUntil(lambda: alive() is None, timeout=5000)
+    del keep

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
@@ -36,11 +37,35 @@ def apply_palette(app: QApplication) -> None:
     app.setPalette(dark_palette() if dark else app.style().standardPalette())
 
 
+class GuiThreadGarbageCollector(QObject):
+    """Python's cyclic garbage collector runs in whichever thread happens to cross a threshold. When
+    that is a worker thread and the garbage holds Qt objects (a closed window, a rebuilt plot), their
+    C++ destructors run there and can deadlock with the GUI thread (seen: QObject::~QObject in a
+    worker waiting for the GIL while the GUI thread, holding it, waits for Qt's lock). So automatic
+    collection is switched off and the GUI thread collects, generation by generation, on a timer."""
+
+    def __init__(self, parent: QObject, interval_ms: int = 500) -> None:
+        super().__init__(parent)
+        self.thresholds = gc.get_threshold()
+        gc.disable()
+        self.timer = QTimer(self)
+        self.timer.timeout.connect(self.collect)
+        self.timer.start(interval_ms)
+
+    def collect(self) -> None:
+        for generation, (count, threshold) in enumerate(zip(gc.get_count(), self.thresholds, strict=True)):
+            if count <= threshold:
+                break
+            gc.collect(generation)
+
+
 def make_app(argv: list[str] | None = None) -> QApplication:
     """The QApplication (created once), with names for QSettings, style and fonts."""
     app = QApplication.instance()
     if app is None:
         app = QApplication(argv if argv is not None else sys.argv[:1])
+    if app.findChild(GuiThreadGarbageCollector) is None:
+        GuiThreadGarbageCollector(app)
     app.setOrganizationName("vit-explorer")
     app.setApplicationName("vit-explorer")
     apply_palette(app)
