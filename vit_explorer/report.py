@@ -26,11 +26,8 @@ from .analysis.patch_embed import embedding_components, unfold_difference
 from .analysis.pe import pe_similarity
 from .analysis.tokens import cls_dist_similarity
 from .checkpoints.loaded import LoadedModel
-from .checkpoints.preprocess import Preprocess
-from .data.images import open_image
-from .paths import SAMPLES
+from .data.images import open_image, sample_images
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 COMPONENTS = 28  # the ViT paper shows the first 28 principal components
 
 
@@ -89,18 +86,10 @@ def choose_image(path: str | None) -> tuple[Image.Image, dict[str, str]]:
     """The given image, else the first bundled sample, else the synthetic picture; and which it was."""
     if path is not None:
         return open_image(path), {"kind": "file", "path": str(path)}
-    samples = sorted(p for p in SAMPLES.glob("*") if p.suffix.lower() in IMAGE_SUFFIXES) if SAMPLES.is_dir() else []
+    samples = sample_images()
     if samples:
         return open_image(samples[0]), {"kind": "bundled sample", "path": str(samples[0])}
     return synthetic_image(), {"kind": "synthetic", "path": ""}
-
-
-def model_view(pixel_values: torch.Tensor, preprocessing: Preprocess) -> np.ndarray:
-    """Undo the normalisation of (1, 3, H, W): the image exactly as the model sees it, (H, W, 3) uint8."""
-    mean = torch.tensor(preprocessing.mean)[:, None, None]
-    std = torch.tensor(preprocessing.std)[:, None, None]
-    x = pixel_values[0].detach().float().cpu() * std + mean  # (3, H, W) in 0..1
-    return (x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
 # ---------------------------------------------------------------------------- the report
@@ -129,7 +118,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     stage("forward pass")
 
     pixels = preprocessing(image).to(loaded.device)
-    rgb = model_view(pixels, preprocessing)
+    rgb = preprocessing.to_image(pixels)
     with torch.inference_mode():
         result = model.forward_intermediates(
             pixels, capture=("embedded", "hidden_states", "attentions", "class_tokens", "class_attentions"))

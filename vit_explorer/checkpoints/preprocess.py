@@ -87,6 +87,12 @@ class Preprocess:
             return round(h / ratio), round(w / ratio)
         return th, tw
 
+    def to_image(self, pixels: torch.Tensor) -> np.ndarray:
+        """Undo the normalisation of (1, 3, H, W): the image exactly as the model sees it, (H, W, 3) uint8."""
+        x = pixels[0].detach().float().cpu()  # (3, H, W)
+        x = x * torch.tensor(self.std)[:, None, None] + torch.tensor(self.mean)[:, None, None]  # in 0..1
+        return (x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
     def _centre_crop(self, pixels: torch.Tensor) -> torch.Tensor:
         ch, cw = self.size
         h, w = pixels.shape[-2:]

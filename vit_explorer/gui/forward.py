@@ -57,12 +57,6 @@ def pixels_for(inputs: Inputs) -> torch.Tensor:
     return pre(inputs.image).to(inputs.loaded.device)
 
 
-def display_image(pixels: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
-    """Undo the normalisation: (1, 3, H, W) -> (H, W, 3) uint8."""
-    x = pixels[0].float().cpu() * torch.tensor(std)[:, None, None] + torch.tensor(mean)[:, None, None]  # (3, H, W)
-    return (x.clamp(0, 1).permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-
-
 def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardResult:
     """Run the model with the masks and capture attention; also the unmasked baseline if needed."""
     start = time.perf_counter()
@@ -94,7 +88,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         cls_patch = np.asarray([float(patch_cls_similarity(s, layout).mean()) for s in states])
     pre = loaded.preprocessing
     return ForwardResult(
-        inputs=inputs, layout=layout, display=display_image(pixels, pre.mean, pre.std), probs=probs,
+        inputs=inputs, layout=layout, display=pre.to_image(pixels), probs=probs,
         head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
         class_attentions=class_attn, with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist,
         cls_patch=cls_patch,

@@ -157,7 +157,7 @@ class MainWindow(QMainWindow):
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
         from .live import follow_palette
 
-        pg.setConfigOptions(imageAxisOrder="row-major", antialias=True)
+        pg.setConfigOptions(antialias=True)  # imageAxisOrder is set once, in figures.py
         follow_palette(self, self.palette())  # plots drawn from now on; changeEvent handles later changes
 
         self.image_panel = ImagePanel(self.session)
