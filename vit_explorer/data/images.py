@@ -10,6 +10,15 @@ from PIL import Image, UnidentifiedImageError
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 
 
+def sample_images() -> list[Path]:
+    """The bundled sample images (resources/samples), sorted by name; empty if there are none."""
+    from ..paths import SAMPLES
+
+    if not SAMPLES.is_dir():
+        return []
+    return sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
+
+
 class ImageError(ValueError):
     """An image that cannot be read; the message names the file."""
 

@@ -25,8 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
-from ..paths import SAMPLES
+from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image, sample_images
 from . import figures
 from .forward import ForwardResult
 from .session import Session
@@ -40,12 +39,6 @@ def qimage_to_pil(qimage: QImage) -> Image.Image:
     w, h, stride = qimage.width(), qimage.height(), qimage.bytesPerLine()
     data = np.frombuffer(qimage.constBits(), np.uint8, count=stride * h).reshape(h, stride)  # (H, stride)
     return Image.fromarray(data[:, : 3 * w].reshape(h, w, 3).copy())
-
-
-def sample_images() -> list[Path]:
-    if not SAMPLES.is_dir():
-        return []
-    return sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
 
 
 class PatchCanvas(pg.ImageItem):
