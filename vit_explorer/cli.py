@@ -66,11 +66,7 @@ def _predict(args: argparse.Namespace) -> int:
     pixels = loaded.preprocess(open_image(args.image))
     with torch.inference_mode():
         logits = loaded.model(pixels)[0].float().cpu()
-    probs = logits.softmax(-1)
-    k = min(args.top_k, probs.numel())
-    top = torch.topk(probs, k)
-    rows = [{"index": int(i), "label": loaded.labels[int(i)], "prob": float(p)}
-            for p, i in zip(top.values, top.indices, strict=True)]
+    rows = loaded.top_k(logits, args.top_k)
     if args.json:
         print(json.dumps({"source": args.source, "image": args.image, "top_k": rows, "logits": logits.tolist()}))
     else:

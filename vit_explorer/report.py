@@ -125,10 +125,7 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     layout = result["layout"]
     top_rows = []
     if cfg.num_classes:  # without a classifier the "logits" are pooled features: nothing to rank
-        probs = result["logits"][0].float().softmax(-1).cpu()
-        top = torch.topk(probs, min(top_k, probs.numel()))
-        top_rows = [{"index": int(i), "label": _label(loaded, int(i)), "prob": float(p)}
-                    for p, i in zip(top.values, top.indices, strict=True)]
+        top_rows = loaded.top_k(result["logits"][0], top_k)
     attentions = [a.float().cpu() for a in result["attentions"]]
     stage("parameter table")
 
@@ -261,10 +258,6 @@ def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image
     steps.update(1)
     steps.close()
     return summary
-
-
-def _label(loaded: LoadedModel, index: int) -> str:
-    return loaded.labels[index] if index < len(loaded.labels) else f"class {index}"
 
 
 def _write_params_csv(path: Path, table: ParameterTable) -> None:

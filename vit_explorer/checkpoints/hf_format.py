@@ -16,6 +16,7 @@ import torch
 
 from ..models import ConfigError, ViTConfig
 from .errors import CheckpointError
+from .labels import generic_labels
 from .native import read_json
 from .preprocess import Preprocess, hf_preprocess
 
@@ -200,7 +201,7 @@ def labels_from_hf(hf: dict[str, Any], num_classes: int, where: Path) -> list[st
     if num_classes and sorted(names) != list(range(num_classes)):
         if names:
             raise CheckpointError(f"{where}: id2label has {len(names)} entries for a {num_classes}-class head")
-        return [f"class {i}" for i in range(num_classes)]
+        return generic_labels(num_classes)
     return [names[i] for i in range(num_classes)]
 
 

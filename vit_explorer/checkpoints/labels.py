@@ -21,5 +21,10 @@ def imagenet_labels(num_classes: int) -> list[str] | None:
     return None if name is None else list(_read(name))
 
 
+def generic_label(index: int) -> str:
+    """The name of a class the checkpoint does not name."""
+    return f"class {index}"
+
+
 def generic_labels(num_classes: int) -> list[str]:
-    return [f"class {i}" for i in range(num_classes)]
+    return [generic_label(i) for i in range(num_classes)]

@@ -8,6 +8,7 @@ import torch
 from PIL import Image
 
 from ..models import VisionTransformer, ViTConfig
+from .labels import generic_label
 from .preprocess import Preprocess
 
 
@@ -24,6 +25,16 @@ class LoadedModel:
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> (1, 3, H, W) on the model's device, as the source preprocesses it."""
         return self.preprocessing(image).to(self.device)
+
+    def top_k(self, logits: torch.Tensor, k: int) -> list[dict]:
+        """logits (classes,) -> the k most likely classes as {"index", "label", "prob"} rows."""
+        probs = logits.detach().float().cpu().softmax(-1)
+        top = torch.topk(probs, min(k, probs.numel()))
+        return [{"index": int(i), "label": self.label(int(i)), "prob": float(p)}
+                for p, i in zip(top.values, top.indices, strict=True)]
+
+    def label(self, index: int) -> str:
+        return self.labels[index] if index < len(self.labels) else generic_label(index)
 
     @property
     def device(self) -> torch.device:

@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from ..models import ConfigError, VisionTransformer, ViTConfig
 from .errors import CheckpointError
+from .labels import generic_labels
 from .preprocess import Preprocess
 
 CONFIG_NAME = "vit_explorer.json"
@@ -156,7 +157,7 @@ def load_native_folder(folder: Path, weights: Path | None = None
     weights = weights or folder / WEIGHTS_NAME
     state = read_safetensors(weights)
     model = build_model(config, state, str(weights))
-    labels = list(meta.get("labels") or [f"class {i}" for i in range(config.num_classes)])
+    labels = list(meta.get("labels") or generic_labels(config.num_classes))
     if config.num_classes and len(labels) != config.num_classes:
         raise CheckpointError(f"{folder / CONFIG_NAME}: {len(labels)} labels for {config.num_classes} classes")
     pre = meta.get("preprocessing")

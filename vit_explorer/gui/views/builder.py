@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...checkpoints.labels import generic_labels
 from ...models import PRESETS, ConfigError, ViTConfig, preset
 from ..session import Session
 from .base import Table, View
@@ -33,7 +34,7 @@ def build_loaded(config: ViTConfig) -> Any:
     from ..session import preferred_device
 
     model = VisionTransformer(config).eval().to(preferred_device())
-    labels = [f"class {i}" for i in range(config.num_classes)]
+    labels = generic_labels(config.num_classes)
     pre = Preprocess(config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
     return LoadedModel(model, config, labels, pre, "", "built", {"config": config.to_dict()})
 
