@@ -15,12 +15,12 @@ import torch
 import torch.nn.functional as F
 
 from vit_explorer.models import VisionTransformer, ViTConfig
+from vit_explorer.models.config import POS_EMBEDS, STEMS, TOKEN_LAYOUTS
 from vit_explorer.models.position import rope_angles
 
-STEMS = ("patchify", "conv")
-PES = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
-# (prefix_tokens, pool, class_attn_depth): every valid way to arrange the tokens, CaiT last
-LAYOUTS = (("cls", "cls", 0), ("cls", "gap", 0), ("cls+dist", "cls", 0), ("none", "gap", 0), ("cls", "cls", 1))
+PES = POS_EMBEDS
+# (prefix_tokens, pool, class_attn_depth): every valid way to arrange the tokens, from the config's table
+LAYOUTS = tuple((v["prefix_tokens"], v["pool"], v["class_attn_depth"]) for v in TOKEN_LAYOUTS.values())
 MASKINGS = ("none", "replace", "bert")
 IMAGE = (16, 24)  # rectangular on purpose: a 4x6 grid at patch 4
 STRUCTURE = list(itertools.product(STEMS, PES, LAYOUTS))

@@ -11,9 +11,10 @@ import torch
 from timm.layers import resample_abs_pos_embed
 
 from vit_explorer.models import VisionTransformer, ViTConfig, count_parameters
+from vit_explorer.models.config import POS_EMBEDS
 from vit_explorer.models.position import apply_rope, rope_angles, sincos_1d, sincos_2d
 
-PES = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
+PES = POS_EMBEDS
 LAYOUTS = {  # name -> (prefix_tokens, pool, class_attn_depth)
     "cls": ("cls", "cls", 0), "cls+dist": ("cls+dist", "cls", 0), "gap": ("none", "gap", 0),
     "cls-gap": ("cls", "gap", 0), "cait": ("cls", "cls", 1),

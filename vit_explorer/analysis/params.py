@@ -14,9 +14,7 @@ _EMBED_LAYERS = {  # first name component -> layer name in the embedding stage (
     "cls_token": "[CLS] token",
     "dist_token": "distillation token",
     "mask_token": "[MASK] token",
-    "pos_embed": "position embedding",
-    "pos_embed_y": "position embedding",
-    "pos_embed_x": "position embedding",
+    "pos_embed": "position embedding",  # every scheme's parameters are named pos_embed* (models/position.py)
 }
 
 
@@ -57,6 +55,8 @@ class ParameterTable:
 
 def _place(name: str) -> tuple[str, str]:
     parts = name.split(".")
+    if parts[0].startswith("pos_embed"):
+        return "embeddings", _EMBED_LAYERS["pos_embed"]
     if parts[0] in _EMBED_LAYERS:
         return "embeddings", _EMBED_LAYERS[parts[0]]
     if parts[0] == "blocks":

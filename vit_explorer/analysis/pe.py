@@ -39,8 +39,7 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     n = grid[0] * grid[1]
     pe = model.position_embedding(grid)
     if pe is None:
-        what = "rotary position embedding acts inside attention" if cfg.pos_embed == "rope" else "no position embedding"
-        return PESimilarity(grid, cfg.pos_embed, None, note=f"no additive PE: the model uses {what}")
+        return PESimilarity(grid, cfg.pos_embed, None, note=f"no additive PE: {model.pos_scheme.note}")
     k = pe.shape[0] - n  # prefix rows in front of the patch rows
     patch_pe = pe[k:]  # (N, D)
     sim = cosine_matrix(patch_pe, patch_pe).reshape(grid[0], grid[1], grid[0], grid[1])  # (gh, gw, gh, gw)

@@ -6,11 +6,24 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-STEMS = ("patchify", "conv")
+from .position import SCHEMES
+from .stems import STEMS as STEM_CLASSES
+
+STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 POOLS = ("cls", "gap")
-POS_EMBEDS = ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope")
+# Every valid arrangement of the tokens, by the name the builder shows: the fields that make it (CaiT's
+# number of class-attention blocks is the builder's own control; one stands for "some" here).
+TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
+    "[CLS]": dict(prefix_tokens="cls", pool="cls", class_attn_depth=0),
+    "[CLS], head on the mean of patches": dict(prefix_tokens="cls", pool="gap", class_attn_depth=0),
+    "[CLS] + distillation (DeiT)": dict(prefix_tokens="cls+dist", pool="cls", class_attn_depth=0),
+    "none, head on the mean of patches (GAP)": dict(prefix_tokens="none", pool="gap", class_attn_depth=0),
+    "[CLS] joins in class attention (CaiT)": dict(prefix_tokens="cls", pool="cls", class_attn_depth=1,
+                                                   pos_embed_prefix=False),
+}
+POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
 
 # Refuse configurations that would allocate more than this many parameters: a typo such as
 # depth=12000 should produce a message, not a machine that swaps for ten minutes.
@@ -111,25 +124,8 @@ class ViTConfig:
                 self.pos_embed != "learned" or not self.pos_embed_prefix,
                 "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
             )
-        if self.pos_embed == "sincos_2d":
-            need(
-                self.embed_dim % 4 == 0,
-                f"sincos_2d splits D into sin/cos of rows and columns: "
-                f"embed_dim {self.embed_dim} must be divisible by 4",
-            )
-        if self.pos_embed == "learned_2d":
-            need(
-                self.embed_dim % 2 == 0,
-                f"learned_2d concatenates a row and a column table of D/2: embed_dim {self.embed_dim} must be even",
-            )
-        if self.pos_embed == "sincos_1d":
-            need(self.embed_dim % 2 == 0,
-                 f"sine-cosine position embeddings need an even embed_dim, got {self.embed_dim}")
-        if self.pos_embed == "rope":
-            need(
-                self.head_dim % 4 == 0,
-                f"2D RoPE rotates pairs along two axes: head_dim {self.head_dim} must be divisible by 4",
-            )
+        problem = SCHEMES[self.pos_embed].check(self)
+        need(problem is None, str(problem))
         for name in ("drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
             need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
         need(self.mlp_ratio > 0 and self.class_attn_mlp_ratio > 0, "mlp_ratio must be > 0")
@@ -220,12 +216,7 @@ class ViTConfig:
         n += len(PREFIX_NAMES[self.prefix_tokens]) * d
         if self.mask_token:
             n += d
-        gh, gw = self.grid_size
-        if self.pos_embed == "learned":
-            rows = self.num_patches + (self.num_prefix_tokens if self.pos_embed_prefix else 0)
-            n += rows * d
-        elif self.pos_embed == "learned_2d":
-            n += (gh + gw) * d // 2
+        n += SCHEMES[self.pos_embed].num_parameters(self)
         block = 4 * d + (3 * d * d + (3 * d if self.qkv_bias else 0)) + d * d + d
         block += d * hidden + hidden + hidden * d + d
         if self.layer_scale_init is not None:

@@ -1,4 +1,9 @@
-"""Position embeddings: learned 1D/2D tables, fixed sine-cosine 1D/2D, and 2D rotary (RoPE).
+"""Position embeddings: the table of schemes, and their learned 1D/2D tables, fixed sine-cosine
+1D/2D and 2D rotary (RoPE) functions.
+
+`SCHEMES` is the one place a scheme is described: config validation, the parameter estimate, the
+model's parameters and its per-token embedding, the builder's labels and the analyses all read it.
+Adding a scheme means adding one `Scheme` subclass here (and its tests).
 
 How each scheme treats the prefix tokens ([CLS], distillation):
 - learned (1D): with `pos_embed_prefix` the table has a row per prefix token in front of the
@@ -13,8 +18,14 @@ How each scheme treats the prefix tokens ([CLS], distillation):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+if TYPE_CHECKING:
+    from .config import ViTConfig
 
 
 def sincos_1d(positions: torch.Tensor, dim: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -86,3 +97,133 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor, num_prefix: int) -> torch.
     a, b = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
     return torch.cat([prefix, rotated.to(x.dtype)], dim=2)
+
+
+# ---------------------------------------------------------------------------- the schemes
+class Scheme:
+    """One position-embedding scheme. The defaults describe a scheme that adds nothing and has no
+    parameters; subclasses override what their scheme does."""
+
+    name = ""  # the value of ViTConfig.pos_embed
+    label = ""  # what the builder and the figures call it
+    additive = False  # adds one vector per token to the embedded tokens (the PE similarity views need this)
+    note = "no position embedding: the model sees the patches as an unordered set"  # what the PE views say
+
+    def check(self, config: ViTConfig) -> str | None:
+        """Why this scheme cannot build `config` (a message saying what to change), or None."""
+        return None
+
+    def num_parameters(self, config: ViTConfig) -> int:
+        return 0
+
+    def prefix_rows(self, config: ViTConfig) -> int:
+        """How many learned rows the scheme keeps for prefix tokens (the others get zero rows)."""
+        return 0
+
+    def create(self, config: ViTConfig) -> dict[str, nn.Parameter]:
+        """The model's parameters for this scheme by attribute name, each starting with "pos_embed" (the
+        parameter table and weight decay recognise them by it); the model initialises them."""
+        return {}
+
+    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor | None:
+        """The additive embedding for a grid: (prefix_rows + gh*gw, D), prefix rows first, patches in
+        raster order; None when the scheme adds nothing."""
+        return None
+
+    def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor | None:
+        """Rotation angles (gh*gw, head_dim/2) applied to queries and keys inside attention; None if none."""
+        return None
+
+
+class Learned1D(Scheme):
+    name, label, additive = "learned", "learned 1D", True
+    note = "a learned table with one row per patch (ViT); resampled bicubically for other grids"
+
+    def prefix_rows(self, config: ViTConfig) -> int:
+        return config.num_prefix_tokens if config.pos_embed_prefix else 0
+
+    def num_parameters(self, config: ViTConfig) -> int:
+        return (config.num_patches + self.prefix_rows(config)) * config.embed_dim
+
+    def create(self, config: ViTConfig) -> dict[str, nn.Parameter]:
+        rows = config.num_patches + self.prefix_rows(config)
+        return {"pos_embed": nn.Parameter(torch.zeros(1, rows, config.embed_dim))}
+
+    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+        cfg = model.config
+        table = model.pos_embed[0]  # (prefix rows + N, D)
+        if tuple(grid) == cfg.grid_size:
+            return table  # the native grid: no resampling, no copy
+        k = self.prefix_rows(cfg)  # prefix rows stay out of the interpolation
+        return torch.cat([table[:k], resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)])
+
+
+class Learned2D(Scheme):
+    name, label, additive = "learned_2d", "learned 2D", True
+    note = "learned row and column tables of D/2 each, concatenated (ViT App. D.4)"
+
+    def check(self, config: ViTConfig) -> str | None:
+        if config.embed_dim % 2:
+            return (f"learned_2d concatenates a row and a column table of D/2: "
+                    f"embed_dim {config.embed_dim} must be even")
+        return None
+
+    def num_parameters(self, config: ViTConfig) -> int:
+        gh, gw = config.grid_size
+        return (gh + gw) * config.embed_dim // 2
+
+    def create(self, config: ViTConfig) -> dict[str, nn.Parameter]:
+        gh, gw = config.grid_size
+        half = config.embed_dim // 2
+        return {"pos_embed_y": nn.Parameter(torch.zeros(gh, half)), "pos_embed_x": nn.Parameter(torch.zeros(gw, half))}
+
+    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+        return learned_2d(resample_axis(model.pos_embed_y, grid[0]), resample_axis(model.pos_embed_x, grid[1]))
+
+
+class SinCos1D(Scheme):
+    name, label, additive = "sincos_1d", "sine-cosine 1D", True
+    note = "fixed sines and cosines of the raster index (the Transformer's), no parameters"
+
+    def check(self, config: ViTConfig) -> str | None:
+        if config.embed_dim % 2:
+            return f"sine-cosine position embeddings need an even embed_dim, got {config.embed_dim}"
+        return None
+
+    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+        return sincos_1d(torch.arange(grid[0] * grid[1]), model.config.embed_dim)
+
+
+class SinCos2D(Scheme):
+    name, label, additive = "sincos_2d", "sine-cosine 2D", True
+    note = "fixed sines and cosines of the row (first half) and the column (second half), as MAE"
+
+    def check(self, config: ViTConfig) -> str | None:
+        if config.embed_dim % 4:
+            return (f"sincos_2d splits D into sin/cos of rows and columns: "
+                    f"embed_dim {config.embed_dim} must be divisible by 4")
+        return None
+
+    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+        return sincos_2d(grid, model.config.embed_dim)
+
+
+class NoPosition(Scheme):
+    name, label = "none", "none"
+
+
+class Rotary2D(Scheme):
+    name, label = "rope", "RoPE (2D rotary)"
+    note = "rotary position embedding acts inside attention: queries and keys turn by the patch's row and column"
+
+    def check(self, config: ViTConfig) -> str | None:
+        if config.head_dim % 4:
+            return f"2D RoPE rotates pairs along two axes: head_dim {config.head_dim} must be divisible by 4"
+        return None
+
+    def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor:
+        return rope_angles(grid, config.head_dim, config.rope_theta)
+
+
+SCHEMES: dict[str, Scheme] = {s.name: s for s in (Learned1D(), Learned2D(), SinCos1D(), SinCos2D(), NoPosition(),
+                                                  Rotary2D())}

@@ -1,16 +1,24 @@
-"""Stems turn an image (B, C, H, W) into a grid of patch embeddings (B, D, H/P, W/P)."""
+"""Stems turn an image (B, C, H, W) into a grid of patch embeddings (B, D, H/P, W/P).
+
+`STEMS` is the table of stems that the config, the model and the builder read.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import ViTConfig
+if TYPE_CHECKING:
+    from .config import ViTConfig
 
 
 class PatchifyStem(nn.Module):
     """ViT's stem: a Conv2d with kernel = stride = P, i.e. a linear map of each flattened patch."""
+
+    label = "patchify (Conv2d k=P s=P)"
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
@@ -42,6 +50,8 @@ class ConvBNReLU(nn.Sequential):
 class ConvStem(nn.Module):
     """Xiao et al. 2021: 3x3 convs (BN, ReLU) whose strides multiply to P, then a 1x1 conv to D."""
 
+    label = "convolutional (3x3 convs)"
+
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         layers, c_in = [], config.in_chans
@@ -55,5 +65,8 @@ class ConvStem(nn.Module):
         return self.proj(self.convs(x))  # (B, D, H/P, W/P)
 
 
+STEMS: dict[str, type[PatchifyStem] | type[ConvStem]] = {"patchify": PatchifyStem, "conv": ConvStem}
+
+
 def make_stem(config: ViTConfig) -> nn.Module:
-    return PatchifyStem(config) if config.stem == "patchify" else ConvStem(config)
+    return STEMS[config.stem](config)

@@ -39,13 +39,9 @@ class VisionTransformer(nn.Module):
         else:  # no learned [MASK]: masked patches become zero vectors; not a parameter, not saved
             self.register_buffer("mask_token", torch.zeros(1, 1, d), persistent=False)
 
-        gh, gw = config.grid_size
-        if config.pos_embed == "learned":
-            rows = config.num_patches + (config.num_prefix_tokens if config.pos_embed_prefix else 0)
-            self.pos_embed = nn.Parameter(torch.zeros(1, rows, d))
-        elif config.pos_embed == "learned_2d":
-            self.pos_embed_y = nn.Parameter(torch.zeros(gh, d // 2))
-            self.pos_embed_x = nn.Parameter(torch.zeros(gw, d // 2))
+        self.pos_scheme = position.SCHEMES[config.pos_embed]
+        for name, parameter in self.pos_scheme.create(config).items():
+            setattr(self, name, parameter)
         self.pos_drop = nn.Dropout(config.pos_drop_rate)
 
         n_blocks = config.depth
@@ -106,39 +102,23 @@ class VisionTransformer(nn.Module):
     def position_embedding(self, grid: tuple[int, int]) -> torch.Tensor | None:
         """Additive PE for a grid as (prefix + patches, D), one row per token of the sequence.
 
-        Prefix tokens get their learned rows (learned 1D with `pos_embed_prefix`) or zero rows.
-        Learned tables are resampled (bicubic, explicit size, prefix rows untouched) when the
-        grid differs from the one they were trained for. None for 'none' and 'rope'.
+        Prefix tokens get the scheme's learned rows (learned 1D with `pos_embed_prefix`) or zero rows.
+        Learned tables are resampled (bicubic, explicit size, prefix rows untouched) when the grid
+        differs from the one they were trained for. None for schemes that add nothing ('none', 'rope').
         """
         cfg = self.config
-        kind = cfg.pos_embed
-        n_prefix = cfg.num_prefix_tokens
-        if kind in ("none", "rope"):
+        table = self.pos_scheme.table(self, grid)
+        if table is None:
             return None
-        if kind == "learned":
-            table = self.pos_embed[0]
-            k = n_prefix if cfg.pos_embed_prefix else 0  # rows the table holds for prefix tokens
-            if tuple(grid) == cfg.grid_size and k == n_prefix:
-                return table  # the native grid with a row for every token: no resampling, no copy
-            patches = position.resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)
-            if k:
-                return torch.cat([table[:k], patches], dim=0)
-        elif kind == "learned_2d":
-            patches = position.learned_2d(position.resample_axis(self.pos_embed_y, grid[0]),
-                                          position.resample_axis(self.pos_embed_x, grid[1]))
-        elif kind == "sincos_1d":
-            patches = position.sincos_1d(torch.arange(grid[0] * grid[1]), cfg.embed_dim)
-        else:
-            patches = position.sincos_2d(grid, cfg.embed_dim)
-        patches = patches.to(self.mask_token.device, self.mask_token.dtype)
-        if not n_prefix:
-            return patches
-        return torch.cat([patches.new_zeros(n_prefix, cfg.embed_dim), patches], dim=0)
+        table = table.to(self.mask_token.device, self.mask_token.dtype)
+        missing = cfg.num_prefix_tokens - self.pos_scheme.prefix_rows(cfg)  # prefix tokens without a row
+        if not missing:
+            return table
+        return torch.cat([table.new_zeros(missing, cfg.embed_dim), table], dim=0)
 
     def rope_angles(self, grid: tuple[int, int]) -> torch.Tensor | None:
-        if self.config.pos_embed != "rope":
-            return None
-        return position.rope_angles(grid, self.config.head_dim, self.config.rope_theta).to(self.mask_token.device)
+        angles = self.pos_scheme.rotary(self.config, grid)
+        return None if angles is None else angles.to(self.mask_token.device)
 
     # ------------------------------------------------------------------ masking
     def apply_mask(self, patches: torch.Tensor, mask: torch.Tensor, mode: str = "replace",
