@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from vit_explorer.models import ConfigError, VisionTransformer, ViTConfig, count_parameters, preset
+from vit_explorer.models.config import POS_EMBEDS, STEMS, TOKEN_LAYOUTS
 
 TINY = dict(image_size=16, patch_size=4, num_classes=3, embed_dim=16, depth=1, num_heads=2)
 
@@ -82,9 +83,8 @@ def test_bad_inputs_to_the_model_are_named() -> None:
 
 
 OPTION_GRID = list(itertools.product(
-    ("patchify", "conv"),
-    ("learned", "learned_2d", "sincos_1d", "sincos_2d", "none", "rope"),
-    (("cls", "cls", 0), ("cls+dist", "cls", 0), ("none", "gap", 0), ("cls", "cls", 2)),
+    STEMS, POS_EMBEDS,
+    [(v["prefix_tokens"], v["pool"], 2 * v["class_attn_depth"]) for v in TOKEN_LAYOUTS.values()],
 ))
 
 
