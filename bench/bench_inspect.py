@@ -34,9 +34,8 @@ from vit_explorer.analysis.pe import pe_similarity
 from vit_explorer.checkpoints.native import save_native
 from vit_explorer.checkpoints.preprocess import Preprocess
 from vit_explorer.models import VisionTransformer, preset
-from vit_explorer.report import add_arguments, run
-
-CAPTURE = ("attentions", "hidden_states", "with_pos", "embedded")  # what the app's forward (gui/forward.py) asks
+from vit_explorer.cli import main as cli_main
+from vit_explorer.explore.forward import CAPTURE  # what the app's forward pass captures
 
 
 def interactive_update(model: VisionTransformer, x: torch.Tensor) -> torch.Tensor:
@@ -86,14 +85,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         source = save_native(Path(tmp) / "vit-s16", ours, [f"class {i}" for i in range(1000)], Preprocess((224, 224)))
-        parser_inspect = argparse.ArgumentParser()
-        add_arguments(parser_inspect)
-        inspect_args = parser_inspect.parse_args([str(source), "--out", str(Path(tmp) / "report")])
-        run(inspect_args)  # warm-up: first Qt start, font cache
+        inspect_args = ["inspect", str(source), "--out", str(Path(tmp) / "report")]
+        cli_main(inspect_args)  # warm-up: first Qt start, font cache
         in_process = []
         for _ in range(3):
             start = time.perf_counter()
-            run(inspect_args)
+            cli_main(inspect_args)
             in_process.append(time.perf_counter() - start)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "vit_explorer", "inspect", str(source), "--out",

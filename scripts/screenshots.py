@@ -114,7 +114,7 @@ def train(app, window, steps: int, out: Path) -> None:
 def settle(app, window, seconds: float = 1.5) -> None:
     """Let workers finish and views redraw."""
     end = time.monotonic() + seconds
-    while time.monotonic() < end or window.session.runner.busy():
+    while time.monotonic() < end or window.session.working():
         app.processEvents()
         time.sleep(0.02)
         if time.monotonic() > end + 60:

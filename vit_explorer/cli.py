@@ -76,6 +76,22 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    from . import report
+    from .checkpoints import load
+    from .gui.figures import render_png  # the app's compositions draw the report's figures
+
+    if args.top_k < 1:
+        raise ValueError("--top-k must be at least 1")
+    resolution = report.parse_resolution(args.resolution) if args.resolution else None
+    loaded = load(args.source, device=args.device, arch=args.arch)
+    image, image_info = report.choose_image(args.image)
+    built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
+    report.write_report(built, args.out, render_png, progress=True)
+    print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out}")
+    return 0
+
+
 def _convert(args: argparse.Namespace) -> int:
     from .checkpoints import convert, load
 
@@ -103,9 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "convert":
             return _convert(args)
         if args.command == "inspect":
-            from . import report
-
-            return report.run(args)
+            return _inspect(args)
         from .training import command as train_command
 
         return train_command.run(args)

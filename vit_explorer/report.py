@@ -1,7 +1,9 @@
 """`vit-explorer inspect`: a headless report of a checkpoint's learned structure as PNG, CSV and JSON.
 
-The figures come from `vit_explorer.gui.figures`, the drawing code the app uses; it is imported
-inside `write_report` so that importing this module never loads Qt.
+Qt-free: `build_report` asks the view layer (`vit_explorer.explore`) for the same figures the app
+shows, from the same forward pass; `write_report` writes the numbers and hands each figure to a
+`render` function (the CLI passes the app's `gui.figures.render_png`, so the pictures are drawn by the
+same compositions as the app's views).
 """
 
 from __future__ import annotations
@@ -12,23 +14,24 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from PIL import Image
 from tqdm import tqdm
 
-from .analysis import attention as attn
-from .analysis.params import ParameterTable, flops_per_stage, parameter_table
-from .analysis.patch_embed import embedding_components, unfold_difference
-from .analysis.pe import pe_similarity
-from .analysis.tokens import cls_dist_similarity
+from .analysis.params import ParameterTable
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
+from .explore import attention, embeddings, position
+from .explore.figures import Figure, MapsFigure, small_multiples_shape
+from .explore.forward import ForwardResult, Inputs, run_forward
+from .explore.prediction import prediction_figure
+from .explore.tables import ModelTables, model_tables
 
-COMPONENTS = 28  # the ViT paper shows the first 28 principal components
+Render = Callable[[Figure, Path, tuple[int, int]], object]  # (figure, PNG path, (width, height))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,20 +59,6 @@ def parse_resolution(text: str) -> tuple[int, int]:
     return h, w
 
 
-def run(args: argparse.Namespace) -> int:
-    from .checkpoints import load
-
-    if args.top_k < 1:
-        raise ValueError("--top-k must be at least 1")
-    resolution = parse_resolution(args.resolution) if args.resolution else None
-    loaded = load(args.source, device=args.device, arch=args.arch)
-    image, image_info = choose_image(args.image)
-    summary = write_report(loaded, args.out, image=image, image_info=image_info, resolution=resolution,
-                           top_k=args.top_k, progress=True)
-    print(f"wrote summary.json, params.csv and {len(summary['figures'])} figures to {args.out}")
-    return 0
-
-
 # ---------------------------------------------------------------------------- inputs
 def synthetic_image(size: tuple[int, int] = (256, 256)) -> Image.Image:
     """A neutral, deterministic test picture: soft colour gradients and a disc, no real object."""
@@ -93,170 +82,106 @@ def choose_image(path: str | None) -> tuple[Image.Image, dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------- the report
-def write_report(loaded: LoadedModel, out_dir: str | Path, *, image: Image.Image, image_info: dict[str, str],
-                 resolution: tuple[int, int] | None = None, top_k: int = 5, progress: bool = False
-                 ) -> dict[str, Any]:
-    """Write summary.json, params.csv and the PNG figures for one model and image; return the summary."""
-    from .gui import figures  # Qt only here, so `import vit_explorer.report` stays Qt-free
+@dataclass
+class Report:
+    summary: dict[str, Any]
+    params: ParameterTable
+    figures: dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
 
+
+def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int]) -> ForwardResult:
+    """The forward pass the app runs for the same model, image and input size, without masks."""
+    grid = loaded.model.check_image_size(*size)
+    heads = np.ones((loaded.config.depth + loaded.config.class_attn_depth, loaded.config.num_heads), np.float32)
+    return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads))
+
+
+def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[str, str],
+                 resolution: tuple[int, int] | None = None, top_k: int = 5) -> Report:
+    """Every figure and number of the report for one model and image (nothing written yet)."""
+    size = resolution or loaded.preprocessing.size
+    result = forward_for_report(loaded, image, size)
+    cfg, layout = loaded.config, result.layout
+    tables = model_tables(loaded.model, result.inputs.size)
+    sim = position.similarity(loaded.model, layout.grid)
+    figures: dict[str, tuple[Figure, tuple[int, int]]] = {"parameters.png": (tables.params_figure(), (900, 560))}
+    if sim.patches is not None:
+        grid = layout.grid
+        mosaic_height = int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200))  # the mosaic's aspect
+        figures["pe_similarity.png"] = (
+            position.pe_figure(sim, f"Position embedding similarity ({position.describe(loaded.model, grid)})"),
+            (1000, mosaic_height + 480))
+        if sim.prefix:
+            names = tuple(f"[{name.upper()}] PE vs each patch PE" for name in sim.prefix)
+            figures["pe_prefix_similarity.png"] = (MapsFigure(
+                "", np.stack(list(sim.prefix.values())), names, None, grid, colorbar_label="cosine similarity",
+                cmap="CET-D1", levels=(-1.0, 1.0)), (620 * len(sim.prefix) + 100, 600))
+    facts = embeddings.embedding_facts(result, 0.1)
+    if facts.filters is not None:
+        name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
+        figures[name] = (facts.filters.figure(), (900, 640))
+    query = attention.query_for(result, None)
+    maps = attention.layers_figure(result, query)
+    figures["attention_layers.png"] = (maps, _multiples_size(len(maps.maps)))
+    figures["rollout.png"] = (attention.rollout_figure(result, query), (900, 760))
+    distance = attention.mean_distance(result)  # (blocks, heads)
+    figures["attention_distance.png"] = (attention.distance_figure(distance), (1000, 650))
+    if result.cls_dist is not None:
+        figures["cls_dist_similarity.png"] = (facts.tokens_figure(), (900, 600))
+    if result.class_attentions:
+        ca = attention.class_attention_figure(result)
+        figures["class_attention.png"] = (ca, _multiples_size(len(ca.maps)))
+    top_rows = loaded.top_k(result.logits, top_k) if cfg.num_classes else []  # no classifier: nothing to rank
+    if top_rows:
+        title = f"Top-{len(top_rows)} classes ({image_info['kind']} image)"
+        figures["prediction.png"] = (prediction_figure(result, top_k, title), (900, 160 + 70 * len(top_rows)))
+    summary = _summary(loaded, result, tables, sim.scheme, sim.note, facts, query, image_info, top_rows, distance)
+    summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
+    return Report(summary, tables.params, figures)
+
+
+def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False) -> dict[str, Any]:
+    """Write summary.json, params.csv and every figure through `render`; return the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model, cfg = loaded.model, loaded.config
-    preprocessing = loaded.preprocessing if resolution is None else loaded.preprocessing.with_size(resolution)
-    model.check_image_size(*preprocessing.size)
-    steps = tqdm(total=11, desc="inspect", unit="step", file=sys.stderr, disable=not progress)
+    _write_params_csv(out / "params.csv", report.params)
+    for name, (figure, size) in tqdm(report.figures.items(), desc="inspect: figures", unit="figure", file=sys.stderr,
+                                     disable=not progress):
+        render(figure, out / name, size)
+    (out / "summary.json").write_text(json.dumps(report.summary, indent=2))
+    return report.summary
 
-    started: list[str] = []
 
-    def stage(what: str) -> None:
-        """Count the stage that just ended and name the one that starts."""
-        if started:
-            steps.update(1)
-        started.append(what)
-        steps.set_postfix_str(what)
-
-    stage("forward pass")
-
-    pixels = preprocessing(image).to(loaded.device)
-    rgb = preprocessing.to_image(pixels)
-    with torch.inference_mode():
-        result = model.forward_intermediates(
-            pixels, capture=("embedded", "hidden_states", "attentions", "class_tokens", "class_attentions"))
-    layout = result["layout"]
-    top_rows = []
-    if cfg.num_classes:  # without a classifier the "logits" are pooled features: nothing to rank
-        top_rows = loaded.top_k(result["logits"][0], top_k)
-    attentions = [a.float().cpu() for a in result["attentions"]]
-    stage("parameter table")
-
-    table = parameter_table(model)
-    _write_params_csv(out / "params.csv", table)
-    stage("position embeddings")
-
-    figures_written: dict[str, list[int]] = {}  # file name -> [width, height] in pixels
-    size_single = (900, 760)
-
-    def save(name: str, draw: Callable[[Any], object], size: tuple[int, int] = size_single) -> None:
-        figures.render_png(draw, out / name, size)
-        figures_written[name] = list(size)
-
-    grid = layout.grid
-    grid_text = f"{grid[0]}x{grid[1]} patches of {layout.patch_size} px"
-
-    # 1. position embeddings
-    sim = pe_similarity(model, grid)
-    if sim.patches is not None:
-        save("pe_similarity.png", lambda lay: figures.draw_similarity_grid(
-            lay, sim.patches, title=f"Position embedding similarity ({cfg.pos_embed}, {grid_text})"),
-            (1000, int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200)) + 120))  # the mosaic's aspect
-    if sim.prefix:
-        def draw_prefix(lay: Any) -> None:
-            for name, values in sim.prefix.items():
-                figures.draw_heatmap(lay, values, title=f"[{name.upper()}] PE vs each patch PE",
-                                     cmap=figures.SIMILARITY_CMAP, levels=(-1, 1),
-                                     colorbar_label="cosine similarity", grid=grid, xlabel="patch column",
-                                     ylabel="patch row")
-        save("pe_prefix_similarity.png", draw_prefix, (700 * len(sim.prefix), 600))
-    stage("patch embedding")
-
-    # 2. patch-embedding filters
-    components_info: dict[str, Any] = {}
-    if cfg.stem == "patchify":
-        components, share = embedding_components(model, COMPONENTS)
-        components_info = {"explained_variance": [round(float(s), 6) for s in share],
-                           "conv_vs_unfold_max_abs_difference": unfold_difference(model, pixels)}
-        if cfg.in_chans == 3:
-            save("patch_embedding_components.png", lambda lay: figures.draw_rgb_tiles(
-                lay, components.cpu().numpy(),
-                title=f"Patch-embedding filters: first {len(share)} principal components "
-                      f"({float(share.sum()):.0%} of the variance)", columns=7), (900, 640))
-    stage("attention per layer")
-
-    # 3. attention of the first prefix token ([CLS]) per layer, or of the centre patch without one
-    query = 0 if layout.num_prefix_tokens else layout.token_index(grid[0] // 2, grid[1] // 2)
-    query_name = f"[{layout.prefix_names[0].upper()}]" if layout.num_prefix_tokens else \
-        f"patch ({grid[0] // 2}, {grid[1] // 2})"
-    maps = torch.cat([attn.attention_map(a, layout, query) for a in attentions])  # (layers, gh, gw)
-    save("attention_layers.png", lambda lay: _small_multiples(
-        figures, lay, rgb, maps, f"Attention of {query_name} per layer (mean over heads, each layer scaled "
-        "to its maximum)", "layer"), _multiples_size(len(maps)))
-    stage("rollout")
-
-    # 4. rollout
-    if layout.class_attn and result.get("class_attentions"):
-        class_attentions = [a.float().cpu() for a in result["class_attentions"]]
-        rolled = attn.class_rollout(class_attentions, attentions, layout)[0]
-        rollout_title = "Attention rollout from [CLS] (class attention, then self-attention)"
-    else:
-        rolled = attn.rollout(attentions, layout, query=query)[0]
-        rollout_title = f"Attention rollout from {query_name}"
-    save("rollout.png", lambda lay: figures.draw_image(
-        lay, rgb, title=rollout_title, grid=grid, overlay=rolled.numpy() * 100, overlay_alpha=0.7,
-        overlay_label="rollout weight (% of the query)"), size_single)
-    stage("attention distance")
-
-    # 5. mean attention distance
-    distance = attn.mean_attention_distance(attentions, layout)  # (layers, heads)
-    layers_x = np.repeat(np.arange(1, distance.shape[0] + 1), distance.shape[1])
-    heads = [f"head {h}" for h in range(distance.shape[1])] * distance.shape[0]
-    save("attention_distance.png", lambda lay: figures.draw_scatter(
-        lay, layers_x, distance.numpy().reshape(-1), groups=heads if distance.shape[1] <= 20 else None,
-        title="Mean attention distance per head", xlabel="layer (network depth)",
-        ylabel="mean attention distance (pixels)", jitter=0.6), (1000, 650))
-    stage("token similarity")
-
-    # 6. DeiT: [CLS] vs distillation token through the layers
-    cls_dist = None
-    if "dist" in layout.prefix_names:
-        states = [result["embedded"], *result["hidden_states"]]
-        cls_dist = cls_dist_similarity(states, layout)[0].cpu().numpy()
-        save("cls_dist_similarity.png", lambda lay: figures.draw_lines(
-            lay, np.arange(len(cls_dist)), {"cos([CLS], [DIST])": cls_dist},
-            title="[CLS] vs distillation token", xlabel="layer (0 = embeddings)", ylabel="cosine similarity"),
-            (900, 600))
-    stage("class attention")
-
-    # 7. CaiT: class attention of each class-attention block
-    if result.get("class_attentions"):
-        ca = attn.class_attention_maps(result["class_attentions"], layout)[0].float().cpu()  # (blocks, heads, gh, gw)
-        ca = ca.mean(dim=1)
-        save("class_attention.png", lambda lay: _small_multiples(
-            figures, lay, rgb, ca, "Class attention of [CLS] per class-attention block (mean over heads)",
-            "class-attention block"), _multiples_size(len(ca)))
-    stage("prediction")
-
-    # 8. prediction
-    if top_rows:
-        save("prediction.png", lambda lay: figures.draw_bars(
-            lay, [r["label"] for r in top_rows], [r["prob"] for r in top_rows],
-            title=f"Top-{len(top_rows)} classes ({image_info['kind']} image)", highlight=0, xlabel="probability"),
-            (900, 120 + 70 * len(top_rows)))
-    stage("summary")
-
-    summary = {
+def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, scheme: str, note: str,
+             facts: embeddings.EmbeddingFacts, query: attention.Query, image_info: dict[str, str],
+             top_rows: list[dict[str, Any]], distance: np.ndarray) -> dict[str, Any]:
+    layout = result.layout
+    table = tables.params
+    summary: dict[str, Any] = {
         "source": loaded.source,
         "kind": loaded.kind,
         "details": loaded.details,
-        "architecture": cfg.to_dict(),
-        "input_size": list(preprocessing.size),
-        "token_layout": {"prefix_tokens": list(layout.prefix_names), "grid": list(grid),
+        "architecture": loaded.config.to_dict(),
+        "input_size": list(result.inputs.size),
+        "token_layout": {"prefix_tokens": list(layout.prefix_names), "grid": list(layout.grid),
                          "patch_size": layout.patch_size, "num_tokens": layout.num_tokens,
                          "class_attention": layout.class_attn},
         "parameters": {"total": table.total, "by_stage": table.by_stage(),
                        "by_layer": [{"stage": s, "layer": layer, "count": n} for s, layer, n in table.by_layer()]},
-        "flops": flops_per_stage(cfg, preprocessing.size),
+        **tables.summary(),
         "image": image_info,
         "top_k": top_rows,
-        "position_embedding": {"scheme": sim.scheme, "note": sim.note},
-        "patch_embedding": components_info,
+        "attention_query": query.name,
+        "position_embedding": {"scheme": scheme, "description": position.describe(loaded.model, layout.grid),
+                               "note": note},
+        "patch_embedding": {},
         "mean_attention_distance_px": [[round(float(v), 3) for v in row] for row in distance],
-        "figures": figures_written,
     }
-    if cls_dist is not None:
-        summary["cls_dist_similarity"] = [round(float(v), 6) for v in cls_dist]
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    steps.update(1)
-    steps.close()
+    if facts.filters is not None and facts.filters.variance is not None:
+        summary["patch_embedding"] = {"explained_variance": [round(float(s), 6) for s in facts.filters.variance],
+                                      "conv_vs_unfold_max_abs_difference": facts.unfold_max_diff}
+    if result.cls_dist is not None:
+        summary["cls_dist_similarity"] = [round(float(v), 6) for v in result.cls_dist]
     return summary
 
 
@@ -270,29 +195,7 @@ def _write_params_csv(path: Path, table: ParameterTable) -> None:
         writer.writerow(["total", "", "", "", table.total, "1.000000"])
 
 
-def _columns(n: int) -> int:
-    return min(n, 4 if n <= 12 else 6)
-
-
 def _multiples_size(n: int) -> tuple[int, int]:
-    cols = _columns(n)
-    rows = -(-n // cols)
+    """Export size of n small multiples, laid out as the composition lays them out, with heading and colour bar."""
+    rows, cols = small_multiples_shape(n)
     return max(900, 290 * cols + 110), 300 * rows + 50
-
-
-def _small_multiples(figures: Any, layout: Any, rgb: np.ndarray, maps: torch.Tensor, title: str, what: str) -> None:
-    """One overlay per map, each scaled to its own maximum (named in its title, so a flat map is
-    not mistaken for a peaked one), and one colour bar for all of them in the last column."""
-    cols = _columns(len(maps))
-    rows = -(-len(maps) // cols)
-    figures.add_title(layout, title, colspan=cols + 1)
-    overlay = None
-    for i, m in enumerate(maps):
-        if i % cols == 0:
-            layout.nextRow()
-        peak = float(m.max())
-        _, _, overlay = figures.draw_image(
-            layout, rgb, title=f"{what} {i + 1} (max {peak:.1%})", overlay=(m / peak if peak > 0 else m).numpy(),
-            overlay_alpha=0.75, overlay_levels=(0.0, 1.0), colorbar=False, axes=False)
-    figures.draw_colorbar(layout, overlay, levels=(0.0, 1.0), cmap="inferno", label="share of the panel's maximum",
-                          row=1, col=cols, rowspan=rows)  # row 0 is the title

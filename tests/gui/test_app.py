@@ -194,7 +194,7 @@ def test_plots_follow_a_palette_change(qtbot, window) -> None:
     app = QApplication.instance()
     before = app.palette()
     plot = window.views["Prediction"].plots
-    axis = window.views["Prediction"]._bars[0][0].getAxis("bottom")
+    axis = window.views["Prediction"]._drawn.plot.getAxis("bottom")
     dark = dark_palette()
     try:
         app.setPalette(dark)

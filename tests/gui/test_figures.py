@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyqtgraph as pg
 import pytest
 
+from vit_explorer.explore.figures import BarsFigure
 from vit_explorer.gui import figures
 
 
@@ -31,8 +34,10 @@ def test_layers_get_whole_number_ticks(layout) -> None:
 
 
 def test_bar_markers_follow_new_values(layout) -> None:
-    plot, bars = figures.draw_bars(layout, ["a", "b"], [0.6, 0.3], title="t", markers={"class head": [0.5, 0.4]})
-    figures.set_bar_values(plot, bars, np.array([0.2, 0.1]), markers={"class head": [0.9, 0.05]})
+    first = BarsFigure("t", ("a", "b"), np.array([0.6, 0.3]), markers={"class head": np.array([0.5, 0.4])})
+    drawn = figures.BarsPlot(layout, first)
+    drawn.update(replace(first, values=np.array([0.2, 0.1]), markers={"class head": np.array([0.9, 0.05])}))
+    plot = drawn.plot
     (marks,) = [item for item in plot.items if isinstance(item, pg.ScatterPlotItem)]
     np.testing.assert_allclose(marks.data["x"], [0.9, 0.05])
     texts = [item for item in plot.items if isinstance(item, pg.TextItem)]

@@ -33,9 +33,8 @@ def test_switch_layer_head_and_modes(qtbot, window) -> None:
     window.step_layer(1)  # stays at the last layer
     assert view.layer.value() == 1
     view.mode.setCurrentText("all heads")
-    assert view.maps.shape == (2, 8, 8) and len(view.images) == 2
-    view.query.setCurrentIndex(1)
-    session.select(query=(3, 4))
+    assert view.maps.shape == (2, 8, 8) and len(view._drawn.heats) == 2
+    session.select(query=(3, 4))  # a chosen patch is the query at once
     row = 1 + 3 * 8 + 4  # token of patch (3, 4) after [CLS]
     np.testing.assert_allclose(view.maps[1], session.result.attentions[1][0, 1, row, 1:].numpy().reshape(8, 8),
                                rtol=1e-6)
@@ -68,8 +67,8 @@ def test_build_model_from_parts(qtbot, window) -> None:
     view.pos_embed.setCurrentIndex(view.pos_embed.findData("rope"))
     view.prefix.setCurrentIndex(view.prefix.findData("none"))
     view.stem.setCurrentIndex(view.stem.findData("conv"))
-    view.depth.setValue(2)
-    view.width.setValue(64)
+    view.depth_box.setValue(2)
+    view.width_box.setValue(64)
     view.heads.setValue(2)
     view.layer_scale.setChecked(True)
     expected = preset("classroom", pos_embed="rope", prefix_tokens="none", pool="gap", stem="conv", depth=2,
@@ -105,7 +104,7 @@ def test_position_view_click_and_compare(qtbot, window) -> None:
 
     view._clicked(Click())
     assert view.patch == (5, 2)
-    np.testing.assert_array_equal(view._patch_map[1].image, view.sim.patches[5, 2])
+    np.testing.assert_array_equal(view._drawn.maps[0][1].image, view.sim.patches[5, 2])
     view.compare.setCurrentIndex(view.compare.findData("sincos_2d"))
     qtbot.waitUntil(lambda: view.other is not None, timeout=10000)
     assert view.other.patches.shape == (8, 8, 8, 8)
@@ -117,7 +116,8 @@ def test_deit_heads_and_token_similarity(qtbot, window, deit_checkpoint: Path) -
     result = wait_result(qtbot, window.session)
     assert set(result.head_probs) == {"cls", "dist"}
     prediction = window.views["Prediction"]
-    plot, bars = prediction._bars[0]  # one chart: bars = the average, symbols = each head on the same classes
+    # one chart: bars = the average, symbols = each head on the same classes
+    plot, bars = prediction._drawn.plot, prediction._drawn.bars
     title = plot.titleLabel.text
     assert "average of both heads" in title and "class head" in title and "distillation head" in title
     order = np.argsort(-result.probs)[:5]
@@ -155,9 +155,9 @@ def test_attention_opacity_and_map_only(qtbot, window) -> None:
     view = show(window, "Attention")
     qtbot.waitUntil(lambda: view.maps is not None, timeout=10000)
     view.opacity.setValue(25)
-    assert view._figures[0][2].opacity() == 0.25
+    assert view._drawn.heats[0].opacity() == 0.25
     view.raw.setChecked(True)  # the map alone, as a heat map with the patch grid
-    assert view._figures[0][2] is None and view.maps.shape == (1, 8, 8)
+    assert view._drawn.photos == [] and view.maps.shape == (1, 8, 8)
 
 
 def test_builder_starts_from_the_open_model(qtbot, window, deit_checkpoint: Path) -> None:
@@ -166,5 +166,5 @@ def test_builder_starts_from_the_open_model(qtbot, window, deit_checkpoint: Path
     view = show(window, "Model builder")
     view.from_current()
     assert view.config() == window.session.loaded.config  # every field, also those without a control
-    view.depth.setValue(1)
+    view.depth_box.setValue(1)
     assert view.config() == window.session.loaded.config.replace(depth=1)

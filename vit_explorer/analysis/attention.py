@@ -56,74 +56,85 @@ def attention_map(attention: torch.Tensor, layout: TokenLayout, query: int, head
 
 
 def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fusion: str = "mean",
-            discard_ratio: float = 0.0, query: int | None = None) -> torch.Tensor:
-    """Attention rollout (Abnar & Zuidema 2020) as a (B, gh, gw) map for one query token.
+            discard_ratio: float = 0.0, query: int | Sequence[int] | None = None) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema 2020) as a (B, gh, gw) map for a query token.
 
     Per block: fuse heads, optionally zero the lowest `discard_ratio` of the whole (T, T) matrix
-    (never the query's own entry), add the identity for the residual, renormalise each row; then
-    multiply in layer order (later blocks on the left). The default query is the first prefix
-    token ([CLS]); a model without prefix tokens (GAP, CaiT's self-attention blocks) needs a
-    patch query. Every image of the batch is treated alike.
+    (never a query's own entry), add the identity for the residual, renormalise each row; then
+    multiply in layer order (later blocks on the left). `query` is a token index, or several whose
+    rows are averaged (e.g. every patch token, for a head on the mean of the patches). The default is
+    the first prefix token ([CLS]); a model without prefix tokens needs a query. Every image of the
+    batch is treated alike.
     """
     _check_full(attentions, layout)
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     if query is None:
         if layout.num_prefix_tokens == 0:
-            raise ValueError("this model has no [CLS] token in its self-attention blocks: choose a patch as query")
+            raise ValueError("this model has no [CLS] token in its self-attention blocks: choose a query")
         query = 0
-    t = layout.num_tokens
-    eye = torch.eye(t, dtype=torch.float32, device=attentions[0].device)
-    steps = []
-    for attention in attentions:
-        fused = fuse_heads(attention.float(), head_fusion)  # (B, T, T)
-        if discard_ratio > 0:
-            flat = fused.reshape(fused.shape[0], -1)  # (B, T*T)
-            lowest = flat.topk(int(flat.shape[-1] * discard_ratio), dim=-1, largest=False).indices
-            drop = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, lowest, True)
-            drop[:, query * t + query] = False  # keep the query's attention to itself
-            fused = flat.masked_fill(drop, 0.0).reshape(fused.shape)
-        a = (fused + eye) / 2
-        steps.append(a / a.sum(dim=-1, keepdim=True))  # (B, T, T), rows sum to 1
-    return to_grid(_row_of_product(steps, query), layout)  # (B, gh, gw)
+    rows = [query] if isinstance(query, int) else list(query)
+    steps = [_rollout_step(attention, head_fusion, discard_ratio, rows) for attention in attentions]
+    return to_grid(_rows_of_product(steps, rows), layout)  # (B, gh, gw)
 
 
-def _row_of_product(steps: Sequence[torch.Tensor], query: int) -> torch.Tensor:
-    """Row `query` of steps[-1] @ ... @ steps[0] as (B, T): vector-matrix products from the left,
-    O(layers * T^2) instead of the O(layers * T^3) of forming the whole product."""
-    row = steps[-1][:, query]  # (B, T)
+def _rollout_step(attention: torch.Tensor, head_fusion: str, discard_ratio: float, keep: Sequence[int]
+                  ) -> torch.Tensor:
+    """One block of rollout: (B, H, T, T) -> (B, T, T) with fused heads, the weakest `discard_ratio` of the
+    entries zeroed (except the diagonal entries of the rows in `keep`), the residual added, rows summing to 1."""
+    fused = fuse_heads(attention.float(), head_fusion)  # (B, T, T)
+    t = fused.shape[-1]
+    if discard_ratio > 0:
+        flat = fused.reshape(fused.shape[0], -1)  # (B, T*T)
+        lowest = flat.topk(int(flat.shape[-1] * discard_ratio), dim=-1, largest=False).indices
+        drop = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, lowest, True)
+        kept = torch.as_tensor(list(keep), dtype=torch.long, device=flat.device)
+        drop[:, kept * t + kept] = False  # keep each query's attention to itself, in every image
+        fused = flat.masked_fill(drop, 0.0).reshape(fused.shape)
+    a = (fused + torch.eye(t, dtype=fused.dtype, device=fused.device)) / 2
+    return a / a.sum(dim=-1, keepdim=True)  # (B, T, T), rows sum to 1
+
+
+def _rows_of_product(steps: Sequence[torch.Tensor], rows: Sequence[int]) -> torch.Tensor:
+    """The mean of `rows` of steps[-1] @ ... @ steps[0] as (B, T): vector-matrix products from the
+    left, O(layers * T^2) instead of the O(layers * T^3) of forming the whole product."""
+    vector = steps[-1][:, list(rows)].mean(dim=1)  # (B, T)
     for a in reversed(steps[:-1]):
-        row = (row[:, None, :] @ a)[:, 0]  # (B, T)
-    return row
+        vector = (vector[:, None, :] @ a)[:, 0]  # (B, T)
+    return vector
 
 
 def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence[torch.Tensor],
-                  layout: TokenLayout, *, head_fusion: str = "mean") -> torch.Tensor:
+                  layout: TokenLayout, *, head_fusion: str = "mean", discard_ratio: float = 0.0) -> torch.Tensor:
     """CaiT: rollout from [CLS] through the class-attention blocks, then through the patch-only
     self-attention blocks; (B, gh, gw).
 
-    In a class-attention block only [CLS] changes: its row over [CLS; patches] gets the identity
-    added and is renormalised; patch rows stay the identity. The patch part then flows through the
-    rollout of the self-attention blocks.
+    In a class-attention block only [CLS] changes: its row over [CLS; patches] (the weakest
+    `discard_ratio` of it zeroed, never [CLS]'s own entry) gets the identity added and is
+    renormalised; patch rows stay the identity. The patch part then flows through the rollout of the
+    self-attention blocks (discarding as `rollout` does, keeping every patch's own entry).
     """
     if not class_attentions:
         raise ValueError("no class attention: the model has no class-attention blocks or it was not captured")
-    n = layout.num_patches
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     _check_full(attentions, layout)
     cls_row = None  # (B, 1+N): how [CLS] is made of the initial [CLS] and the patch tokens
     for attention in class_attentions:
-        row = fuse_heads(attention.float(), head_fusion)[:, 0]  # (B, 1+N)
-        row = row.clone()
+        row = fuse_heads(attention.float(), head_fusion)[:, 0].clone()  # (B, 1+N)
+        if discard_ratio > 0:
+            lowest = row[:, 1:].topk(int(row.shape[-1] * discard_ratio), dim=-1, largest=False).indices + 1
+            row = row.scatter(1, lowest, 0.0)
         row[:, 0] += 1.0  # the residual of [CLS]
         row = row / row.sum(dim=-1, keepdim=True)
         # compose with what came before: [CLS]' = row[0] * [CLS] + row[1:] * patches (patches unchanged)
         cls_row = row if cls_row is None else torch.cat(
             [row[:, :1] * cls_row[:, :1], row[:, :1] * cls_row[:, 1:] + row[:, 1:]], dim=1)
-    eye = torch.eye(n, dtype=torch.float32, device=cls_row.device)
+    assert cls_row is not None
     weights = cls_row[:, 1:]  # (B, N) over the final patch tokens
+    every_patch = range(layout.num_patches)
     for attention in reversed(attentions):  # back through the self-attention rollout, last block first
-        a = (fuse_heads(attention.float(), head_fusion) + eye) / 2
-        weights = (weights[:, None, :] @ (a / a.sum(dim=-1, keepdim=True)))[:, 0]  # (B, N)
+        weights = (weights[:, None, :] @ _rollout_step(attention, head_fusion, discard_ratio, every_patch))[:, 0]
     return weights.reshape(-1, *layout.grid)
 
 

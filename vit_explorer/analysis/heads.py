@@ -3,6 +3,8 @@ per-layer pruning curve that removes a layer's heads from least to most importan
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -27,26 +29,31 @@ def _n_layers(model: VisionTransformer) -> int:
 
 @torch.no_grad()
 def head_importance(model: VisionTransformer, pixel_values: torch.Tensor, targets: torch.Tensor | None = None,
-                    metric: str = "prob", progress: bool = False) -> torch.Tensor:
+                    metric: str = "prob", progress: bool = False, mask: torch.Tensor | None = None,
+                    on_cell: Callable[[int, int], None] | None = None) -> torch.Tensor:
     """(layers, heads): the change when each head alone is masked, over a small image set (B, C, H, W).
 
     'prob': drop in the targets' mean probability; 'loss': rise in cross-entropy. Either way a
     larger value means a more important head. targets (B,) default to the unmasked predictions.
-    Layers are the self-attention blocks, then CaiT's class-attention blocks.
+    Layers are the self-attention blocks, then CaiT's class-attention blocks. mask: (B, N) or (N,)
+    patches replaced by [MASK] in every run. on_cell(done, total) is called after each head (raise
+    from it to stop early).
     """
     heads = model.config.num_heads
     layers = _n_layers(model)
-    logits = model(pixel_values)
+    logits = model(pixel_values, mask=mask)
     targets = logits.argmax(-1) if targets is None else targets.to(logits.device)
     base = _score(logits, targets, metric)
     sign = 1.0 if metric == "prob" else -1.0
     out = torch.empty(layers, heads)
     cells = [(i, h) for i in range(layers) for h in range(heads)]
-    for i, h in tqdm(cells, desc="head importance", disable=not progress, leave=False):
+    for done, (i, h) in enumerate(tqdm(cells, desc="head importance", disable=not progress, leave=False), start=1):
         head_mask = torch.ones(layers, heads, device=pixel_values.device)
         head_mask[i, h] = 0.0
-        score = _score(model(pixel_values, head_mask=head_mask), targets, metric)
+        score = _score(model(pixel_values, mask=mask, head_mask=head_mask), targets, metric)
         out[i, h] = sign * (base - score)
+        if on_cell is not None:
+            on_cell(done, len(cells))
     return out
 
 

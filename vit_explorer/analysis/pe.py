@@ -32,7 +32,7 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     (learned tables resampled as the model does at that resolution).
 
     Prefix rows are recognised by count (rows - gh*gw) and dropped before the patch grid is formed;
-    prefix tokens whose scheme gives them no position (a zero row) are reported in `note`.
+    prefix tokens whose scheme gives them no position, and an all-zero table, are reported in `note`.
     """
     cfg = model.config
     grid = tuple(grid or cfg.grid_size)
@@ -41,15 +41,19 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     if pe is None:
         return PESimilarity(grid, cfg.pos_embed, None, note=f"no additive PE: {model.pos_scheme.note}")
     k = pe.shape[0] - n  # prefix rows in front of the patch rows
+    learned = model.pos_scheme.prefix_rows(cfg)  # of those, the ones the scheme learns (the rest are zero)
     patch_pe = pe[k:]  # (N, D)
     sim = cosine_matrix(patch_pe, patch_pe).reshape(grid[0], grid[1], grid[0], grid[1])  # (gh, gw, gh, gw)
     prefix, notes = {}, []
-    for name, row in zip(PREFIX_NAMES[cfg.prefix_tokens][:k], pe[:k], strict=True):
-        if torch.count_nonzero(row) == 0:
-            notes.append(f"[{name.upper()}] has no position embedding in the {cfg.pos_embed} scheme")
-            continue
+    names = PREFIX_NAMES[cfg.prefix_tokens][:k]
+    for name, row in zip(names[:learned], pe[:learned], strict=True):
         prefix[name] = cosine_matrix(row[None], patch_pe)[0].reshape(grid).cpu().numpy()  # (gh, gw)
+    for name in names[learned:]:
+        notes.append(f"[{name.upper()}] has no position embedding in the {cfg.pos_embed} scheme")
     if k == 0 and cfg.prefix_tokens != "none":
         notes.append("the position embedding covers the patches only"
                      + (" ([CLS] joins after it, as in CaiT)" if cfg.class_attn_depth else ""))
+    if not torch.count_nonzero(patch_pe):
+        notes.insert(0, "every patch's position embedding is zero (an untrained table?), so there is no "
+                        "similarity to show")
     return PESimilarity(grid, cfg.pos_embed, sim.cpu().numpy(), prefix, "; ".join(notes))

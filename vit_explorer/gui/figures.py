@@ -1,32 +1,19 @@
 """The one drawing module: the app's views and the headless `inspect` report draw the same pictures.
 
-Every `draw_*` function adds its items to a `pg.GraphicsLayout` it is given (it clears nothing) and
-returns what it created, so a view can own a `pg.GraphicsLayoutWidget`, call `widget.ci.clear()`
-and then `draw_x(widget.ci, ...)` on each update, and attach hover/click handlers to the result:
+Compositions (one per kind of `vit_explorer.explore.figures` description; `draw(layout, figure)` picks):
+- MapsPlot(layout, MapsFigure)          one map or small multiples over the image (or alone), one colour
+                                        bar for maps on a shared scale, the heading over them; `update`
+                                        feeds new numbers of the same structure in place (fast)
+- SimilarityPlot(layout, SimilarityFigure)  the PE similarity mosaic(s) in a full-width row, single maps
+                                        below on the same -1..1 scale; `show_map` replaces the first map
+- BarsPlot(layout, BarsFigure)          bars with values (and markers); `update` in place
+- draw_lines / draw_scatter / draw_rgb_tiles for LinesFigure, ScatterFigure, TilesFigure
+- render_png(figure, path, size)        offscreen export of a figure (the report)
 
-- add_title(layout, text, colspan) -> LabelItem   a title over a whole figure of several plots
-- draw_heatmap(layout, array2d, *, title, cmap, levels, colorbar_label, grid, xlabel, ylabel, colorbar)
-      -> (PlotItem, ImageItem)             a 2D array, row 0 at the top, with a labelled colour bar
-- draw_image(layout, rgb, *, title, grid, overlay, overlay_alpha, overlay_cmap, overlay_levels,
-      overlay_label, masked, colorbar, axes) -> (PlotItem, ImageItem, ImageItem | None)
-                                           the image as the model sees it, patch grid, heatmap
-                                           overlay stretched so its cells align with patches,
-                                           masked patches hatched grey
-- draw_colorbar(layout, image, *, levels, cmap, label, row, col, rowspan) -> ColorBarItem  in its own cell
-- draw_similarity_grid(layout, sim, *, title, cmap, levels, colorbar_label) -> (PlotItem, ImageItem)
-                                           the ViT paper's figure: a gh x gw mosaic of per-patch
-                                           similarity maps with thin separators, one colour bar
-- similarity_mosaic(sim, separator) -> 2D array   the mosaic draw_similarity_grid shows (for setImage)
-- draw_bars(layout, labels, values, *, title, horizontal, value_format, highlight, xlabel, markers)
-      -> (PlotItem, BarGraphItem)          markers: named per-bar values drawn as symbols (DeiT's heads)
-- set_bar_values(plot, bars, values, value_format, horizontal, markers)   new numbers for those bars
-- draw_lines(layout, x, series, *, title, xlabel, ylabel, markers, integer_x) -> PlotItem   (with a legend)
-- draw_scatter(layout, x, y, *, groups, title, xlabel, ylabel, jitter) -> PlotItem  (legend beside it)
-- draw_rgb_tiles(layout, tiles, *, title, columns) -> (PlotItem, ImageItem)
-- render_png(draw, path, size) -> Path    offscreen export of whatever `draw(layout)` adds
-
-- draw_masked_cells(plot_or_viewbox, masked, height, width)   the hatched [MASK] cells of `draw_image`
-                                           on any plot or view box (masks look the same everywhere)
+Primitives the compositions are made of (each adds its items to a `pg.GraphicsLayout` it is given,
+clears nothing and returns what it created): add_title, draw_heatmap, draw_image, draw_colorbar,
+draw_similarity_grid (+ similarity_mosaic), draw_bars (+ set_bar_values), draw_lines, draw_scatter,
+draw_rgb_tiles, draw_masked_cells (the hatched [MASK] cells, on any plot or view box).
 
 Image coordinates: x = column, y = row, one unit per pixel (or per cell of a heatmap); the y axis
 points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
@@ -35,19 +22,31 @@ points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
+from ..explore.figures import (
+    SIMILARITY_CMAP,
+    BarsFigure,
+    Figure,
+    LinesFigure,
+    MapsFigure,
+    ScatterFigure,
+    SimilarityFigure,
+    TilesFigure,
+    finite_levels,
+    small_multiples_shape,
+)
+
 pg.setConfigOptions(imageAxisOrder="row-major")
 
 TITLE_SIZE = "14pt"
 LABEL_SIZE = "12pt"
 TICK_POINT_SIZE = 11
-SIMILARITY_CMAP = "CET-D1"  # diverging, for cosine similarity in -1..1
 # A qualitative palette (Tableau 10) that stays distinguishable on white and on dark backgrounds.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -104,16 +103,6 @@ def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel:
 
 def _colormap(name: str) -> pg.ColorMap:
     return pg.colormap.get(name)
-
-
-def _finite_levels(array: np.ndarray, levels: tuple[float, float] | None) -> tuple[float, float]:
-    if levels is not None:
-        return float(levels[0]), float(levels[1])
-    finite = array[np.isfinite(array)]
-    if finite.size == 0:
-        return 0.0, 1.0
-    lo, hi = float(finite.min()), float(finite.max())
-    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
 
 
 def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, levels: tuple[float, float],
@@ -173,7 +162,7 @@ def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, 
         raise ValueError(f"draw_heatmap needs a 2D array, got shape {data.shape}")
     plot = _image_plot(layout, title, xlabel, ylabel)
     colormap = _colormap(cmap)
-    lv = _finite_levels(data, levels)
+    lv = finite_levels(data, levels)
     image = pg.ImageItem(data, levels=lv)
     image.setColorMap(colormap)
     plot.addItem(image)
@@ -231,7 +220,7 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
     if overlay is not None:
         data = np.asarray(overlay, dtype=np.float32)
         colormap = _colormap(overlay_cmap)
-        lv = _finite_levels(data, overlay_levels)
+        lv = finite_levels(data, overlay_levels)
         heat = pg.ImageItem(data, levels=lv)
         heat.setColorMap(colormap)
         heat.setRect(QtCore.QRectF(0, 0, w, h))  # one overlay cell = one patch (or one pixel)
@@ -251,13 +240,14 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
     return plot, photo, heat
 
 
-def draw_colorbar(layout: pg.GraphicsLayout, image: pg.ImageItem, *, levels: tuple[float, float], cmap: str,
-                  label: str = "", row: int | None = None, col: int | None = None, rowspan: int = 1
-                  ) -> pg.ColorBarItem:
-    """A colour bar in its own layout cell (next to small multiples that share `levels`)."""
+def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.ImageItem], *,
+                  levels: tuple[float, float], cmap: str, label: str = "", row: int | None = None,
+                  col: int | None = None, rowspan: int = 1) -> pg.ColorBarItem:
+    """A colour bar in its own layout cell for one image or several sharing `levels` (small multiples):
+    setting the bar's levels sets every image's."""
     colormap = _colormap(cmap)
     bar = pg.ColorBarItem(values=levels, colorMap=colormap, interactive=False, width=18, colorMapMenu=False)
-    bar.setImageItem(image)
+    bar.setImageItem(list(images) if isinstance(images, Sequence) else images)
     bar.axis.setTickFont(_tick_font())
     bar.axis.enableAutoSIPrefix(False)
     bar.axis.setWidth(None)
@@ -289,7 +279,7 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     mosaic = similarity_mosaic(sim, separator)
     plot = _image_plot(layout, title, "input patch column", "input patch row")
     colormap = _colormap(cmap)
-    lv = _finite_levels(mosaic, levels)
+    lv = finite_levels(mosaic, levels)
     image = pg.ImageItem(mosaic, levels=lv)
     image.setColorMap(colormap)
     plot.addItem(image)
@@ -332,75 +322,87 @@ def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, 
 
 
 # ---------------------------------------------------------------------------- charts
-def draw_bars(layout: pg.GraphicsLayout, labels: Sequence[str], values: Sequence[float], *, title: str,
-              horizontal: bool = True, value_format: str = "{:.1%}", highlight: int | None = None,
-              xlabel: str = "", markers: Mapping[str, Sequence[float]] | None = None
-              ) -> tuple[pg.PlotItem, pg.BarGraphItem]:
-    """One bar per label with its value written next to it; bar `highlight` in a second colour.
-    Horizontal bars run top to bottom in the given order (a top-k list reads naturally).
+class BarsPlot:
+    """A BarsFigure: one bar per label with its value written after it (bar `highlight` in a second colour),
+    horizontal bars top to bottom in the given order (a top-k list reads naturally), and markers (named series
+    of one value per bar, drawn as symbols on the bars' rows, keyed in the title, e.g. DeiT's two heads)."""
 
-    markers (horizontal only): named series of one value per bar, drawn as symbols on the bars'
-    rows with a legend, e.g. DeiT's class and distillation heads on the bars of their average.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    n = len(values)
-    if len(labels) != n:
-        raise ValueError(f"draw_bars got {len(labels)} labels for {n} values")
-    if markers and not horizontal:
-        raise ValueError("draw_bars draws markers on horizontal bars only")
-    brushes = [pg.mkBrush(PALETTE[3] if i == highlight else PALETTE[0]) for i in range(n)]
-    pos = np.arange(n, dtype=np.float64)
-    if horizontal:
-        plot = _new_plot(layout, title, xlabel, "")
-        bars = pg.BarGraphItem(x0=0, y=pos, height=0.7, width=values, brushes=brushes, pen=None)
-        plot.invertY(True)
-        plot.getAxis("left").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
-    else:
-        plot = _new_plot(layout, title, "", xlabel)
-        bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=values, brushes=brushes, pen=None)
-        plot.getAxis("bottom").setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
-    plot.addItem(bars)
-    keys = []
-    for i, (name, marks) in enumerate((markers or {}).items()):
-        colour = PALETTE[1 + i % (len(PALETTE) - 1)]
-        symbol, glyph = MARKER_SYMBOLS[i % len(MARKER_SYMBOLS)]
-        plot.addItem(pg.ScatterPlotItem(x=np.asarray(marks, dtype=np.float64), y=pos, symbol=symbol, size=12,
-                                        brush=pg.mkBrush(colour), pen=pg.mkPen("k", width=1)))
-        keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
-    if keys:  # the key goes in the title, where it never hides a bar or a value
-        plot.setTitle(f"{title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=LABEL_SIZE)
-    for _ in range(n):
-        text = pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=(0, 0.5) if horizontal else (0.5, 1))
-        text.setFont(_tick_font())
-        plot.addItem(text)
-    set_bar_values(plot, bars, values, value_format, horizontal, markers)
-    plot.setMouseEnabled(x=False, y=False)
-    return plot, bars
+    def __init__(self, layout: pg.GraphicsLayout, figure: BarsFigure) -> None:
+        n = len(figure.values)
+        if len(figure.labels) != n:
+            raise ValueError(f"BarsFigure has {len(figure.labels)} labels for {n} values")
+        if figure.markers and not figure.horizontal:
+            raise ValueError("bars carry markers only when horizontal")
+        self.figure = figure
+        brushes = [pg.mkBrush(PALETTE[3] if i == figure.highlight else PALETTE[0]) for i in range(n)]
+        pos = np.arange(n, dtype=np.float64)
+        if figure.horizontal:
+            self.plot = _new_plot(layout, figure.title, figure.xlabel, "")
+            self.bars = pg.BarGraphItem(x0=0, y=pos, height=0.7, width=figure.values, brushes=brushes, pen=None)
+            self.plot.invertY(True)
+        else:
+            self.plot = _new_plot(layout, figure.title, "", figure.xlabel)
+            self.bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=figure.values, brushes=brushes, pen=None)
+        self._set_labels(figure.labels)
+        self.plot.addItem(self.bars)
+        keys = []
+        self.scatters = []
+        for i, name in enumerate(figure.markers):
+            colour = PALETTE[1 + i % (len(PALETTE) - 1)]
+            symbol, glyph = MARKER_SYMBOLS[i % len(MARKER_SYMBOLS)]
+            scatter = pg.ScatterPlotItem(symbol=symbol, size=12, brush=pg.mkBrush(colour), pen=pg.mkPen("k", width=1))
+            self.plot.addItem(scatter)
+            self.scatters.append(scatter)
+            keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
+        if keys:  # the key goes in the title, where it never hides a bar or a value
+            self.plot.setTitle(f"{figure.title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=LABEL_SIZE)
+        anchor = (0, 0.5) if figure.horizontal else (0.5, 1)
+        self.texts = [pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=anchor) for _ in range(n)]
+        for text in self.texts:
+            text.setFont(_tick_font())
+            self.plot.addItem(text)
+        self._set_values(figure)
+        self.plot.setMouseEnabled(x=False, y=False)
 
+    def matches(self, figure: BarsFigure) -> bool:
+        old = self.figure
+        return (len(figure.values), figure.title, tuple(figure.markers), figure.horizontal) == (
+            len(old.values), old.title, tuple(old.markers), old.horizontal)
 
-def set_bar_values(plot: pg.PlotItem, bars: pg.BarGraphItem, values: np.ndarray, value_format: str = "{:.1%}",
-                   horizontal: bool = True, markers: Mapping[str, Sequence[float]] | None = None) -> None:
-    """Bar lengths, marker positions, value texts (after the bar or its furthest marker) and the range of
-    a `draw_bars` figure, updated in place (same number of bars, same marker series)."""
-    n = len(values)
-    bars.setOpts(**({"width": values} if horizontal else {"height": values}))
-    ends = values.copy()
-    scatters = [item for item in plot.items if isinstance(item, pg.ScatterPlotItem)]
-    for item, marks in zip(scatters, (markers or {}).values(), strict=True):
-        marks = np.asarray(marks, dtype=np.float64)
-        item.setData(x=marks, y=np.arange(n, dtype=np.float64))
-        ends = np.maximum(ends, marks)
-    texts = [item for item in plot.items if isinstance(item, pg.TextItem)]
-    for i, (text, v, end) in enumerate(zip(texts, values, ends, strict=True)):
-        text.setText(value_format.format(v))
-        text.setPos(*((end, i) if horizontal else (i, v)))
-    top = float(np.nanmax(np.abs(ends))) if n else 1.0
-    span = top * 1.35 if top > 0 else 1.0
-    low = min(0.0, float(np.nanmin(values)) * 1.3) if n else 0.0
-    if horizontal:
-        plot.setRange(xRange=(low, span), yRange=(-0.6, n - 0.4), padding=0)
-    else:
-        plot.setRange(yRange=(low, span), xRange=(-0.6, n - 0.4), padding=0)
+    def update(self, figure: BarsFigure) -> None:
+        """New values (and labels, only if they changed: new ticks re-lay out the axis, which takes time)."""
+        if figure.labels != self.figure.labels:
+            self._set_labels(figure.labels)
+        self.figure = figure
+        self._set_values(figure)
+
+    def _set_labels(self, labels: Sequence[str]) -> None:
+        axis = self.plot.getAxis("left" if self.figure.horizontal else "bottom")
+        axis.setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+
+    def _set_values(self, figure: BarsFigure) -> None:
+        values = np.asarray(figure.values, dtype=np.float64)
+        n = len(values)
+        self.bars.setOpts(**({"width": values} if figure.horizontal else {"height": values}))
+        ends = values.copy()
+        for scatter, marks in zip(self.scatters, figure.markers.values(), strict=True):
+            marks = np.asarray(marks, dtype=np.float64)
+            scatter.setData(x=marks, y=np.arange(n, dtype=np.float64))
+            ends = np.maximum(ends, marks)
+        for i, (text, v, end) in enumerate(zip(self.texts, values, ends, strict=True)):
+            text.setText(figure.value_format.format(v))
+            text.setPos(*((end, i) if figure.horizontal else (i, v)))
+        if figure.value_range is not None:  # a fixed axis, with room after it for the value texts
+            low, high = figure.value_range
+            span = high + 0.22 * (high - low)
+        else:
+            top = float(np.nanmax(np.abs(ends))) if n else 1.0
+            span = top * 1.35 if top > 0 else 1.0
+            low = min(0.0, float(np.nanmin(values)) * 1.3) if n else 0.0
+        if figure.horizontal:
+            self.plot.setRange(xRange=(low, span), yRange=(-0.6, n - 0.4), padding=0)
+        else:
+            self.plot.setRange(yRange=(low, span), xRange=(-0.6, n - 0.4), padding=0)
 
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
@@ -452,10 +454,165 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
     return plot
 
 
+# ---------------------------------------------------------------------------- compositions
+class MapsPlot:
+    """A MapsFigure: one map with its own colour bar, or small multiples under a heading with one colour bar
+    for all of them (on a shared scale every map is set through it); over the image with its patch grid and
+    hatched [MASK] cells, or the maps alone."""
+
+    def __init__(self, layout: pg.GraphicsLayout, figure: MapsFigure) -> None:
+        self.figure = figure
+        k = len(figure.maps)
+        rows, columns = small_multiples_shape(k)
+        single = k == 1
+        values, levels = figure.shown(), figure.shown_levels()
+        self.heading = None
+        if not single:
+            self.heading = add_title(layout, figure.heading, colspan=columns + 1)
+            layout.nextRow()
+        self.plots: list[pg.PlotItem] = []
+        self.photos: list[pg.ImageItem] = []
+        self.heats: list[pg.ImageItem] = []
+        for i, title in enumerate(figure.titles):
+            if i and i % columns == 0:
+                layout.nextRow()
+            if figure.image is None:
+                plot, heat = draw_heatmap(layout, values[i], title=title, cmap=figure.cmap, levels=levels,
+                                          colorbar_label=figure.colorbar_label, grid=figure.grid, colorbar=single)
+            else:
+                plot, photo, overlay = draw_image(
+                    layout, figure.image, title=title, grid=figure.grid, overlay=values[i],
+                    overlay_alpha=figure.opacity, overlay_cmap=figure.cmap, overlay_levels=levels,
+                    overlay_label=figure.colorbar_label, masked=figure.masked, colorbar=single, axes=single)
+                assert overlay is not None
+                self.photos.append(photo)
+                heat = overlay
+            self.plots.append(plot)
+            self.heats.append(heat)
+        if single:
+            self.bar = _colorbar_of(self.plots[0])
+        else:
+            self.bar = draw_colorbar(layout, self.heats, levels=levels, cmap=figure.cmap, label=figure.colorbar_label,
+                                     row=1, col=columns, rowspan=rows)  # row 0 is the heading
+
+    def matches(self, figure: MapsFigure) -> bool:
+        """Whether `update` can show this figure (the same plots, only other numbers and titles)."""
+        old = self.figure
+        shape = (lambda f: None if f.image is None else f.image.shape)
+        return (len(figure.maps), figure.grid, shape(figure), figure.scale, figure.cmap) == (
+            len(old.maps), old.grid, shape(old), old.scale, old.cmap)
+
+    def update(self, figure: MapsFigure) -> None:
+        """New numbers, titles, photo and masked cells, in place (rebuilding plots costs the GUI thread)."""
+        old, self.figure = self.figure, figure
+        values, levels = figure.shown(), figure.shown_levels()
+        if self.heading is not None and self.heading.text != figure.heading:
+            self.heading.setText(figure.heading, size=TITLE_SIZE, bold=True)
+        new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
+        new_mask = not _same_mask(old.masked, figure.masked)
+        for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):
+            if plot.titleLabel.text != figure.titles[i]:
+                plot.setTitle(figure.titles[i], size=TITLE_SIZE)
+            heat.setImage(np.asarray(values[i], np.float32), levels=levels, autoLevels=False)
+            if new_photo:
+                self.photos[i].setImage(figure.image, levels=(0, 255), autoLevels=False)
+            if new_mask and figure.image is not None:
+                for item in [item for item in plot.items if isinstance(item, QtWidgets.QGraphicsPathItem)]:
+                    plot.removeItem(item)
+                if figure.masked is not None and figure.masked.any():
+                    draw_masked_cells(plot, figure.masked, *figure.image.shape[:2])
+        if self.bar is not None:
+            self.bar.setLevels(values=levels)
+        if figure.opacity != old.opacity:
+            self.set_opacity(figure.opacity)
+
+    def set_opacity(self, opacity: float) -> None:
+        if self.figure.image is not None:
+            for heat in self.heats:
+                heat.setOpacity(opacity)
+
+
+def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+def _colorbar_of(plot: pg.PlotItem) -> pg.ColorBarItem | None:
+    """The colour bar `_add_colorbar` put next to a plot (right of its axis), if any."""
+    item = plot.layout.itemAt(2, 5)
+    return item if isinstance(item, pg.ColorBarItem) else None
+
+
+class SimilarityPlot:
+    """A SimilarityFigure: the similarity mosaic (and any others beside it) in a full-width row, and the
+    single maps in the row below on the same scale, with one colour bar after the last."""
+
+    def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure) -> None:
+        self.figure = figure
+        top = layout.addLayout()
+        self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
+                                                             levels=figure.levels,
+                                                             colorbar_label=figure.colorbar_label)
+        for name, other in figure.others:
+            draw_similarity_grid(top, other, title=name, levels=figure.levels, colorbar_label=figure.colorbar_label)
+        self.maps: list[tuple[pg.PlotItem, pg.ImageItem]] = []
+        if figure.maps:
+            layout.nextRow()
+            bottom = layout.addLayout()
+            layout.layout.setRowStretchFactor(0, 3)
+            layout.layout.setRowStretchFactor(1, 2)
+            for i, (title, values) in enumerate(figure.maps):
+                self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP, levels=figure.levels,
+                                              colorbar_label=figure.colorbar_label, grid=values.shape,
+                                              colorbar=i == len(figure.maps) - 1))
+
+    def show_map(self, title: str, values: np.ndarray) -> None:
+        """Replace the first single map (a clicked patch's), in place."""
+        if not self.maps:
+            return
+        plot, image = self.maps[0]
+        image.setImage(np.asarray(values, np.float32), levels=self.figure.levels, autoLevels=False)
+        plot.setTitle(title, size=TITLE_SIZE)
+
+    def tile_at(self, pos: QtCore.QPointF) -> tuple[int, int] | None:
+        """Which tile (patch row, col) of the mosaic a scene position falls on."""
+        point = self.mosaic.mapFromScene(pos)
+        h, w = self.mosaic.image.shape[:2]
+        gh, gw = self.figure.similarity.shape[:2]
+        sep_y = (h - gh * gh) / (gh - 1) if gh > 1 else 0
+        sep_x = (w - gw * gw) / (gw - 1) if gw > 1 else 0
+        row, col = int(point.y() // (gh + sep_y)), int(point.x() // (gw + sep_x))
+        if 0 <= row < gh and 0 <= col < gw and 0 <= point.x() < w and 0 <= point.y() < h:
+            return row, col
+        return None
+
+
+Drawn = MapsPlot | SimilarityPlot | BarsPlot | pg.PlotItem | tuple[pg.PlotItem, pg.ImageItem]
+
+
+def draw(layout: pg.GraphicsLayout, figure: Figure) -> Drawn:
+    """Draw any figure description with its composition; returns what was drawn."""
+    if isinstance(figure, MapsFigure):
+        return MapsPlot(layout, figure)
+    if isinstance(figure, SimilarityFigure):
+        return SimilarityPlot(layout, figure)
+    if isinstance(figure, BarsFigure):
+        return BarsPlot(layout, figure)
+    if isinstance(figure, LinesFigure):
+        return draw_lines(layout, figure.x, figure.series, title=figure.title, xlabel=figure.xlabel,
+                          ylabel=figure.ylabel)
+    if isinstance(figure, ScatterFigure):
+        return draw_scatter(layout, figure.x, figure.y, groups=figure.groups, title=figure.title,
+                            xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter)
+    if isinstance(figure, TilesFigure):
+        return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns)
+    raise TypeError(f"no composition draws {type(figure).__name__}")
+
+
 # ---------------------------------------------------------------------------- export
-def render_png(draw: Callable[[pg.GraphicsLayout], object], path: str | Path, size: tuple[int, int] = (900, 700),
-               ) -> Path:
-    """Draw offscreen into a (width, height) GraphicsLayoutWidget and save a PNG (white background).
+def render_png(figure: Figure, path: str | Path, size: tuple[int, int] = (900, 700)) -> Path:
+    """Draw a figure offscreen into a (width, height) GraphicsLayoutWidget and save a PNG (white background).
 
     Needs a QApplication. When none exists (a headless command) one is created on the offscreen
     platform unless QT_QPA_PLATFORM says otherwise, so a server without a display works too.
@@ -470,7 +627,7 @@ def render_png(draw: Callable[[pg.GraphicsLayout], object], path: str | Path, si
         widget = pg.GraphicsLayoutWidget(show=False)
         widget.setAttribute(QtCore.Qt.WidgetAttribute.WA_DontShowOnScreen)
         widget.resize(*size)
-        draw(widget.ci)
+        draw(widget.ci, figure)
         widget.show()
         QtWidgets.QApplication.processEvents()
         pixmap = widget.grab()

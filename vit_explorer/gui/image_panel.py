@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image, sample_images
+from ..explore.forward import ForwardResult
 from . import figures
-from .forward import ForwardResult
 from .session import Session
 
 QUERY_RGBA = (255, 215, 0, 200)

@@ -116,7 +116,7 @@ class MainWindow(QMainWindow):
 
                 from .. import checkpoints, models  # noqa: F401
                 from ..analysis import attention, dropout, heads, params, patch_embed, pe, tokens  # noqa: F401
-                from . import forward  # noqa: F401
+                from ..explore import forward  # noqa: F401
             except Exception as error:  # noqa: BLE001 - shown in the window
                 self.core_ready.emit(f"could not import PyTorch: {error}")
                 return
@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
 
         self.session = Session(self)
         self.session.error.connect(self.show_error)
+        self.session.notice.connect(lambda message: self.statusBar().showMessage(message, 10000))
         self.session.result_ready.connect(self._result)
         self.session.loading.connect(self._loading)
         self.session.model_changed.connect(self._model_changed)
@@ -155,7 +156,7 @@ class MainWindow(QMainWindow):
 
         # leave one core to the GUI thread so the window keeps repainting while the model computes
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-        from .live import follow_palette
+        from .palette import follow_palette
 
         pg.setConfigOptions(antialias=True)  # imageAxisOrder is set once, in figures.py
         follow_palette(self, self.palette())  # plots drawn from now on; changeEvent handles later changes
@@ -284,7 +285,7 @@ class MainWindow(QMainWindow):
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
         """Light/dark switch at run time: widgets restyle themselves, the plots are told here."""
         if event.type() == QEvent.Type.PaletteChange and self.views:
-            from .live import follow_palette  # pyqtgraph is imported by now (the views exist)
+            from .palette import follow_palette  # pyqtgraph is imported by now (the views exist)
 
             follow_palette(self, self.palette())
         super().changeEvent(event)
@@ -332,6 +333,5 @@ class MainWindow(QMainWindow):
         for view in self.views.values():
             view.close()
         if self.session is not None:
-            self.session.runner.cancel("forward")
-            self.session.runner.wait(5000)
+            self.session.shutdown()
         super().closeEvent(event)

@@ -1,8 +1,10 @@
-"""The app's state: the loaded model, the image, masks, resolution and what is selected.
+"""The app's state, in one typed place: the loaded model, the image, masks, resolution, what is
+selected, and the model the builder describes.
 
-Views take the session in `__init__`, read it, connect to its signals and disconnect on close.
-Every change that alters the model's input schedules one forward pass on the "forward" channel;
-a newer change makes the older pass stale, so views only ever see the newest result.
+Views take the session in `__init__`, read it, connect to its signals and disconnect on close, and
+ask it to run work in the background (`run`, `cancel`). Every change that alters the model's input
+schedules one forward pass on the "forward" channel; a newer change makes the older pass stale, so
+views only ever see the newest result.
 """
 
 from __future__ import annotations
@@ -16,17 +18,12 @@ from PIL import Image
 from PySide6.QtCore import QObject, Signal
 
 from ..checkpoints import LoadedModel
-from .forward import ForwardResult, Inputs, run_forward
+from ..explore.build import preferred_device
+from ..explore.forward import ForwardResult, Inputs, run_forward
+from ..models import ViTConfig
 from .workers import Runner
 
 _ids = itertools.count(1)
-
-
-def preferred_device() -> str:
-    """The GPU when there is one (inference of large models), else the CPU."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def default_image(size: tuple[int, int]) -> Image.Image:
@@ -41,13 +38,14 @@ class Session(QObject):
     selection_changed = Signal()  # layer, head or query token changed
     result_ready = Signal(object)  # ForwardResult
     error = Signal(str)  # a message for the status bar / a dialog
+    notice = Signal(str)  # something done that the user should see confirmed (a file saved)
     busy = Signal(bool)  # a forward pass is running
     loading = Signal(str)  # a load started ("" when it ended)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.runner = Runner(self)
-        self.runner.error.connect(lambda channel, message: self.error.emit(message))
+        self._runner = Runner(self)
+        self._runner.error.connect(lambda channel, message: self.error.emit(message))
         self.loaded: LoadedModel | None = None
         self.model_id = 0
         self.image: Image.Image = default_image((224, 224))
@@ -60,7 +58,7 @@ class Session(QObject):
         self.head = 0
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
-        self.draft: Any = None  # the ViTConfig the model builder currently describes (the training view uses it)
+        self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ model
@@ -93,7 +91,7 @@ class Session(QObject):
             if on_error is not None:
                 on_error(message)
 
-        self.runner.submit("load", lambda: load(source, device=preferred_device()), done, failed, pool="io")
+        self.run("load", lambda: load(source, device=preferred_device()), done, failed, io=True)
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Make `loaded` current: reset masks and selection to fit it, then run it."""
@@ -180,7 +178,7 @@ class Session(QObject):
         key = (inputs.model_id, inputs.image_id, inputs.size)
         baseline = self._baseline[1] if self._baseline and self._baseline[0] == key else None
         self.busy.emit(True)
-        self.runner.submit("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed)
+        self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed)
 
     def _forward_done(self, result: ForwardResult) -> None:
         inputs = result.inputs
@@ -198,6 +196,21 @@ class Session(QObject):
         self.busy.emit(False)
         self.error.emit(f"forward pass failed: {message}")
 
-    def run(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None]) -> None:
-        """Run an analysis job in the background; errors go to the `error` signal."""
-        self.runner.submit(channel, fn, on_done)
+    def run(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None],
+            on_error: Callable[[str], None] | None = None, *, io: bool = False) -> None:
+        """Run a job in the background (a newer job on the same channel makes it stale); errors go to
+        `on_error`, else to the `error` signal. io=True: loading files, not computing."""
+        self._runner.submit(channel, fn, on_done, on_error, pool="io" if io else "compute")
+
+    def cancel(self, channel: str) -> None:
+        """Drop the job running or waiting on a channel."""
+        self._runner.cancel(channel)
+
+    def working(self) -> bool:
+        """Whether any background job runs now."""
+        return self._runner.busy()
+
+    def shutdown(self, msecs: int = 5000) -> None:
+        """Drop the pending forward pass and wait for running jobs (closing the window)."""
+        self._runner.cancel("forward")
+        self._runner.wait(msecs)

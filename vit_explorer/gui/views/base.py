@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import csv
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer, SignalInstance
-from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+import pyqtgraph as pg
+from PySide6.QtCore import QEventLoop, QPoint, QSettings, QTimer, SignalInstance
+from PySide6.QtGui import QCloseEvent, QImage, QPainter
+from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..session import Session
 
 Table = tuple[list[str], list[Sequence[Any]]]  # header, rows
+EXPORT_FOLDER_KEY = "export_folder"
 
 
 class View(QWidget):
@@ -95,34 +98,74 @@ class View(QWidget):
 
     # ------------------------------------------------------------------ export
     def picture(self) -> QWidget:
-        """The widget exported as PNG (default: the whole view without its toolbar)."""
+        """The widget exported as PNG: the figure only, without the view's own controls."""
         return self
 
     def table(self) -> Table | None:
         """The numbers behind the view, or None when it has none."""
         return None
 
-    def export_png(self, path: str | Path) -> Path:
+    def export_info(self) -> dict[str, str]:
+        """What the exported picture and table show: recorded in the PNG's metadata and the CSV's first lines."""
+        info = {"view": self.title, "model": "", "image": self.session.image_name}
+        if self.session.loaded is not None:
+            info["model"] = self.session.loaded.source or "built model"
+            info["input size"] = "x".join(map(str, self.session.size))
+        return info
+
+    def bring_up_to_date(self, seconds: float = 10.0) -> None:
+        """Refresh a view that was hidden and let its background work finish (bounded), before exporting."""
+        if self._dirty:
+            self._dirty = False
+            self.refresh()
+        deadline = time.monotonic() + seconds
+        while self.session.working() and time.monotonic() < deadline:
+            QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
+        QApplication.processEvents()
+
+    def export_png(self, path: str | Path, scale: float = 1.0) -> Path:
+        """The figure as a PNG at `scale` times its size on screen, with what it shows in its metadata."""
         path = Path(path)
-        if not self.picture().grab().save(str(path), "PNG"):
+        self.bring_up_to_date()
+        widget = self.picture()
+        size = widget.size()
+        image = QImage(round(size.width() * scale), round(size.height() * scale), QImage.Format.Format_ARGB32)
+        image.setDevicePixelRatio(scale)
+        image.fill(widget.palette().color(widget.backgroundRole()))
+        for view in [widget, *widget.findChildren(pg.GraphicsView)]:
+            if isinstance(view, pg.GraphicsView):
+                view.scene().prepareForPaint()  # what pyqtgraph does before painting its scenes
+        painter = QPainter(image)  # at the image's device pixel ratio: sharper text and lines when scale > 1
+        QWidget.render(widget, painter, QPoint())
+        painter.end()
+        for key, value in self.export_info().items():
+            image.setText(key, value)
+        if not image.save(str(path), "PNG"):
             raise OSError(f"{path}: could not write the PNG file")
         return path
 
     def export_csv(self, path: str | Path) -> Path:
+        """The numbers as CSV, after comment lines ('# key: value') saying what they are."""
         path = Path(path)
+        self.bring_up_to_date()
         table = self.table()
         if table is None:
             raise ValueError(f"{self.title} has no numbers to export yet")
         header, rows = table
         with path.open("w", newline="") as f:
+            for key, value in self.export_info().items():
+                f.write(f"# {key}: {value}\n")
             writer = csv.writer(f)
             writer.writerow(header)
             writer.writerows(rows)
         return path
 
     def _ask_export(self, kind: str) -> None:
+        """Ask where (starting in the folder used last), export, and confirm in the status bar."""
+        settings = QSettings()
+        folder = str(settings.value(EXPORT_FOLDER_KEY, str(Path.home())))
         name = self.title.lower().replace(" ", "_")
-        path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", f"{name}.{kind}",
+        path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", str(Path(folder) / f"{name}.{kind}"),
                                               f"{kind.upper()} (*.{kind})")
         if not path:
             return
@@ -130,3 +173,6 @@ class View(QWidget):
             (self.export_png if kind == "png" else self.export_csv)(path)
         except (OSError, ValueError) as error:
             self.session.error.emit(str(error))
+            return
+        settings.setValue(EXPORT_FOLDER_KEY, str(Path(path).parent))
+        self.session.notice.emit(f"saved {path}")

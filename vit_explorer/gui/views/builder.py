@@ -16,27 +16,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...checkpoints.labels import generic_labels
+from ...explore.build import build_loaded
 from ...models import PRESETS, ConfigError, ViTConfig, preset
+from ...models.position import SCHEMES
+from ...models.stems import STEMS
 from ..session import Session
 from .base import Table, View
 
-PE_SCHEMES = [("learned 1D", "learned"), ("learned 2D", "learned_2d"), ("sine-cosine 1D", "sincos_1d"),
-              ("sine-cosine 2D", "sincos_2d"), ("none", "none"), ("RoPE (2D rotary)", "rope")]
-PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none (GAP)", "none")]
-STEMS = [("patchify (Conv2d k=P s=P)", "patchify"), ("convolutional (3x3 convs)", "conv")]
-
-
-def build_loaded(config: ViTConfig) -> Any:
-    """A freshly initialised model wrapped as a LoadedModel (runs in a worker)."""
-    from ...checkpoints import LoadedModel, Preprocess
-    from ...models import VisionTransformer
-    from ..session import preferred_device
-
-    model = VisionTransformer(config).eval().to(preferred_device())
-    labels = generic_labels(config.num_classes)
-    pre = Preprocess(config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
-    return LoadedModel(model, config, labels, pre, "", "built", {"config": config.to_dict()})
+PE_SCHEMES = [(scheme.label, name) for name, scheme in SCHEMES.items()]
+STEM_CHOICES = [(stem.label, name) for name, stem in STEMS.items()]
+PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none (GAP)", "none")]  # "none" pools patches
 
 
 class BuilderView(View):
@@ -77,13 +66,13 @@ class BuilderView(View):
             box.valueChanged.connect(self.update_estimate)
             return box
 
-        self.stem = combo(STEMS, "How the image becomes tokens: one linear map per patch, or a small convolutional "
-                                 "network.")
+        self.stem = combo(STEM_CHOICES, "How the image becomes tokens: one linear map per patch, or a small "
+                                        "convolutional network.")
         self.pos_embed = combo(PE_SCHEMES, "How the model knows where each patch sits.")
         self.prefix = combo(PREFIXES, "Tokens put in front of the patches; without them the head reads the mean of "
                                       "the patches.")
-        self.depth = spin(1, 48, 4, "Number of transformer blocks.")
-        self.width = spin(8, 2048, 96, "Embedding width D of every token.", 8)
+        self.depth_box = spin(1, 48, 4, "Number of transformer blocks.")
+        self.width_box = spin(8, 2048, 96, "Embedding width D of every token.", 8)
         self.heads = spin(1, 32, 4, "Attention heads per block (D must be divisible by it).")
         self.mlp_ratio = QDoubleSpinBox()
         self.mlp_ratio.setRange(0.25, 8.0)
@@ -100,7 +89,7 @@ class BuilderView(View):
         self.layer_scale.toggled.connect(self.update_estimate)
         self.class_attn = spin(0, 4, 0, "CaiT class-attention blocks where only [CLS] is updated (needs [CLS]).")
         for label, widget in (("Stem", self.stem), ("Position embedding", self.pos_embed),
-                              ("Prefix tokens", self.prefix), ("Depth", self.depth), ("Width D", self.width),
+                              ("Prefix tokens", self.prefix), ("Depth", self.depth_box), ("Width D", self.width_box),
                               ("Heads", self.heads), ("MLP ratio", self.mlp_ratio), ("Patch size", self.patch),
                               ("Image height", self.image_h), ("Image width", self.image_w),
                               ("Classes", self.classes), ("", self.layer_scale),
@@ -119,15 +108,15 @@ class BuilderView(View):
 
     def set_config(self, cfg: ViTConfig) -> None:
         """Show a config in the controls."""
-        widgets = (self.stem, self.pos_embed, self.prefix, self.depth, self.width, self.heads, self.mlp_ratio,
+        widgets = (self.stem, self.pos_embed, self.prefix, self.depth_box, self.width_box, self.heads, self.mlp_ratio,
                    self.patch, self.image_h, self.image_w, self.classes, self.layer_scale, self.class_attn)
         for w in widgets:
             w.blockSignals(True)
         self.stem.setCurrentIndex(self.stem.findData(cfg.stem))
         self.pos_embed.setCurrentIndex(self.pos_embed.findData(cfg.pos_embed))
         self.prefix.setCurrentIndex(self.prefix.findData("none" if cfg.pool == "gap" else cfg.prefix_tokens))
-        self.depth.setValue(cfg.depth)
-        self.width.setValue(cfg.embed_dim)
+        self.depth_box.setValue(cfg.depth)
+        self.width_box.setValue(cfg.embed_dim)
         self.heads.setValue(cfg.num_heads)
         self.mlp_ratio.setValue(cfg.mlp_ratio)
         self.patch.setValue(cfg.patch_size)
@@ -163,8 +152,8 @@ class BuilderView(View):
             "pos_embed": self.pos_embed.currentData(),
             "prefix_tokens": "none" if prefix == "none" else prefix,
             "pool": "gap" if prefix == "none" else "cls",
-            "depth": self.depth.value(),
-            "embed_dim": self.width.value(),
+            "depth": self.depth_box.value(),
+            "embed_dim": self.width_box.value(),
             "num_heads": self.heads.value(),
             "mlp_ratio": self.mlp_ratio.value(),
             "patch_size": self.patch.value(),
@@ -205,7 +194,7 @@ class BuilderView(View):
             self.note.setText("")
             self.session.set_model(loaded)
 
-        self.session.runner.submit("build", lambda: build_loaded(cfg), done, self._failed, pool="io")
+        self.session.run("build", lambda: build_loaded(cfg), done, self._failed, io=True)
 
     def _failed(self, message: str) -> None:
         self.note.setText("")

@@ -3,60 +3,16 @@ similarity through the layers, and the dropout train-vs-eval demo."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QDoubleSpinBox, QLabel, QWidget
 
-from ...analysis.dropout import DropoutDemo, dropout_demo
-from ...analysis.patch_embed import embedding_components, unfold_difference
+from ...explore.embeddings import EmbeddingFacts, embedding_facts
 from .. import figures
-from ..forward import ForwardResult, pixels_for
 from ..session import Session
 from .base import Table, View
-
-MAX_TILES = 28  # filters shown of a convolutional stem's first layer
-
-
-@dataclass
-class EmbeddingFacts:
-    model_id: int  # the session's id of the model these facts describe
-    components: np.ndarray | None  # (k, h, w, 3) patchify: principal components of the filters; conv stem:
-    # the first 3x3 convolution's filters
-    variance: np.ndarray | None  # (k,) patchify: share of the filters' variance each component explains
-    unfold_max_diff: float | None  # max |Conv2d - Unfold+Linear|; None for a convolutional stem
-    dropout: DropoutDemo
-    tokens: dict[str, np.ndarray]  # token-similarity curves: input, then after each block
-
-
-def embedding_facts(result: ForwardResult, p: float, previous: EmbeddingFacts | None) -> EmbeddingFacts:
-    """Everything this view shows, computed in a worker; the filter components of `previous` (same
-    model) are reused, as they do not depend on the image."""
-    import torch
-
-    model = result.inputs.loaded.model
-    pixels = pixels_for(result.inputs)
-    components = variance = diff = None
-    with torch.inference_mode():
-        if model.config.stem == "patchify" and model.config.in_chans == 3:
-            if previous is not None and previous.components is not None:
-                components, variance = previous.components, previous.variance
-            else:
-                comps, share = embedding_components(model)
-                components, variance = comps.cpu().numpy(), share.cpu().numpy()
-            diff = unfold_difference(model, pixels)
-        elif model.config.stem == "conv" and model.config.in_chans == 3:
-            first = model.patch_embed.convs[0][0].weight  # (C_out, 3, 3, 3)
-            components = first[:MAX_TILES].permute(0, 2, 3, 1).float().cpu().numpy()  # (k, 3, 3, RGB)
-    tokens = {}
-    if result.cls_patch is not None:
-        tokens["cos([CLS], patch), mean over patches"] = result.cls_patch
-    if result.cls_dist is not None:
-        tokens["cos([CLS], [DIST])"] = result.cls_dist
-    return EmbeddingFacts(result.inputs.model_id, components, variance, diff, dropout_demo(result.with_pos, p),
-                          tokens)
 
 
 class EmbeddingsView(View):
@@ -82,6 +38,9 @@ class EmbeddingsView(View):
         self.listen(session.result_ready, self.schedule_soon)
         self.refresh()
 
+    def picture(self) -> QWidget:
+        return self.plots
+
     def refresh(self, *_: object) -> None:
         result = self.session.result
         if result is None:
@@ -104,21 +63,12 @@ class EmbeddingsView(View):
     def _draw(self, facts: EmbeddingFacts) -> None:
         self.plots.ci.clear()
         self._curves = []
-        if facts.variance is not None:
-            explained = facts.variance[: len(facts.components)].sum()
-            figures.draw_rgb_tiles(self.plots.ci, facts.components,
-                                   title=f"top {len(facts.components)} components of the patch-embedding filters "
-                                         f"({explained:.0%} of their variance)")
-        elif facts.components is not None:
-            figures.draw_rgb_tiles(self.plots.ci, facts.components,
-                                   title=f"{len(facts.components)} filters of the convolutional stem's first 3×3 "
-                                         "convolution")
+        if facts.filters is not None:
+            figures.draw(self.plots.ci, facts.filters.figure())
         if facts.tokens:
             self.plots.ci.nextRow()
-            x = np.arange(len(next(iter(facts.tokens.values()))))
-            plot = figures.draw_lines(self.plots.ci, x, facts.tokens, title="token similarity through the layers",
-                                      xlabel="layer (0 = embedded input)", ylabel="cosine similarity")
-            self._curves = plot.listDataItems()
+            plot = figures.draw(self.plots.ci, facts.tokens_figure())
+            self._curves = plot.listDataItems()  # type: ignore[union-attr]
 
     @staticmethod
     def _lines(facts: EmbeddingFacts) -> list[str]:
@@ -145,7 +95,8 @@ class EmbeddingsView(View):
                                        ("train scale error", d.scale_error), ("eval unchanged", d.eval_unchanged)]
         if self.facts.unfold_max_diff is not None:
             rows.append(("conv vs unfold+linear max diff", self.facts.unfold_max_diff))
-            rows += [(f"component {i} variance share", float(v)) for i, v in enumerate(self.facts.variance)]
+        if self.facts.filters is not None and self.facts.filters.variance is not None:
+            rows += [(f"component {i} variance share", float(v)) for i, v in enumerate(self.facts.filters.variance)]
         for name, values in self.facts.tokens.items():
             rows += [(f"{name} layer {i}", float(v)) for i, v in enumerate(values)]
         return ["quantity", "value"], rows

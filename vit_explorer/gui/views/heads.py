@@ -1,14 +1,15 @@
-"""Heads: a layers x heads grid of toggles that sets the head mask, coloured by measured importance."""
+"""Heads: a layers x heads grid of toggles that sets the head mask, coloured by measured importance
+(measured by `explore.heads` on the current image and [MASK], with progress, cancellable)."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
 
 import numpy as np
-from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QScrollArea, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QWidget
 
-from ...analysis.heads import head_importance
-from ..forward import pixels_for
+from ...explore.heads import Cancelled, HeadImportance, measure
 from ..session import Session
 from .base import Table, View
 
@@ -24,18 +25,25 @@ def importance_colour(value: float, top: float) -> str:
 
 class HeadsView(View):
     title = "Heads"
+    measured = Signal(int, int)  # (heads done, heads in all), emitted from the worker
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
-        self.importance: np.ndarray | None = None  # (layers, heads)
+        self.result: HeadImportance | None = None
         self.buttons: list[list[QPushButton]] = []
         self._synced: tuple[bytes, int] | None = None  # (head mask, importance) the buttons show
+        self._running = False
         row = self.toolbar
         self.measure = QPushButton("Measure importance")
         self.measure.setToolTip("Remove each head alone and measure how much the predicted class's probability "
-                                "drops on this image.")
-        self.measure.clicked.connect(self.measure_importance)
+                                "drops on this image, with the current [MASK].")
+        self.measure.clicked.connect(self._measure_clicked)
         row.insertWidget(1, self.measure)
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setVisible(False)
+        row.insertWidget(2, self.progress)
+        self.measured.connect(self._progress)
         for text, tip, slot in (("All on", "Switch every head back on.", self.all_on),
                                 ("Invert", "Switch the heads that are on off, and those off on.", self.invert)):
             button = QPushButton(text)
@@ -54,9 +62,17 @@ class HeadsView(View):
         self.legend.setWordWrap(True)
         self.body.addWidget(self.legend)
         self.listen(session.model_changed, self.rebuild)
-        self.listen(session.image_changed, self._image_changed)
-        self.listen(session.inputs_changed, self._sync)
+        self.listen(session.image_changed, self._input_changed)
+        self.listen(session.inputs_changed, self._inputs_changed)
         self.rebuild()
+
+    def picture(self) -> QWidget:
+        return self.grid_widget
+
+    @property
+    def importance(self) -> np.ndarray | None:
+        """(layers, heads) of the last measurement, or None."""
+        return None if self.result is None else self.result.values
 
     def rebuild(self) -> None:
         while self.grid.count():
@@ -64,7 +80,7 @@ class HeadsView(View):
         for row in range(self.grid.rowCount()):
             self.grid.setRowStretch(row, 0)
         self.buttons = []
-        self.importance = None
+        self.result = None
         self._synced = None
         loaded = self.session.loaded
         if loaded is None:
@@ -92,9 +108,16 @@ class HeadsView(View):
         if layers * cfg.num_heads <= AUTO_MEASURE_CELLS:
             self.measure_importance()
 
-    def _image_changed(self) -> None:
-        if self.importance is not None and self.importance.size <= AUTO_MEASURE_CELLS:
+    def _inputs_changed(self) -> None:
+        self._sync()
+        if self.result is not None and self.result.masked_patches != int(self.session.mask.sum()):
+            self._input_changed()  # a new [MASK]: the importance shown was for another input
+
+    def _input_changed(self) -> None:
+        if self.result is not None and self.result.values.size <= AUTO_MEASURE_CELLS:
             self.measure_importance()
+        elif self.result is not None:
+            self.note.setText("the input changed: measure again for importance on this input")
 
     def toggle(self, layer: int, head: int, on: bool) -> None:
         mask = self.session.head_mask.copy()
@@ -107,23 +130,47 @@ class HeadsView(View):
     def invert(self) -> None:
         self.session.set_head_mask(1.0 - self.session.head_mask)
 
+    def _measure_clicked(self) -> None:
+        if self._running:
+            self.session.cancel("head-importance")
+            self._finished("measurement cancelled")
+        else:
+            self.measure_importance()
+
     def measure_importance(self) -> None:
         inputs = self.session.inputs()
         if inputs is None:
             return
+        name = self.session.image_name
+        self._running = True
+        self.measure.setText("Cancel")
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
         self.note.setText("measuring head importance…")
 
-        def work() -> Any:
-            import torch
+        def work(cancel: threading.Event) -> HeadImportance | None:
+            try:
+                return measure(inputs, name, cancel, self.measured.emit)
+            except Cancelled:
+                return None
 
-            with torch.inference_mode():
-                return head_importance(inputs.loaded.model, pixels_for(inputs)).numpy()
+        self.session.run("head-importance", work, self._measured, lambda message: self._finished(message))
 
-        self.session.run("head-importance", work, self._measured)
+    def _progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
 
-    def _measured(self, importance: np.ndarray) -> None:
-        self.importance = importance
-        self.note.setText("")
+    def _finished(self, note: str) -> None:
+        self._running = False
+        self.measure.setText("Measure importance")
+        self.progress.setVisible(False)
+        self.note.setText(note)
+
+    def _measured(self, result: HeadImportance | None) -> None:
+        if result is None:
+            return
+        self.result = result
+        self._finished(result.describe())
         self._sync()
 
     def _sync(self) -> None:

@@ -1,4 +1,5 @@
-"""Parameter counts: the stage -> layer -> tensor tree with shares, and a bar chart of the stages."""
+"""Parameter counts: the stage -> layer -> tensor tree with shares, a bar chart of the stages, and the
+compute of one image at the current input size (from `explore.tables`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
-from ...analysis.params import ParameterTable, parameter_table
+from ...analysis.params import ParameterTable
+from ...explore.tables import model_tables
 from .. import figures
 from ..session import Session
 from .base import Table, View
@@ -18,7 +20,7 @@ class ParametersView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.params: ParameterTable | None = None
-        split = QSplitter(Qt.Orientation.Vertical)
+        split = self.split = QSplitter(Qt.Orientation.Vertical)
         self.tree = QTreeWidget()
         self.tree.setColumnCount(4)
         self.tree.setHeaderLabels(["stage / layer / tensor", "shape", "parameters", "share"])
@@ -30,14 +32,25 @@ class ParametersView(View):
         split.setSizes([500, 400])
         self.body.addWidget(split, 1)
         self.listen(session.model_changed, self.schedule)
+        self.listen(session.inputs_changed, self._compute_changed)
         self.refresh()
+
+    def picture(self) -> QWidget:
+        return self.split
+
+    def _compute_changed(self) -> None:
+        """The input size changes the compute, not the parameters."""
+        if self.session.loaded is not None:
+            self.note.setText(model_tables(self.session.loaded.model, self.session.size).compute_text())
 
     def refresh(self, *_: object) -> None:
         self.tree.clear()
         self.chart.ci.clear()
         if self.session.loaded is None:
             return
-        table = self.params = parameter_table(self.session.loaded.model)
+        tables = model_tables(self.session.loaded.model, self.session.size)
+        table = self.params = tables.params
+        self.note.setText(tables.compute_text())
         stages: dict[str, QTreeWidgetItem] = {}
         layers: dict[tuple[str, str], QTreeWidgetItem] = {}
         by_stage = table.by_stage()
@@ -54,9 +67,7 @@ class ParametersView(View):
             item.setExpanded(True)
         for column in range(4):
             self.tree.resizeColumnToContents(column)
-        figures.draw_bars(self.chart.ci, list(by_stage), [c / 1e6 for c in by_stage.values()],
-                          title=f"parameters per stage (total {table.total / 1e6:.2f} M)",
-                          value_format="{:.3f} M", xlabel="millions of parameters", horizontal=False)
+        figures.draw(self.chart.ci, tables.params_figure())
 
     def table(self) -> Table | None:
         if self.params is None:

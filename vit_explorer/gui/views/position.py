@@ -1,43 +1,18 @@
-"""Position embeddings: the per-patch similarity grid, one patch's map large, [CLS]'s map, a comparison."""
+"""Position embeddings: the per-patch similarity grid, one patch's map large, the prefix tokens' maps,
+and a comparison with another scheme or another model. What is shown comes from `explore.position`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
 
-from ...analysis.pe import PESimilarity, pe_similarity
-from .. import figures, live
+from ...analysis.pe import PESimilarity
+from ...explore import position
+from ...explore.figures import SimilarityFigure
+from ...models.position import SCHEMES
+from .. import figures
 from ..session import Session
 from .base import Table, View
-from .builder import PE_SCHEMES
-
-
-def scheme_similarity(model: Any, scheme: str, grid: tuple[int, int]) -> PESimilarity:
-    """PE similarity of the same width and grid with another PE scheme, freshly initialised.
-
-    The position embedding does not depend on the blocks, so a one-block model is enough.
-    """
-    from ...models import VisionTransformer
-
-    cfg = model.config.replace(pos_embed=scheme, pos_embed_prefix=scheme == "learned" and model.config.pos_embed_prefix,
-                               depth=1, class_attn_depth=0, num_classes=0)
-    return pe_similarity(VisionTransformer(cfg), grid)
-
-
-def tile_at(image: pg.ImageItem, pos: QPointF, grid: tuple[int, int]) -> tuple[int, int] | None:
-    """Which tile (patch row, col) of a similarity mosaic a scene position falls on."""
-    point = image.mapFromScene(pos)
-    h, w = image.image.shape[:2]
-    gh, gw = grid
-    sep_y = (h - gh * gh) / (gh - 1) if gh > 1 else 0
-    sep_x = (w - gw * gw) / (gw - 1) if gw > 1 else 0
-    row, col = int(point.y() // (gh + sep_y)), int(point.x() // (gw + sep_x))
-    if 0 <= row < gh and 0 <= col < gw and 0 <= point.x() < w and 0 <= point.y() < h:
-        return row, col
-    return None
 
 
 class PositionView(View):
@@ -49,14 +24,14 @@ class PositionView(View):
         self.other: PESimilarity | None = None
         self.other_name = ""
         self.patch = (0, 0)
-        self.mosaic: pg.ImageItem | None = None
-        self._patch_map: tuple[pg.PlotItem, pg.ImageItem] | None = None  # the clicked patch's map
+        self.figure: SimilarityFigure | None = None
+        self._drawn: figures.SimilarityPlot | None = None
         controls = QHBoxLayout()
         self.compare = QComboBox()
         self.compare.addItem("no comparison", "")
-        for text, value in PE_SCHEMES:
-            if value not in ("none", "rope"):
-                self.compare.addItem(f"compare: {text} (untrained)", value)
+        for scheme in SCHEMES.values():
+            if scheme.additive:
+                self.compare.addItem(f"compare: {scheme.label} (untrained)", scheme.name)
         self.compare.setToolTip("Show the same architecture with another PE scheme next to this model's.")
         self.compare.currentIndexChanged.connect(self._compare_scheme)
         self.compare_source = QLineEdit()
@@ -79,6 +54,14 @@ class PositionView(View):
         self.listen(session.inputs_changed, self.schedule)
         self.refresh()
 
+    def picture(self) -> QWidget:
+        return self.plots
+
+    @property
+    def mosaic(self) -> pg.ImageItem | None:
+        """The similarity mosaic drawn, or None."""
+        return None if self._drawn is None else self._drawn.mosaic
+
     def refresh(self, *_: object) -> None:
         loaded = self.session.loaded
         key = (self.session.model_id, self.session.grid)
@@ -86,13 +69,12 @@ class PositionView(View):
             return
         self._key = key
         model, grid = loaded.model, self.session.grid
-        self.session.run("pe", lambda: pe_similarity(model, grid), self._computed)
+        self.session.run("pe", lambda: position.similarity(model, grid), self._computed)
         if self.compare.currentData():
             self._compare_scheme()
 
     def _computed(self, sim: PESimilarity) -> None:
         self.sim = sim
-        self.patch = (min(self.patch[0], sim.grid[0] - 1), min(self.patch[1], sim.grid[1] - 1))
         self.redraw()
 
     def _compare_scheme(self, *_: object) -> None:
@@ -104,7 +86,7 @@ class PositionView(View):
             return
         grid = self.session.grid
         name = self.compare.currentText().removeprefix("compare: ")
-        self.session.run("pe-compare", lambda: scheme_similarity(loaded.model, scheme, grid),
+        self.session.run("pe-compare", lambda: position.scheme_similarity(loaded.model, scheme, grid),
                          lambda sim: self._compared(sim, name))
 
     def _compare_model(self) -> None:
@@ -114,9 +96,9 @@ class PositionView(View):
         from ...checkpoints import load
 
         self.note.setText(f"loading {source}…")
-        self.session.runner.submit("pe-compare", lambda: pe_similarity(load(source).model),
-                                   lambda sim: self._compared(sim, source),
-                                   lambda message: self._failed(source, message), pool="io")
+        self.session.run("pe-compare", lambda: position.similarity(load(source).model),
+                         lambda sim: self._compared(sim, source), lambda message: self._failed(source, message),
+                         io=True)
 
     def _failed(self, source: str, message: str) -> None:
         self.note.setText("")
@@ -127,58 +109,35 @@ class PositionView(View):
         self.other, self.other_name = sim, name
         self.redraw()
 
-    def _clicked(self, event: Any) -> None:
-        if self.mosaic is None or self.sim is None:
+    def _clicked(self, event: object) -> None:
+        if self._drawn is None or self.sim is None or self.sim.patches is None:
             return
-        tile = tile_at(self.mosaic, event.scenePos(), self.sim.grid)
+        tile = self._drawn.tile_at(event.scenePos())  # type: ignore[attr-defined]
         if tile is not None:
             self.patch = tile
-            self._show_patch()
+            title, values = position.patch_map(self.sim, tile)
+            self._drawn.show_map(title, values)
 
     def redraw(self) -> None:
         self.plots.ci.clear()
-        self.mosaic = None
-        self._patch_map = None
-        sim = self.sim
-        if sim is None:
+        self._drawn = self.figure = None
+        sim, loaded = self.sim, self.session.loaded
+        if sim is None or loaded is None:
             return
-        self.note.setText(sim.note)
+        notes = [sim.note] if sim.note else []
         if sim.patches is None:
+            self.note.setText(sim.note)
             return
-        # the mosaics get a full-width row of their own; the single maps share the row below
-        top = self.plots.ci.addLayout()
-        self.plots.ci.nextRow()
-        bottom = self.plots.ci.addLayout()
-        self.plots.ci.layout.setRowStretchFactor(0, 3)
-        self.plots.ci.layout.setRowStretchFactor(1, 2)
-        scheme = self.session.loaded.config.pos_embed
-        _, self.mosaic = figures.draw_similarity_grid(
-            top, sim.patches, title=f"position-embedding similarity ({scheme}, {sim.grid[0]}×{sim.grid[1]})")
+        others: tuple[tuple[str, PESimilarity], ...] = ()
         if self.other is not None:
             if self.other.patches is None:
-                self.note.setText(f"{self.other_name}: {self.other.note}")
-            else:
-                figures.draw_similarity_grid(top, self.other.patches, title=self.other_name)
-        r, c = self.patch
-        maps = [(self._patch_title(), sim.patches[r, c])]
-        maps += [(f"[{name.upper()}] PE vs patches", values) for name, values in sim.prefix.items()]
-        for i, (title, values) in enumerate(maps):  # same levels: one colour bar, after the last map, fits the width
-            drawn = figures.draw_heatmap(bottom, values, title=title, cmap=figures.SIMILARITY_CMAP, levels=(-1, 1),
-                                         colorbar_label="cosine similarity", grid=sim.grid,
-                                         colorbar=i == len(maps) - 1)
-            if i == 0:
-                self._patch_map = drawn
-
-    def _patch_title(self) -> str:
-        return f"patch ({self.patch[0]}, {self.patch[1]}) vs every patch"
-
-    def _show_patch(self) -> None:
-        """The clicked patch's map, updated in place."""
-        if self._patch_map is None or self.sim is None:
-            return
-        plot, image = self._patch_map
-        live.update_heat(plot, image, self.sim.patches[self.patch], levels=(-1, 1))
-        plot.setTitle(self._patch_title(), size=figures.TITLE_SIZE)
+                notes.append(f"{self.other_name}: {self.other.note}")
+            others = ((self.other_name, self.other),)
+        self.note.setText("; ".join(notes))
+        title = f"position-embedding similarity ({position.describe(loaded.model, sim.grid)})"
+        self.patch = position.clamp_patch(sim, self.patch)
+        self.figure = position.pe_figure(sim, title, self.patch, others)
+        self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
 
     def table(self) -> Table | None:
         if self.sim is None or self.sim.patches is None:

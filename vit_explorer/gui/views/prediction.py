@@ -1,4 +1,5 @@
-"""Top-k classes; for DeiT the class head, the distillation head and their average; the masks' effect."""
+"""Top-k classes on a fixed 0-100 % axis; for DeiT the class head, the distillation head and their
+average; the masks' effect in words. What is shown comes from `explore.prediction`."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QSpinBox, QWidget
 
-from .. import figures, live
-from ..forward import ForwardResult
+from ...explore.figures import BarsFigure
+from ...explore.forward import ForwardResult
+from ...explore.prediction import change_text, prediction_figure
+from .. import figures
 from ..session import Session
 from .base import Table, View
-
-HEAD_TITLES = {"cls": "class head", "dist": "distillation head", "gap": "pooled head"}
 
 
 class PredictionView(View):
@@ -29,9 +30,8 @@ class PredictionView(View):
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(220)
         self.body.addWidget(self.plots, 1)
-        self._key: tuple | None = None  # structure of the drawn figure: (k, title, marker names)
-        self._bars: list[tuple[pg.PlotItem, pg.BarGraphItem]] = []
-        self._shown: tuple | None = None  # (model, classes best first) whose labels the axis shows
+        self.figure: BarsFigure | None = None
+        self._drawn: figures.BarsPlot | None = None
         self.change = QLabel("")
         self.change.setWordWrap(True)
         self.body.addWidget(self.change)
@@ -42,71 +42,34 @@ class PredictionView(View):
     def picture(self) -> QWidget:
         return self.plots
 
-    def _labels(self, indices: np.ndarray) -> list[str]:
-        labels = self.session.loaded.labels
-        return [_short(labels[i]) for i in indices]
-
     def redraw(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
         if result is None:
             self.plots.ci.clear()
-            self._key = None
+            self._drawn = self.figure = None
             self.change.setText("No prediction yet.")
             return
-        k = min(self.top_k.value(), result.num_classes)
-        heads = result.head_probs if len(result.head_probs) > 1 else {}
-        order = np.argsort(-result.probs)[:k]
-        # DeiT: bars are the average the model predicts, symbols the class and distillation heads on the same
-        # classes (one compact chart; three separate top-k charts are unreadable in a small dock)
-        markers = {HEAD_TITLES.get(name, name): p[order] for name, p in heads.items()}
-        title = "average of both heads (bars)" if heads else "prediction"
-        key = (k, title, tuple(markers))
-        shown = (result.inputs.model_id, tuple(order.tolist()))
-        if key != self._key:  # new structure: draw from scratch
+        figure = self.figure = prediction_figure(result, self.top_k.value())
+        if self._drawn is not None and self._drawn.matches(figure):
+            self._drawn.update(figure)  # same structure: new numbers (and labels only if the classes changed)
+        else:
             self.plots.ci.clear()
-            self._bars = [figures.draw_bars(self.plots.ci, self._labels(order), result.probs[order], title=title,
-                                            xlabel="probability", markers=markers)]
-            self._key = key
-        else:  # same structure: new numbers only (and new labels only if the classes changed)
-            plot, bars = self._bars[0]
-            same = shown == self._shown
-            live.update_bars(plot, bars, None if same else self._labels(order), result.probs[order], markers=markers)
-        self._shown = shown
-        self.change.setText(self._change_text(result))
-
-    def _change_text(self, result: ForwardResult) -> str:
-        base = result.baseline_probs
-        if base is None:
-            return "No masks: this is the model's prediction on the whole image."
-        labels = self.session.loaded.labels
-        top, top_base = int(result.probs.argmax()), int(base.argmax())
-        n_masked = int(result.inputs.mask.sum())
-        n_heads = int((result.inputs.head_mask < 1).sum())
-        what = f"{n_masked} masked patches, {n_heads} heads off"
-        delta = result.probs[top_base] - base[top_base]
-        change = f"{delta:+.1%}" if abs(delta) >= 0.0005 else "no change"  # not "-0.0%"
-        text = f"With {what}: '{labels[top_base]}' {base[top_base]:.1%} → {result.probs[top_base]:.1%} ({change})."
-        if top != top_base:
-            text += f" The top class changed to '{labels[top]}' ({result.probs[top]:.1%})."
-        return text
+            self._drawn = figures.BarsPlot(self.plots.ci, figure)
+        self.change.setText(change_text(result))
 
     def table(self) -> Table | None:
         result = self.session.result
         if result is None:
             return None
-        labels = self.session.loaded.labels
+        loaded = result.inputs.loaded
         names = list(result.head_probs) if len(result.head_probs) > 1 else []
         header = ["index", "label", "prob"] + [f"prob_{n}" for n in names]
         header += ["prob_unmasked"] if result.baseline_probs is not None else []
         rows = []
         for i in np.argsort(-result.probs):
-            row = [int(i), labels[i], float(result.probs[i])] + [float(result.head_probs[n][i]) for n in names]
+            row = [int(i), loaded.label(int(i)), float(result.probs[i])]
+            row += [float(result.head_probs[n][i]) for n in names]
             if result.baseline_probs is not None:
                 row.append(float(result.baseline_probs[i]))
             rows.append(row)
         return header, rows
-
-
-def _short(label: str, limit: int = 32) -> str:
-    label = label.split(",")[0]
-    return label if len(label) <= limit else label[: limit - 1] + "…"

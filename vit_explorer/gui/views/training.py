@@ -190,6 +190,10 @@ class TrainingView(View):
         self._timer.timeout.connect(self.redraw)
         self._buttons()
 
+    def picture(self) -> QWidget:
+        """The curves once a run has data; before that, the form (there is no figure yet)."""
+        return self.plots if any(run.steps for run in self.runs) else self
+
     # ------------------------------------------------------------------ control
     @property
     def running(self) -> bool:

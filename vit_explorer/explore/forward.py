@@ -1,4 +1,4 @@
-"""The forward pass the views share: one call with the captures they draw, run in a worker."""
+"""The forward pass every view shares: one call with the captures they draw, run in a worker."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from PIL import Image
 from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
 from ..models import TokenLayout
+
+
+CAPTURE = ("attentions", "hidden_states", "with_pos", "embedded")  # what the views draw (CaiT: class attention too)
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class ForwardResult:
     inputs: Inputs
     layout: TokenLayout
     display: np.ndarray  # (H, W, 3) uint8: the image as the model sees it, de-normalised
-    probs: np.ndarray  # (classes,) softmax of the logits (DeiT: of the averaged heads)
+    logits: torch.Tensor  # (classes,) on the CPU (DeiT: the average of both heads; no classifier: pooled features)
+    probs: np.ndarray  # (classes,) softmax of the logits
     head_probs: dict[str, np.ndarray]  # per head ('cls', 'dist' or 'gap')
     baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
     attentions: list[torch.Tensor]  # per block (1, heads, T, T) on the CPU, as the analyses take them
@@ -68,7 +72,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_mask = None
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
-    capture = ["attentions", "hidden_states", "with_pos", "embedded"]
+    capture = list(CAPTURE)
     if loaded.config.class_attn_depth:
         capture.append("class_attentions")
     with torch.inference_mode():
@@ -76,7 +80,8 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         if inputs.masked and baseline is None:
             baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
     layout: TokenLayout = out["layout"]
-    probs = out["logits"][0].float().softmax(-1).cpu().numpy()
+    logits = out["logits"][0].float().cpu()
+    probs = logits.softmax(-1).numpy()
     head_probs = {k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()}
     attentions = [a.float().cpu() for a in out["attentions"]]  # (1, heads, T, T) per block
     class_attn = [a.float().cpu() for a in out.get("class_attentions", [])]  # (1, heads, 1, 1+N)
@@ -88,7 +93,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         cls_patch = np.asarray([float(patch_cls_similarity(s, layout).mean()) for s in states])
     pre = loaded.preprocessing
     return ForwardResult(
-        inputs=inputs, layout=layout, display=pre.to_image(pixels), probs=probs,
+        inputs=inputs, layout=layout, display=pre.to_image(pixels), logits=logits, probs=probs,
         head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
         class_attentions=class_attn, with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist,
         cls_patch=cls_patch,

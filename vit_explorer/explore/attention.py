@@ -1,0 +1,146 @@
+"""What the attention pictures show, for the app's Attention view and the report alike.
+
+The query: a patch the user picked, or by default what the classifier reads — the [CLS] token
+(the first prefix token), or, for a model whose head reads the mean of the patch tokens (GAP) and
+for CaiT's self-attention blocks (which have no [CLS]), the mean over the patch tokens as queries.
+Rollout follows the same rule; CaiT's default rollout goes from [CLS] through its class-attention
+blocks first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..analysis import attention as attn
+from .figures import MapsFigure, ScatterFigure
+from .forward import ForwardResult
+
+MODES = ("one head", "all heads", "mean of heads", "rollout", "mean attention distance", "class attention (CaiT)")
+CLASS_ATTENTION = "class attention (CaiT)"
+
+
+@dataclass(frozen=True)
+class Query:
+    """The query rows of one picture: their token indices (averaged when several) and a name."""
+
+    rows: tuple[int, ...]
+    name: str
+    class_attention: bool = False  # CaiT's default: [CLS] through its class-attention blocks
+
+    @property
+    def default(self) -> bool:
+        return len(self.rows) != 1 or self.class_attention
+
+
+def query_for(result: ForwardResult, patch: tuple[int, int] | None) -> Query:
+    """The chosen patch (row, col) if it lies on this input's grid, else the classifier's query."""
+    layout = result.layout
+    if patch is not None and patch[0] < layout.grid[0] and patch[1] < layout.grid[1]:
+        index = layout.token_index(*patch)
+        return Query((index,), f"patch ({patch[0]}, {patch[1]})")
+    pool = result.inputs.loaded.config.pool
+    if layout.num_prefix_tokens and pool == "cls":
+        return Query((0,), f"[{layout.prefix_names[0].upper()}]")
+    patches = tuple(range(layout.num_prefix_tokens, layout.num_tokens))
+    return Query(patches, "mean of the patch tokens", class_attention=layout.class_attn)
+
+
+def attention_grid(result: ForwardResult, layer: int, query: Query) -> np.ndarray:
+    """(heads, gh, gw): the query's attention to every patch in one self-attention block."""
+    probs = result.attentions[layer][0]  # (heads, T, T)
+    received = probs[:, list(query.rows)].mean(dim=1)  # (heads, T)
+    return attn.to_grid(received, result.layout).numpy()
+
+
+def layer_maps(result: ForwardResult, query: Query) -> np.ndarray:
+    """(layers, gh, gw): the query's attention in every block, averaged over heads."""
+    return np.stack([attention_grid(result, i, query).mean(axis=0) for i in range(len(result.attentions))])
+
+
+def class_attention_grid(result: ForwardResult) -> np.ndarray:
+    """CaiT: (blocks, heads, gh, gw) attention of [CLS] to each patch in each class-attention block."""
+    return attn.class_attention_maps(result.class_attentions, result.layout)[0].numpy()
+
+
+def rollout_map(result: ForwardResult, query: Query, head_fusion: str, discard_ratio: float) -> np.ndarray:
+    """(gh, gw) attention rollout from the query (CaiT's default: through class attention first)."""
+    if query.class_attention and result.class_attentions:
+        return attn.class_rollout(result.class_attentions, result.attentions, result.layout, head_fusion=head_fusion,
+                                  discard_ratio=discard_ratio)[0].numpy()
+    return attn.rollout(result.attentions, result.layout, head_fusion=head_fusion, discard_ratio=discard_ratio,
+                        query=list(query.rows))[0].numpy()
+
+
+def mean_distance(result: ForwardResult) -> np.ndarray:
+    """(blocks, heads) mean attention distance in pixels (ViT paper Fig. 7, right)."""
+    return attn.mean_attention_distance(result.attentions, result.layout).numpy()
+
+
+# ---------------------------------------------------------------------------- the pictures
+def _masked(result: ForwardResult) -> np.ndarray | None:
+    return result.inputs.mask if result.inputs.mask.any() else None
+
+
+def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query: Query, *,
+                 image: bool = True, opacity: float = 0.6) -> MapsFigure:
+    """'one head', 'all heads', 'mean of heads' of a self-attention block, or CaiT's class attention
+    of a class-attention block (`layer` counts from the first class-attention block then)."""
+    if mode == CLASS_ATTENTION:
+        if not result.class_attentions:
+            raise ValueError("this model has no class-attention blocks (CaiT only)")
+        block = min(layer, len(result.class_attentions) - 1)
+        maps = class_attention_grid(result)[block]  # (heads, gh, gw)
+        where, who = f"class-attention block {block}", "query [CLS]"
+    else:
+        layer = min(layer, len(result.attentions) - 1)
+        maps = attention_grid(result, layer, query)
+        where, who = f"layer {layer}", f"query {query.name}"
+    if mode == "one head":
+        head = min(head, len(maps) - 1)
+        maps, titles, heading = maps[head:head + 1], (f"{where} · head {head} · {who}",), ""
+    elif mode == "mean of heads":
+        maps, titles, heading = maps.mean(0, keepdims=True), (f"{where} · mean of heads · {who}",), ""
+    else:
+        titles, heading = tuple(f"head {h}" for h in range(len(maps))), f"{where} · {who}"
+    if len(maps) == 1:
+        heading = ""
+    return MapsFigure(heading, maps, titles, result.display if image else None, result.layout.grid,
+                      masked=_masked(result), opacity=opacity)
+
+
+def layers_figure(result: ForwardResult, query: Query) -> MapsFigure:
+    """Small multiples: the query's attention in every block (mean over heads), each on its own scale."""
+    maps = layer_maps(result, query)
+    titles = tuple(f"layer {i} (max {float(m.max()):.1%})" for i, m in enumerate(maps))
+    return MapsFigure(f"Attention of {query.name} per layer (mean over heads, each layer scaled to its maximum)",
+                      maps, titles, result.display, result.layout.grid, colorbar_label="share of the panel's maximum",
+                      scale="each", masked=_masked(result), opacity=0.75)
+
+
+def class_attention_figure(result: ForwardResult) -> MapsFigure:
+    """CaiT: [CLS]'s class attention in every class-attention block (mean over heads)."""
+    maps = class_attention_grid(result).mean(axis=1)  # (blocks, gh, gw)
+    titles = tuple(f"class-attention block {i} (max {float(m.max()):.1%})" for i, m in enumerate(maps))
+    return MapsFigure("Class attention of [CLS] per class-attention block (mean over heads, each scaled to its "
+                      "maximum)", maps, titles, result.display, result.layout.grid,
+                      colorbar_label="share of the panel's maximum", scale="each", masked=_masked(result), opacity=0.75)
+
+
+def rollout_figure(result: ForwardResult, query: Query, head_fusion: str = "mean", discard_ratio: float = 0.0, *,
+                   image: bool = True, opacity: float = 0.7) -> MapsFigure:
+    rolled = rollout_map(result, query, head_fusion, discard_ratio)
+    route = " through class attention" if query.class_attention and result.class_attentions else ""
+    title = (f"attention rollout from {query.name}{route} · {head_fusion} over heads · discard {discard_ratio:.2f}")
+    return MapsFigure("", rolled[None], (title,), result.display if image else None, result.layout.grid,
+                      colorbar_label="rollout weight", masked=_masked(result), opacity=opacity)
+
+
+def distance_figure(distance: np.ndarray) -> ScatterFigure:
+    """distance: (blocks, heads) from `mean_distance`, one point per head against depth."""
+    blocks, heads = distance.shape
+    return ScatterFigure("Mean attention distance per head", np.repeat(np.arange(blocks), heads).astype(np.float64),
+                         distance.reshape(-1).astype(np.float64),
+                         tuple(f"head {h}" for _ in range(blocks) for h in range(heads)) if heads <= 20 else None,
+                         "layer (network depth)", "mean attention distance (pixels)", jitter=0.6)

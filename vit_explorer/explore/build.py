@@ -1,0 +1,22 @@
+"""A freshly initialised model from a config, wrapped as a LoadedModel (the builder's "Build and open")."""
+
+from __future__ import annotations
+
+import torch
+
+from ..checkpoints import LoadedModel, Preprocess
+from ..checkpoints.labels import generic_labels
+from ..models import VisionTransformer, ViTConfig
+
+
+def preferred_device() -> str:
+    """The GPU when there is one (inference of large models), else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def build_loaded(config: ViTConfig, device: str | None = None) -> LoadedModel:
+    """Random weights (timm's init) in eval mode; inputs normalised with mean = std = 0.5."""
+    model = VisionTransformer(config).eval().to(device or preferred_device())
+    pre = Preprocess(config.image_size, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    return LoadedModel(model, config, generic_labels(config.num_classes), pre, "", "built",
+                       {"config": config.to_dict()})
