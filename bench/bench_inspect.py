@@ -16,7 +16,6 @@ Without --image, inspect uses the first bundled sample image (resources/samples)
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -33,9 +32,9 @@ from vit_explorer.analysis.attention import rollout
 from vit_explorer.analysis.pe import pe_similarity
 from vit_explorer.checkpoints.native import save_native
 from vit_explorer.checkpoints.preprocess import Preprocess
-from vit_explorer.models import VisionTransformer, preset
 from vit_explorer.cli import main as cli_main
 from vit_explorer.explore.forward import CAPTURE  # what the app's forward pass captures
+from vit_explorer.models import VisionTransformer, preset
 
 
 def interactive_update(model: VisionTransformer, x: torch.Tensor) -> torch.Tensor:

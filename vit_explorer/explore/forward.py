@@ -13,7 +13,6 @@ from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
 from ..models import TokenLayout
 
-
 CAPTURE = ("attentions", "hidden_states", "with_pos", "embedded")  # what the views draw (CaiT: class attention too)
 
 
