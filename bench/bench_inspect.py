@@ -16,6 +16,7 @@ Without --image, inspect uses the first bundled sample image (resources/samples)
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
