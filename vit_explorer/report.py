@@ -109,7 +109,7 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
         grid = layout.grid
         mosaic_height = int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200))  # the mosaic's aspect
         figures["pe_similarity.png"] = (
-            position.pe_figure(sim, f"Position embedding similarity ({position.describe(loaded.model, grid)})"),
+            position.pe_figure(sim, position.title(loaded.model, grid)),
             (1000, mosaic_height + 480))
         if sim.prefix:
             names = tuple(f"[{name.upper()}] PE vs each patch PE" for name in sim.prefix)

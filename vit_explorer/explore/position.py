@@ -38,10 +38,8 @@ def describe(model: VisionTransformer, grid: tuple[int, int]) -> str:
     return f"{label}, {grid[0]}×{grid[1]} patches"
 
 
-def flat(sim: PESimilarity) -> bool:
-    """True when every patch PE is (nearly) the same or zero, so the grid shows nothing (e.g. a freshly
-    initialised table of zeros, as a new HF model has)."""
-    return sim.patches is not None and float(np.nanmax(sim.patches) - np.nanmin(sim.patches)) < 1e-6
+def title(model: VisionTransformer, grid: tuple[int, int]) -> str:
+    return f"Position-embedding similarity ({describe(model, grid)})"
 
 
 def clamp_patch(sim: PESimilarity, patch: tuple[int, int]) -> tuple[int, int]:

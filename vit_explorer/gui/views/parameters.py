@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
-from ...explore.tables import model_tables
+from ...explore.tables import ModelTables, model_tables
 from .. import figures
 from ..session import Session
 from .base import Table, View
@@ -20,6 +20,7 @@ class ParametersView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.params: ParameterTable | None = None
+        self.tables: ModelTables | None = None
         split = self.split = QSplitter(Qt.Orientation.Vertical)
         self.tree = QTreeWidget()
         self.tree.setColumnCount(4)
@@ -48,7 +49,7 @@ class ParametersView(View):
         self.chart.ci.clear()
         if self.session.loaded is None:
             return
-        tables = model_tables(self.session.loaded.model, self.session.size)
+        tables = self.tables = model_tables(self.session.loaded.model, self.session.size)
         table = self.params = tables.params
         self.note.setText(tables.compute_text())
         stages: dict[str, QTreeWidgetItem] = {}

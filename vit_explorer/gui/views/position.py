@@ -134,9 +134,8 @@ class PositionView(View):
                 notes.append(f"{self.other_name}: {self.other.note}")
             others = ((self.other_name, self.other),)
         self.note.setText("; ".join(notes))
-        title = f"position-embedding similarity ({position.describe(loaded.model, sim.grid)})"
         self.patch = position.clamp_patch(sim, self.patch)
-        self.figure = position.pe_figure(sim, title, self.patch, others)
+        self.figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others)
         self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
 
     def table(self) -> Table | None:
