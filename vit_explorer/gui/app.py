@@ -42,21 +42,23 @@ class GuiThreadGarbageCollector(QObject):
     that is a worker thread and the garbage holds Qt objects (a closed window, a rebuilt plot), their
     C++ destructors run there and can deadlock with the GUI thread (seen: QObject::~QObject in a
     worker waiting for the GIL while the GUI thread, holding it, waits for Qt's lock). So automatic
-    collection is switched off and the GUI thread collects, generation by generation, on a timer."""
+    collection is switched off and the GUI thread collects on a timer: the youngest generation at every
+    tick (cheap, and independent of allocation counts, which deferred Qt deletions can hold below the
+    threshold for good), the older ones when their counts pass Python's own thresholds."""
 
     def __init__(self, parent: QObject, interval_ms: int = 500) -> None:
         super().__init__(parent)
         self.thresholds = gc.get_threshold()
-        gc.disable()
         self.timer = QTimer(self)
         self.timer.timeout.connect(self.collect)
         self.timer.start(interval_ms)
 
     def collect(self) -> None:
-        for generation, (count, threshold) in enumerate(zip(gc.get_count(), self.thresholds, strict=True)):
-            if count <= threshold:
-                break
-            gc.collect(generation)
+        generation = 0
+        for older, (count, threshold) in enumerate(zip(gc.get_count()[1:], self.thresholds[1:], strict=True), 1):
+            if count > threshold:
+                generation = older
+        gc.collect(generation)
 
 
 def make_app(argv: list[str] | None = None) -> QApplication:
@@ -66,6 +68,7 @@ def make_app(argv: list[str] | None = None) -> QApplication:
         app = QApplication(argv if argv is not None else sys.argv[:1])
     if app.findChild(GuiThreadGarbageCollector) is None:
         GuiThreadGarbageCollector(app)
+    gc.disable()  # the collector's timer collects instead (again, should something have switched it back on)
     app.setOrganizationName("vit-explorer")
     app.setApplicationName("vit-explorer")
     apply_palette(app)
