@@ -23,6 +23,23 @@ CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "c
 MASK_MODES = ("replace", "bert")
 
 
+class Captures:
+    """The intermediate values one forward pass was asked for, by name (see CAPTURE_KEYS)."""
+
+    def __init__(self, capture: Iterable[str] | str) -> None:
+        if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
+            capture = CAPTURE_KEYS if capture == "all" else (capture,)
+        self.want = set(capture)
+        unknown = self.want - set(CAPTURE_KEYS)
+        if unknown:
+            raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
+        self.values: dict[str, Any] = {}
+
+    def keep(self, name: str, value: Any) -> None:
+        if name in self.want:
+            self.values[name] = value
+
+
 class VisionTransformer(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
@@ -178,98 +195,104 @@ class VisionTransformer(nn.Module):
         'class_attentions' one (B, heads, 1, 1+N) per class-attention block. head_mask:
         (layers, heads), 1 keeps a head, 0 removes it; layers = depth + class_attn_depth.
         """
-        cfg = self.config
-        if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
-            capture = CAPTURE_KEYS if capture == "all" else (capture,)
-        want = set(capture)
-        unknown = want - set(CAPTURE_KEYS)
-        if unknown:
-            raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
-        out: dict[str, Any] = {}
-
-        def keep(name: str, value: Any) -> None:
-            if name in want:
-                out[name] = value
-
-        if pixel_values.ndim != 4 or pixel_values.shape[1] != cfg.in_chans:
-            raise ValueError(f"expected images (B, {cfg.in_chans}, H, W), got {tuple(pixel_values.shape)}")
-        grid = self.check_image_size(pixel_values.shape[2], pixel_values.shape[3])
-        layout = self.layout((pixel_values.shape[2], pixel_values.shape[3]))
-        n_layers = cfg.depth + cfg.class_attn_depth
-        if head_mask is not None and tuple(head_mask.shape) != (n_layers, cfg.num_heads):
-            raise ValueError(f"head_mask must have shape ({n_layers}, {cfg.num_heads}), got {tuple(head_mask.shape)}")
-        if attn_rows != ALL and "attentions" in want:
-            attn_rows = self._check_rows(attn_rows, layout.num_prefix_tokens + layout.num_patches)
-        b = pixel_values.shape[0]
-
-        # 1. stem: image -> grid of patch embeddings -> sequence in raster order
-        feat = self.patch_embed(pixel_values)  # (B, D, gh, gw)
-        keep("stem", feat)
-        x = feat.flatten(2).transpose(1, 2)  # (B, N, D)
-        keep("patches", x)
-
-        # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added
-        if mask is not None:
-            x = self.apply_mask(x, mask, mask_mode, generator)
-        keep("masked", x)
-
-        # 3. prefix tokens ([CLS], distillation) in front of the patches
-        prefix = [getattr(self, f"{name}_token").expand(b, -1, -1) for name in self.prefix_names]
-        x = torch.cat(prefix + [x], dim=1)  # (B, P+N, D)
-        keep("with_prefix", x)
-
-        # 4. position embedding (additive schemes), then dropout
-        pe = self.position_embedding(grid)
-        if pe is not None:
-            x = x + pe.to(x.dtype)[None]  # (B, P+N, D)
-        keep("with_pos", x)
-        x = self.pos_drop(x)
-        keep("embedded", x)
-
-        # 5. self-attention blocks
-        rope = self.rope_angles(grid)
-        rows = attn_rows if "attentions" in want else None
-        hidden, attentions = [], []
-        for i, block in enumerate(self.blocks):
-            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens,
-                             head_mask=None if head_mask is None else head_mask[i], rows=rows)
-            if "hidden_states" in want:  # holding on to unwanted states would keep depth x (B, T, D) alive
-                hidden.append(x)
-            if rows is not None:
-                attentions.append(probs)
-        keep("hidden_states", hidden)
-        keep("attentions", attentions)
-
-        # 6. CaiT: [CLS] joins now and only it is updated by class attention
-        if cfg.class_attn_depth:
-            cls = self.cls_token.expand(b, -1, -1)  # (B, 1, D)
-            class_tokens, class_attn = [], []
-            for j, block in enumerate(self.class_blocks):
-                cls, probs = block(x, cls, head_mask=None if head_mask is None else head_mask[cfg.depth + j],
-                                   capture="class_attentions" in want)
-                class_tokens.append(cls)
-                class_attn.append(probs)
-            keep("class_tokens", class_tokens)
-            keep("class_attentions", class_attn)
-            x = torch.cat([cls, x], dim=1)  # (B, 1+N, D)
-
-        # 7. final norm, pooling, heads
-        x = self.norm(x)
-        if cfg.pool == "gap":
-            pooled = x[:, layout.num_prefix_tokens:].mean(dim=1)  # (B, D), patch tokens only
-            keep("pre_logits", pooled)
-            head_logits = {"gap": self.head(self.head_drop(pooled))}
-        else:
-            keep("pre_logits", x[:, 0])
-            head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
-            if cfg.distilled and cfg.dist_head:
-                head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
+        out = Captures(capture)
+        layout = self._check_inputs(pixel_values, head_mask)
+        rows = None
+        if "attentions" in out.want:
+            rows = attn_rows if attn_rows == ALL else self._check_rows(attn_rows, layout.num_tokens)
+        heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
+        x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
+        x = self.encode(x, layout, out, heads[:self.config.depth], rows)  # (B, T, D)
+        x = self.attend_class(x, out, heads[self.config.depth:])  # CaiT: (B, 1+N, D)
+        head_logits = self.classify(x, layout, out)
         if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
         else:
             (logits,) = head_logits.values()
-        out.update(logits=logits, head_logits=head_logits, layout=layout)
-        return out
+        return {**out.values, "logits": logits, "head_logits": head_logits, "layout": layout}
+
+    def _check_inputs(self, pixel_values: torch.Tensor, head_mask: torch.Tensor | None) -> TokenLayout:
+        cfg = self.config
+        if pixel_values.ndim != 4 or pixel_values.shape[1] != cfg.in_chans:
+            raise ValueError(f"expected images (B, {cfg.in_chans}, H, W), got {tuple(pixel_values.shape)}")
+        self.check_image_size(pixel_values.shape[2], pixel_values.shape[3])
+        n_layers = cfg.depth + cfg.class_attn_depth
+        if head_mask is not None and tuple(head_mask.shape) != (n_layers, cfg.num_heads):
+            raise ValueError(f"head_mask must have shape ({n_layers}, {cfg.num_heads}), got {tuple(head_mask.shape)}")
+        return self.layout((pixel_values.shape[2], pixel_values.shape[3]))
+
+    def embed(self, pixel_values: torch.Tensor, layout: TokenLayout, out: Captures, *,
+              mask: torch.Tensor | None = None, mask_mode: str = "replace",
+              generator: torch.Generator | None = None) -> torch.Tensor:
+        """Image -> the token sequence the blocks read, (B, T, D); stages 1-4 of the forward pass."""
+        b = pixel_values.shape[0]
+        # 1. stem: image -> grid of patch embeddings -> sequence in raster order
+        feat = self.patch_embed(pixel_values)  # (B, D, gh, gw)
+        out.keep("stem", feat)
+        x = feat.flatten(2).transpose(1, 2)  # (B, N, D)
+        out.keep("patches", x)
+
+        # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added
+        if mask is not None:
+            x = self.apply_mask(x, mask, mask_mode, generator)
+        out.keep("masked", x)
+
+        # 3. prefix tokens ([CLS], distillation) in front of the patches
+        prefix = [getattr(self, f"{name}_token").expand(b, -1, -1) for name in self.prefix_names]
+        x = torch.cat(prefix + [x], dim=1)  # (B, P+N, D)
+        out.keep("with_prefix", x)
+
+        # 4. position embedding (additive schemes), then dropout
+        pe = self.position_embedding(layout.grid)
+        if pe is not None:
+            x = x + pe.to(x.dtype)[None]  # (B, P+N, D)
+        out.keep("with_pos", x)
+        x = self.pos_drop(x)
+        out.keep("embedded", x)
+        return x
+
+    def encode(self, x: torch.Tensor, layout: TokenLayout, out: Captures, head_masks: list[torch.Tensor | None],
+               rows: Rows) -> torch.Tensor:
+        """5. the self-attention blocks; rows: the attention rows to capture (None: none, the fused path)."""
+        rope = self.rope_angles(layout.grid)
+        hidden, attentions = [], []
+        for block, head_mask in zip(self.blocks, head_masks, strict=True):
+            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens, head_mask=head_mask, rows=rows)
+            if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
+                hidden.append(x)
+            if rows is not None:
+                attentions.append(probs)
+        out.keep("hidden_states", hidden)
+        out.keep("attentions", attentions)
+        return x
+
+    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None]) -> torch.Tensor:
+        """6. CaiT: [CLS] joins now and only it is updated by class attention; other models pass through."""
+        if not self.config.class_attn_depth:
+            return x
+        cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
+        class_tokens, class_attn = [], []
+        for block, head_mask in zip(self.class_blocks, head_masks, strict=True):
+            cls, probs = block(x, cls, head_mask=head_mask, capture="class_attentions" in out.want)
+            class_tokens.append(cls)
+            class_attn.append(probs)
+        out.keep("class_tokens", class_tokens)
+        out.keep("class_attentions", class_attn)
+        return torch.cat([cls, x], dim=1)  # (B, 1+N, D)
+
+    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures) -> dict[str, torch.Tensor]:
+        """7. final norm, pooling, the logits of each head."""
+        cfg = self.config
+        x = self.norm(x)
+        if cfg.pool == "gap":
+            pooled = x[:, layout.num_prefix_tokens:].mean(dim=1)  # (B, D), patch tokens only
+            out.keep("pre_logits", pooled)
+            return {"gap": self.head(self.head_drop(pooled))}
+        out.keep("pre_logits", x[:, 0])
+        head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
+        if cfg.distilled and cfg.dist_head:
+            head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
+        return head_logits
 
     def forward(self, pixel_values: torch.Tensor, *, mask: torch.Tensor | None = None,
                 head_mask: torch.Tensor | None = None) -> torch.Tensor:
