@@ -27,7 +27,7 @@ from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
 from .explore import attention, embeddings, position
 from .explore.figures import Figure, MapsFigure, small_multiples_shape
-from .explore.forward import ForwardResult, Inputs, run_forward
+from .explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
 
@@ -89,18 +89,23 @@ class Report:
     figures: dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
 
 
-def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int]) -> ForwardResult:
+def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs
+                       ) -> ForwardResult:
     """The forward pass the app runs for the same model, image and input size, without masks."""
     grid = loaded.model.check_image_size(*size)
     heads = np.ones((loaded.config.depth + loaded.config.class_attn_depth, loaded.config.num_heads), np.float32)
-    return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads))
+    return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads, needs=needs))
 
 
 def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[str, str],
                  resolution: tuple[int, int] | None = None, top_k: int = 5) -> Report:
     """Every figure and number of the report for one model and image (nothing written yet)."""
     size = resolution or loaded.preprocessing.size
-    result = forward_for_report(loaded, image, size)
+    loaded.model.check_image_size(*size)
+    query = attention.query_for(loaded.model.layout(size), loaded.config.pool)
+    # the per-layer maps of the query, rollout (mean over heads) and distances, reduced as the blocks run
+    needs = Needs(fusion="mean", distance=True, query_rows=query.rows)
+    result = forward_for_report(loaded, image, size, needs)
     cfg, layout = loaded.config, result.layout
     tables = model_tables(loaded.model, result.inputs.size)
     sim = position.similarity(loaded.model, layout.grid)
@@ -120,7 +125,6 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
     if facts.filters is not None:
         name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
         figures[name] = (facts.filters.figure(), (900, 640))
-    query = attention.query_for(result, None)
     maps = attention.layers_figure(result, query)
     figures["attention_layers.png"] = (maps, _multiples_size(len(maps.maps)))
     figures["rollout.png"] = (attention.rollout_figure(result, query), (900, 760))

@@ -25,7 +25,9 @@ def test_switch_layer_head_and_modes(qtbot, window) -> None:
     view.layer.setValue(1)
     view.head.setValue(1)
     assert (session.layer, session.head) == (1, 1)
-    expected = session.result.attentions[1][0, 1, 0, 1:].numpy().reshape(8, 8)  # [CLS] row of head 1
+    qtbot.waitUntil(lambda: view.maps is not None, timeout=10000)  # layer 1's maps: a forward pass computes them
+    assert set(session.result.maps) == {1}  # only the block on screen keeps its maps
+    expected = session.result.maps[1][0, 1, 0, 1:].numpy().reshape(8, 8)  # [CLS] row of head 1
     np.testing.assert_allclose(view.maps[0], expected, rtol=1e-6)
     window.step_layer(-1)
     assert view.layer.value() == 0
@@ -36,7 +38,7 @@ def test_switch_layer_head_and_modes(qtbot, window) -> None:
     assert view.maps.shape == (2, 8, 8) and len(view._drawn.heats) == 2
     session.select(query=(3, 4))  # a chosen patch is the query at once
     row = 1 + 3 * 8 + 4  # token of patch (3, 4) after [CLS]
-    np.testing.assert_allclose(view.maps[1], session.result.attentions[1][0, 1, row, 1:].numpy().reshape(8, 8),
+    np.testing.assert_allclose(view.maps[1], session.result.maps[1][0, 1, row, 1:].numpy().reshape(8, 8),
                                rtol=1e-6)
     view.mode.setCurrentText("rollout")
     qtbot.waitUntil(lambda: view.maps is not None and len(view.maps) == 1, timeout=10000)

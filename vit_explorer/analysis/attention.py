@@ -64,9 +64,16 @@ def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fus
     multiply in layer order (later blocks on the left). `query` is a token index, or several whose
     rows are averaged (e.g. every patch token, for a head on the mean of the patches). The default is
     the first prefix token ([CLS]); a model without prefix tokens needs a query. Every image of the
-    batch is treated alike.
+    batch is treated alike. `rollout_fused` does the same from matrices fused as the blocks ran.
     """
     _check_full(attentions, layout)
+    return rollout_fused([fuse_heads(a.float(), head_fusion) for a in attentions], layout,
+                         discard_ratio=discard_ratio, query=query)
+
+
+def rollout_fused(fused: Sequence[torch.Tensor], layout: TokenLayout, *, discard_ratio: float = 0.0,
+                  query: int | Sequence[int] | None = None) -> torch.Tensor:
+    """`rollout` from each block's attention already fused over heads, (B, T, T) per block."""
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
     if query is None:
@@ -74,15 +81,14 @@ def rollout(attentions: Sequence[torch.Tensor], layout: TokenLayout, *, head_fus
             raise ValueError("this model has no [CLS] token in its self-attention blocks: choose a query")
         query = 0
     rows = [query] if isinstance(query, int) else list(query)
-    steps = [_rollout_step(attention, head_fusion, discard_ratio, rows) for attention in attentions]
+    steps = [_rollout_step(a, discard_ratio, rows) for a in fused]
     return to_grid(_rows_of_product(steps, rows), layout)  # (B, gh, gw)
 
 
-def _rollout_step(attention: torch.Tensor, head_fusion: str, discard_ratio: float, keep: Sequence[int]
-                  ) -> torch.Tensor:
-    """One block of rollout: (B, H, T, T) -> (B, T, T) with fused heads, the weakest `discard_ratio` of the
-    entries zeroed (except the diagonal entries of the rows in `keep`), the residual added, rows summing to 1."""
-    fused = fuse_heads(attention.float(), head_fusion)  # (B, T, T)
+def _rollout_step(fused: torch.Tensor, discard_ratio: float, keep: Sequence[int]) -> torch.Tensor:
+    """One block of rollout: a head-fused (B, T, T) matrix with the weakest `discard_ratio` of its entries
+    zeroed (except the diagonal entries of the rows in `keep`), the residual added, rows summing to 1."""
+    fused = fused.float()
     t = fused.shape[-1]
     if discard_ratio > 0:
         flat = fused.reshape(fused.shape[0], -1)  # (B, T*T)
@@ -114,14 +120,23 @@ def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence
     renormalised; patch rows stay the identity. The patch part then flows through the rollout of the
     self-attention blocks (discarding as `rollout` does, keeping every patch's own entry).
     """
-    if not class_attentions:
+    _check_full(attentions, layout)
+    return class_rollout_fused([fuse_heads(a.float(), head_fusion) for a in class_attentions],
+                               [fuse_heads(a.float(), head_fusion) for a in attentions], layout,
+                               discard_ratio=discard_ratio)
+
+
+def class_rollout_fused(class_fused: Sequence[torch.Tensor], fused: Sequence[torch.Tensor], layout: TokenLayout, *,
+                        discard_ratio: float = 0.0) -> torch.Tensor:
+    """`class_rollout` from attention fused over heads: (B, 1, 1+N) per class-attention block, (B, N, N) per
+    self-attention block."""
+    if not class_fused:
         raise ValueError("no class attention: the model has no class-attention blocks or it was not captured")
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"discard_ratio must be in [0, 1), got {discard_ratio}")
-    _check_full(attentions, layout)
     cls_row = None  # (B, 1+N): how [CLS] is made of the initial [CLS] and the patch tokens
-    for attention in class_attentions:
-        row = fuse_heads(attention.float(), head_fusion)[:, 0].clone()  # (B, 1+N)
+    for attention in class_fused:
+        row = attention[:, 0].float().clone()  # (B, 1+N)
         if discard_ratio > 0:
             lowest = row[:, 1:].topk(int(row.shape[-1] * discard_ratio), dim=-1, largest=False).indices + 1
             row = row.scatter(1, lowest, 0.0)
@@ -133,8 +148,8 @@ def class_rollout(class_attentions: Sequence[torch.Tensor], attentions: Sequence
     assert cls_row is not None
     weights = cls_row[:, 1:]  # (B, N) over the final patch tokens
     every_patch = range(layout.num_patches)
-    for attention in reversed(attentions):  # back through the self-attention rollout, last block first
-        weights = (weights[:, None, :] @ _rollout_step(attention, head_fusion, discard_ratio, every_patch))[:, 0]
+    for attention in reversed(fused):  # back through the self-attention rollout, last block first
+        weights = (weights[:, None, :] @ _rollout_step(attention, discard_ratio, every_patch))[:, 0]
     return weights.reshape(-1, *layout.grid)
 
 
@@ -155,19 +170,19 @@ def patch_distances(layout: TokenLayout) -> torch.Tensor:
     return torch.cdist(centres, centres)
 
 
+def attention_distance(attention: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """One block's mean attention distance per head in pixels, averaged over query patches and images:
+    (heads,). attention: (B, H, T, T). Prefix tokens have no place in the image, so each patch's weights
+    over the patches are renormalised to sum to 1."""
+    k = layout.num_prefix_tokens
+    dist = patch_distances(layout).to(attention.device)  # (N, N)
+    a = attention[:, :, k:, k:].float()  # (B, H, N, N) patch -> patch
+    a = a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    return (a * dist).sum(dim=-1).mean(dim=(0, 2))  # (H,)
+
+
 def mean_attention_distance(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> torch.Tensor:
     """ViT paper Fig. 7 (right): for each block and head, the attention-weighted distance in pixels
-    between a patch and the patches it attends to, averaged over query patches and images.
-
-    Prefix tokens have no place in the image, so each patch's weights over the patches are
-    renormalised to sum to 1. Returns (blocks, heads).
-    """
+    between a patch and the patches it attends to, averaged over query patches and images; (blocks, heads)."""
     _check_full(attentions, layout)
-    k = layout.num_prefix_tokens
-    dist = patch_distances(layout).to(attentions[0].device)  # (N, N)
-    out = []
-    for attention in attentions:
-        a = attention[:, :, k:, k:].float()  # (B, H, N, N) patch -> patch
-        a = a / a.sum(dim=-1, keepdim=True).clamp_min(1e-12)
-        out.append((a * dist).sum(dim=-1).mean(dim=(0, 2)))  # (H,)
-    return torch.stack(out)
+    return torch.stack([attention_distance(a, layout) for a in attentions])

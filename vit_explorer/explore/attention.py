@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis import attention as attn
+from ..models import TokenLayout
 from .figures import MapsFigure, ScatterFigure
-from .forward import ForwardResult
+from .forward import ForwardResult, Needs
 
 MODES = ("one head", "all heads", "mean of heads", "rollout", "mean attention distance", "class attention (CaiT)")
 CLASS_ATTENTION = "class attention (CaiT)"
@@ -34,29 +35,43 @@ class Query:
         return len(self.rows) != 1 or self.class_attention
 
 
-def query_for(result: ForwardResult, patch: tuple[int, int] | None) -> Query:
-    """The chosen patch (row, col) if it lies on this input's grid, else the classifier's query."""
-    layout = result.layout
+def query_for(layout: TokenLayout, pool: str, patch: tuple[int, int] | None = None) -> Query:
+    """The chosen patch (row, col) if it lies on this grid, else the classifier's query."""
     if patch is not None and patch[0] < layout.grid[0] and patch[1] < layout.grid[1]:
         index = layout.token_index(*patch)
         return Query((index,), f"patch ({patch[0]}, {patch[1]})")
-    pool = result.inputs.loaded.config.pool
     if layout.num_prefix_tokens and pool == "cls":
         return Query((0,), f"[{layout.prefix_names[0].upper()}]")
     patches = tuple(range(layout.num_prefix_tokens, layout.num_tokens))
     return Query(patches, "mean of the patch tokens", class_attention=layout.class_attn)
 
 
+def needs_for(mode: str, layer: int, fusion: str) -> Needs:
+    """What the forward pass must compute for the Attention view in this mode."""
+    if mode == "rollout":
+        return Needs(fusion=fusion)
+    if mode == "mean attention distance":
+        return Needs(distance=True)
+    if mode == CLASS_ATTENTION:
+        return Needs()  # class attention is always kept (one row per head)
+    return Needs(maps=frozenset({layer}))
+
+
 def attention_grid(result: ForwardResult, layer: int, query: Query) -> np.ndarray:
     """(heads, gh, gw): the query's attention to every patch in one self-attention block."""
-    probs = result.attentions[layer][0]  # (heads, T, T)
+    if layer not in result.maps:
+        raise ValueError(f"the attention maps of block {layer} were not computed in this forward pass")
+    probs = result.maps[layer][0].float()  # (heads, T, T)
     received = probs[:, list(query.rows)].mean(dim=1)  # (heads, T)
     return attn.to_grid(received, result.layout).numpy()
 
 
 def layer_maps(result: ForwardResult, query: Query) -> np.ndarray:
-    """(layers, gh, gw): the query's attention in every block, averaged over heads."""
-    return np.stack([attention_grid(result, i, query).mean(axis=0) for i in range(len(result.attentions))])
+    """(layers, gh, gw): the query's attention in every block, averaged over heads (from the maps the
+    forward pass reduced for these query rows)."""
+    if result.query_maps is None or result.inputs.needs.query_rows != query.rows:
+        raise ValueError(f"the per-block attention of {query.name} was not computed in this forward pass")
+    return np.stack([attn.to_grid(q[0].float().mean(dim=0), result.layout).numpy() for q in result.query_maps])
 
 
 def class_attention_grid(result: ForwardResult) -> np.ndarray:
@@ -64,18 +79,23 @@ def class_attention_grid(result: ForwardResult) -> np.ndarray:
     return attn.class_attention_maps(result.class_attentions, result.layout)[0].numpy()
 
 
-def rollout_map(result: ForwardResult, query: Query, head_fusion: str, discard_ratio: float) -> np.ndarray:
-    """(gh, gw) attention rollout from the query (CaiT's default: through class attention first)."""
+def rollout_map(result: ForwardResult, query: Query, discard_ratio: float) -> np.ndarray:
+    """(gh, gw) attention rollout from the query (CaiT's default: through class attention first), from the
+    attention the forward pass fused over heads (`Needs.fusion`)."""
+    if result.fused is None:
+        raise ValueError("rollout needs the attention fused over heads: this forward pass did not keep it")
+    fused = [f.float() for f in result.fused]
     if query.class_attention and result.class_attentions:
-        return attn.class_rollout(result.class_attentions, result.attentions, result.layout, head_fusion=head_fusion,
-                                  discard_ratio=discard_ratio)[0].numpy()
-    return attn.rollout(result.attentions, result.layout, head_fusion=head_fusion, discard_ratio=discard_ratio,
-                        query=list(query.rows))[0].numpy()
+        class_fused = [attn.fuse_heads(a, result.inputs.needs.fusion or "mean") for a in result.class_attentions]
+        return attn.class_rollout_fused(class_fused, fused, result.layout, discard_ratio=discard_ratio)[0].numpy()
+    return attn.rollout_fused(fused, result.layout, discard_ratio=discard_ratio, query=list(query.rows))[0].numpy()
 
 
 def mean_distance(result: ForwardResult) -> np.ndarray:
     """(blocks, heads) mean attention distance in pixels (ViT paper Fig. 7, right)."""
-    return attn.mean_attention_distance(result.attentions, result.layout).numpy()
+    if result.distance is None:
+        raise ValueError("the mean attention distance was not measured in this forward pass")
+    return result.distance
 
 
 # ---------------------------------------------------------------------------- the pictures
@@ -94,7 +114,7 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
         maps = class_attention_grid(result)[block]  # (heads, gh, gw)
         where, who = f"class-attention block {block}", "query [CLS]"
     else:
-        layer = min(layer, len(result.attentions) - 1)
+        layer = min(layer, result.depth - 1)
         maps = attention_grid(result, layer, query)
         where, who = f"layer {layer}", f"query {query.name}"
     if mode == "one head":
@@ -128,11 +148,12 @@ def class_attention_figure(result: ForwardResult) -> MapsFigure:
                       colorbar_label="share of the panel's maximum", scale="each", masked=_masked(result), opacity=0.75)
 
 
-def rollout_figure(result: ForwardResult, query: Query, head_fusion: str = "mean", discard_ratio: float = 0.0, *,
-                   image: bool = True, opacity: float = 0.7) -> MapsFigure:
-    rolled = rollout_map(result, query, head_fusion, discard_ratio)
+def rollout_figure(result: ForwardResult, query: Query, discard_ratio: float = 0.0, *, image: bool = True,
+                   opacity: float = 0.7) -> MapsFigure:
+    rolled = rollout_map(result, query, discard_ratio)
     route = " through class attention" if query.class_attention and result.class_attentions else ""
-    title = (f"attention rollout from {query.name}{route} · {head_fusion} over heads · discard {discard_ratio:.2f}")
+    fusion = result.inputs.needs.fusion
+    title = f"attention rollout from {query.name}{route} · {fusion} over heads · discard {discard_ratio:.2f}"
     return MapsFigure("", rolled[None], (title,), result.display if image else None, result.layout.grid,
                       colorbar_label="rollout weight", masked=_masked(result), opacity=opacity)
 

@@ -1,19 +1,57 @@
-"""The forward pass every view shares: one call with the captures they draw, run in a worker."""
+"""The forward pass every view shares, run in a worker: one call that computes what the views on
+screen draw (`Needs`) and nothing more.
+
+Attention costs layers x heads x tokens^2: only the blocks whose maps a view draws keep their
+(1, heads, T, T) probabilities; rollout keeps each block's attention fused over heads (1, T, T);
+the mean attention distance and the query's per-block maps are reduced as the blocks run. Other
+blocks use the fused attention kernel. On a GPU the kept maps are stored in half precision.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from PIL import Image
 
+from ..analysis.attention import attention_distance, fuse_heads
 from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
 from ..models import TokenLayout
 
-CAPTURE = ("attentions", "hidden_states", "with_pos", "embedded")  # what the views draw (CaiT: class attention too)
+
+@dataclass(frozen=True)
+class Needs:
+    """What the views draw from a forward pass.
+
+    maps: the blocks whose full attention maps are kept (None: every block);
+    fusion: keep every block's attention fused over heads this way, for rollout (None: no rollout);
+    distance: measure each block's mean attention distance per head;
+    query_rows: keep each block's attention of these query rows (averaged over them), per head.
+    """
+
+    maps: frozenset[int] | None = frozenset()
+    fusion: str | None = None
+    distance: bool = False
+    query_rows: tuple[int, ...] = ()
+
+    def covered_by(self, other: Needs) -> bool:
+        """Whether a pass computed for `other` holds everything these needs ask for."""
+        maps_ok = other.maps is None or (self.maps is not None and self.maps <= other.maps)
+        rows_ok = not self.query_rows or self.query_rows == other.query_rows
+        return maps_ok and rows_ok and (self.fusion is None or self.fusion == other.fusion) and (
+            not self.distance or other.distance)
+
+    def explicit_blocks(self, depth: int) -> frozenset[int]:
+        """The blocks that must form their attention probabilities (the rest use the fused kernel)."""
+        if self.maps is None or self.fusion is not None or self.distance or self.query_rows:
+            return frozenset(range(depth))
+        return frozenset(b for b in self.maps if b < depth)
+
+
+EVERYTHING = Needs(maps=None, fusion="mean", distance=True)
 
 
 @dataclass(frozen=True)
@@ -27,6 +65,7 @@ class Inputs:
     head_mask: np.ndarray  # (layers, heads) float, 1 keep / 0 drop
     model_id: int = 0  # changes whenever the model or its weights change
     image_id: int = 0  # changes whenever the image changes
+    needs: Needs = EVERYTHING  # what to compute beyond the prediction
 
     @property
     def masked(self) -> bool:
@@ -42,9 +81,12 @@ class ForwardResult:
     probs: np.ndarray  # (classes,) softmax of the logits
     head_probs: dict[str, np.ndarray]  # per head ('cls', 'dist' or 'gap')
     baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
-    attentions: list[torch.Tensor]  # per block (1, heads, T, T) on the CPU, as the analyses take them
+    maps: dict[int, torch.Tensor]  # block -> (1, heads, T, T) attention probabilities, for the blocks asked for
+    fused: list[torch.Tensor] | None  # per block (1, T, T) attention fused over heads (needs.fusion), for rollout
+    distance: np.ndarray | None  # (blocks, heads) mean attention distance in pixels
+    query_maps: list[torch.Tensor] | None  # per block (1, heads, T): attention of needs.query_rows (their mean)
     class_attentions: list[torch.Tensor]  # CaiT: per class-attention block (1, heads, 1, 1 + N)
-    with_pos: torch.Tensor | None = None  # (1, T, D) tokens after adding the position embedding, on the CPU
+    with_pos: torch.Tensor  # (1, T, D) tokens after adding the position embedding, on the CPU
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     cls_patch: np.ndarray | None = None  # mean cosine of [CLS] with the patch tokens, input then each block
     seconds: float = 0.0
@@ -53,6 +95,11 @@ class ForwardResult:
     def num_classes(self) -> int:
         return int(self.probs.shape[0])
 
+    @property
+    def depth(self) -> int:
+        """Number of self-attention blocks."""
+        return self.inputs.loaded.config.depth
+
 
 def pixels_for(inputs: Inputs) -> torch.Tensor:
     """The image preprocessed as the source does it, at the chosen size: (1, 3, H, W)."""
@@ -60,10 +107,35 @@ def pixels_for(inputs: Inputs) -> torch.Tensor:
     return pre(inputs.image).to(inputs.loaded.device)
 
 
+@dataclass
+class _Reductions:
+    """What the attention hook keeps of each block's probabilities, as the blocks run."""
+
+    needs: Needs
+    layout: TokenLayout
+    store: torch.dtype  # float16 on a GPU, float32 on the CPU
+    maps: dict[int, torch.Tensor] = field(default_factory=dict)
+    fused: list[torch.Tensor] = field(default_factory=list)
+    distance: list[torch.Tensor] = field(default_factory=list)
+    query_maps: list[torch.Tensor] = field(default_factory=list)
+
+    def __call__(self, block: int, probs: torch.Tensor) -> None:  # probs: (1, heads, T, T)
+        needs = self.needs
+        if needs.maps is None or block in needs.maps:
+            self.maps[block] = probs.to(self.store)
+        if needs.fusion is not None:
+            self.fused.append(fuse_heads(probs, needs.fusion).to(self.store))  # (1, T, T)
+        if needs.distance:
+            self.distance.append(attention_distance(probs, self.layout))  # (heads,)
+        if needs.query_rows:
+            self.query_maps.append(probs[:, :, list(needs.query_rows)].mean(dim=2).to(self.store))  # (1, heads, T)
+
+
 def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardResult:
-    """Run the model with the masks and capture attention; also the unmasked baseline if needed."""
+    """Run the model with the masks, computing what `inputs.needs` asks for; also the unmasked
+    baseline if something is masked and no baseline is given."""
     start = time.perf_counter()
-    loaded = inputs.loaded
+    loaded, needs = inputs.loaded, inputs.needs
     model = loaded.model
     pixels = pixels_for(inputs)
     device = pixels.device
@@ -71,30 +143,33 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_mask = None
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
-    capture = list(CAPTURE)
-    if loaded.config.class_attn_depth:
-        capture.append("class_attentions")
+    layout = model.layout(tuple(pixels.shape[-2:]))
+    reduce = _Reductions(needs, layout, torch.float16 if device.type == "cuda" else torch.float32)
+    capture = ["hidden_states", "with_pos", "embedded"] + (["class_attentions"] if loaded.config.class_attn_depth
+                                                           else [])
+    explicit = needs.explicit_blocks(loaded.config.depth)
     with torch.inference_mode():
-        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)
+        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture,
+                                          attn_layers=explicit, attention_hook=reduce if explicit else None)
         if inputs.masked and baseline is None:
             baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
-    layout: TokenLayout = out["layout"]
     logits = out["logits"][0].float().cpu()
-    probs = logits.softmax(-1).numpy()
-    head_probs = {k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()}
-    attentions = [a.float().cpu() for a in out["attentions"]]  # (1, heads, T, T) per block
-    class_attn = [a.float().cpu() for a in out.get("class_attentions", [])]  # (1, heads, 1, 1+N)
     states = [out["embedded"]] + out["hidden_states"]  # (1, T, D) each
     cls_dist = cls_patch = None
     if "dist" in layout.prefix_names:  # DeiT: how alike [CLS] and the distillation token become
         cls_dist = cls_dist_similarity(states, layout)[0].cpu().numpy()
     if "cls" in layout.prefix_names:
         cls_patch = np.asarray([float(patch_cls_similarity(s, layout).mean()) for s in states])
-    pre = loaded.preprocessing
     return ForwardResult(
-        inputs=inputs, layout=layout, display=pre.to_image(pixels), logits=logits, probs=probs,
-        head_probs=head_probs, baseline_probs=baseline if inputs.masked else None, attentions=attentions,
-        class_attentions=class_attn, with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist,
-        cls_patch=cls_patch,
+        inputs=inputs, layout=layout, display=loaded.preprocessing.to_image(pixels), logits=logits,
+        probs=logits.softmax(-1).numpy(),
+        head_probs={k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()},
+        baseline_probs=baseline if inputs.masked else None,
+        maps={block: m.cpu() for block, m in reduce.maps.items()},
+        fused=[f.cpu() for f in reduce.fused] if needs.fusion is not None else None,
+        distance=torch.stack(reduce.distance).cpu().numpy() if needs.distance else None,
+        query_maps=[q.cpu() for q in reduce.query_maps] if needs.query_rows else None,
+        class_attentions=[a.float().cpu() for a in out.get("class_attentions", [])],
+        with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist, cls_patch=cls_patch,
         seconds=time.perf_counter() - start,
     )

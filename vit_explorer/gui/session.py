@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from ..checkpoints import LoadedModel
 from ..explore.build import preferred_device
-from ..explore.forward import ForwardResult, Inputs, run_forward
+from ..explore.forward import ForwardResult, Inputs, Needs, run_forward
 from ..models import ViTConfig
 from .workers import Runner
 
@@ -58,6 +58,7 @@ class Session(QObject):
         self.head = 0
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
+        self.needs = Needs()  # what the views on screen draw beyond the prediction (the Attention view says)
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
 
@@ -165,11 +166,20 @@ class Session(QObject):
         self.selection_changed.emit()
 
     # ------------------------------------------------------------------ the forward pass
+    def require(self, needs: Needs) -> bool:
+        """A view says what it draws; True when the current result already holds it, else a forward
+        pass that computes it is scheduled (and the view draws when its result arrives)."""
+        self.needs = needs
+        if self.result is not None and needs.covered_by(self.result.inputs.needs):
+            return True
+        self.request_forward()
+        return False
+
     def inputs(self) -> Inputs | None:
         if self.loaded is None:
             return None
         return Inputs(self.loaded, self.image, self.size, self.mask.copy(), self.head_mask.copy(),
-                      self.model_id, self.image_id)
+                      self.model_id, self.image_id, self.needs)
 
     def request_forward(self) -> None:
         inputs = self.inputs()

@@ -2,9 +2,10 @@
 drop-path, and CaiT's class-attention block. Parameter names follow timm's so checkpoints map
 one to one.
 
-Attention capture: `rows=None` runs the fused `scaled_dot_product_attention`; `rows=ALL` runs an
-explicit softmax and returns the (B, heads, N, N) probabilities; a list of query indices keeps
-the fused output and computes only those rows of the probabilities explicitly.
+Attention capture: the output always comes from the fused `scaled_dot_product_attention` (except
+with talking heads, which mix heads around the softmax), so capturing never changes what the model
+computes; `rows=ALL` also forms the (B, heads, N, N) probabilities explicitly, a list of query
+indices only those rows, `rows=None` none.
 """
 
 from __future__ import annotations
@@ -98,24 +99,19 @@ class Attention(nn.Module):
             q, k = apply_rope(q, rope, num_prefix), apply_rope(k, rope, num_prefix)
 
         probs = None
-        if rows == ALL or self.talking_heads:
+        if self.talking_heads:  # heads mix around the softmax: no fused kernel computes that
             logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
-            if self.talking_heads:
-                logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
             probs = _softmax(logits)
-            if self.talking_heads:
-                probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+            probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
             out = self.attn_drop(probs) @ v  # (B, H, N, hd)
-            if rows is None:
-                probs = None
-            elif rows != ALL:
-                probs = probs[:, :, list(rows)]
+            probs = None if rows is None else probs if rows == ALL else probs[:, :, list(rows)]
         else:
             drop = self.attn_drop.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, N, hd)
-            if rows is not None:
-                q_rows = q[:, :, list(rows)] * self.scale  # (B, H, R, hd)
-                probs = (q_rows @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, R, N)
+            if rows is not None:  # the output stays the fused kernel's, so capturing never changes it
+                q_rows = q if rows == ALL else q[:, :, list(rows)]
+                probs = _softmax((q_rows * self.scale) @ k.transpose(-2, -1))  # (B, H, R, N)
         out = _mask_heads(out, head_mask)
         out = out.transpose(1, 2).reshape(b, n, c)
         return self.proj_drop(self.proj(out)), probs
@@ -167,13 +163,11 @@ class ClassAttention(nn.Module):
         q = self.q(u[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, 1, hd)
         k = self.k(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        drop = self.attn_drop.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
         probs = None
-        if capture:
+        if capture:  # beside the fused output, which capturing never changes
             probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N): one row per head
-            out = self.attn_drop(probs) @ v
-        else:
-            drop = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
         out = _mask_heads(out, head_mask).transpose(1, 2).reshape(b, 1, c)
         return self.proj_drop(self.proj(out)), probs
 

@@ -7,7 +7,7 @@ class-attention stage. `forward_intermediates` is the single call that exposes e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import torch
@@ -21,6 +21,7 @@ from .stems import make_stem
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
 CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pre_logits")
 MASK_MODES = ("replace", "bert")
+AttentionHook = Callable[[int, torch.Tensor], None]  # (block index, (B, heads, R, T) probabilities)
 
 
 class Captures:
@@ -184,6 +185,8 @@ class VisionTransformer(nn.Module):
         head_mask: torch.Tensor | None = None,
         capture: Iterable[str] | str = (),
         attn_rows: Rows = ALL,
+        attn_layers: Collection[int] | None = None,
+        attention_hook: AttentionHook | None = None,
         generator: torch.Generator | None = None,
     ) -> dict[str, Any]:
         """Run the model and return, by stable names, what `capture` asks for.
@@ -194,15 +197,21 @@ class VisionTransformer(nn.Module):
         (B, heads, R, T) tensor per block, R = T unless `attn_rows` lists query indices;
         'class_attentions' one (B, heads, 1, 1+N) per class-attention block. head_mask:
         (layers, heads), 1 keeps a head, 0 removes it; layers = depth + class_attn_depth.
+
+        Attention on demand: only the blocks in `attn_layers` (default: all) form attention
+        probabilities explicitly, the others run the fused kernel; their entries of 'attentions' are
+        None. `attention_hook(block, probs)` sees each of those blocks' probabilities as it runs, so a
+        caller can reduce them (fuse heads, measure distances) without the model keeping them.
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
         rows = None
-        if "attentions" in out.want:
+        if "attentions" in out.want or attention_hook is not None:
             rows = attn_rows if attn_rows == ALL else self._check_rows(attn_rows, layout.num_tokens)
+        explicit = range(self.config.depth) if attn_layers is None else set(attn_layers)
         heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
         x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
-        x = self.encode(x, layout, out, heads[:self.config.depth], rows)  # (B, T, D)
+        x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook)  # (B, T, D)
         x = self.attend_class(x, out, heads[self.config.depth:])  # CaiT: (B, 1+N, D)
         head_logits = self.classify(x, layout, out)
         if "dist" in head_logits:
@@ -252,15 +261,21 @@ class VisionTransformer(nn.Module):
         return x
 
     def encode(self, x: torch.Tensor, layout: TokenLayout, out: Captures, head_masks: list[torch.Tensor | None],
-               rows: Rows) -> torch.Tensor:
-        """5. the self-attention blocks; rows: the attention rows to capture (None: none, the fused path)."""
+               rows: Rows, explicit: Collection[int], hook: AttentionHook | None) -> torch.Tensor:
+        """5. the self-attention blocks. rows: the attention rows to form in the blocks in `explicit`
+        (None: none anywhere, the fused path); each block's probabilities go to `hook`, and are kept
+        only when 'attentions' is captured."""
         rope = self.rope_angles(layout.grid)
-        hidden, attentions = [], []
-        for block, head_mask in zip(self.blocks, head_masks, strict=True):
-            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens, head_mask=head_mask, rows=rows)
+        hidden: list[torch.Tensor] = []
+        attentions: list[torch.Tensor | None] = []
+        for i, (block, head_mask) in enumerate(zip(self.blocks, head_masks, strict=True)):
+            block_rows = rows if i in explicit else None
+            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens, head_mask=head_mask, rows=block_rows)
             if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
                 hidden.append(x)
-            if rows is not None:
+            if probs is not None and hook is not None:
+                hook(i, probs)
+            if "attentions" in out.want:
                 attentions.append(probs)
         out.keep("hidden_states", hidden)
         out.keep("attentions", attentions)

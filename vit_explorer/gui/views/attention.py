@@ -22,7 +22,7 @@ from ...analysis.attention import HEAD_FUSIONS
 from ...explore import attention
 from ...explore.attention import CLASS_ATTENTION, MODES
 from ...explore.figures import MapsFigure
-from ...explore.forward import ForwardResult
+from ...explore.forward import ForwardResult, Needs
 from .. import figures
 from ..session import Session
 from .base import Table, View
@@ -88,6 +88,11 @@ class AttentionView(View):
 
     def picture(self) -> QWidget:
         return self.plots
+
+    def set_on_screen(self, shown: bool) -> None:
+        if not shown:  # a hidden view draws nothing: forward passes need not compute its maps
+            self.session.needs = Needs()
+        super().set_on_screen(shown)
 
     @property
     def maps(self) -> np.ndarray | None:
@@ -161,15 +166,19 @@ class AttentionView(View):
         result: ForwardResult | None = self.session.result
         if result is None:
             return
-        query = attention.query_for(result, self.session.query)
+        if not self.session.require(attention.needs_for(mode, self.session.layer, self.fusion.currentText())):
+            self.figure = self.distance = None  # what is on screen is out of date until the pass arrives
+            self.note.setText("computing…")
+            return
+        query = attention.query_for(result.layout, result.inputs.loaded.config.pool, self.session.query)
         self.reset_query.setText(f"Query: {query.name}")
         self.reset_query.setEnabled(not query.default)
         image, opacity = not self.raw.isChecked(), self.opacity.value() / 100
         if mode == "rollout":
-            fusion, discard = self.fusion.currentText(), self.discard.value()
+            discard = self.discard.value()
             self.session.run("attention-analysis",
-                             lambda: attention.rollout_figure(result, query, fusion, discard, image=image,
-                                                              opacity=opacity), self._draw)
+                             lambda: attention.rollout_figure(result, query, discard, image=image, opacity=opacity),
+                             self._draw)
             return
         if mode == "mean attention distance":
             self.session.run("attention-analysis", lambda: attention.mean_distance(result), self._draw_distance)
