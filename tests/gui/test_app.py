@@ -226,3 +226,15 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot) -> None:
     del a, b
     assert alive() is not None  # nothing collects it at once
     qtbot.waitUntil(lambda: alive() is None, timeout=5000)  # the GUI thread's timer does, whatever the counts
+
+
+def test_closing_disconnects_every_widget_from_the_session(qtbot, window) -> None:
+    """Views and the image panel connect through `listen` and leave nothing connected when they close."""
+    from vit_explorer.gui.session_widget import SessionWidget
+
+    widgets = [w for w in [*window.views.values(), window.image_panel] if isinstance(w, SessionWidget)]
+    assert len(widgets) == len(window.views) + 1 and all(w._connections for w in widgets[:1])
+    session = window.session
+    window.close()
+    assert all(not w._connections for w in widgets)
+    session.result_ready.emit(session.result)  # would reach a closed widget if one were still connected

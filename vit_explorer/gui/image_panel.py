@@ -29,6 +29,7 @@ from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image, sample_image
 from ..explore.forward import ForwardResult
 from . import figures
 from .session import Session
+from .session_widget import SessionWidget
 
 QUERY_RGBA = (255, 215, 0, 200)
 
@@ -68,12 +69,11 @@ class PatchCanvas(pg.ImageItem):
         self.panel.press(event.pos(), start=event.isStart())
 
 
-class ImagePanel(QWidget):
+class ImagePanel(SessionWidget):
     """Open/drop/paste an image or a sample; paint masks, draw, pick the query; set the resolution."""
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.session = session
+        super().__init__(session, parent)
         self.setAcceptDrops(True)
         self._paint_value = True
         self._last_draw: tuple[float, float] | None = None
@@ -172,10 +172,10 @@ class ImagePanel(QWidget):
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.clear_mask)
 
-        session.model_changed.connect(self._model_changed)
-        session.inputs_changed.connect(self._draw_mask)
-        session.selection_changed.connect(self._draw_mask)
-        session.result_ready.connect(self._result)
+        self.listen(session.model_changed, self._model_changed)
+        self.listen(session.inputs_changed, self._draw_mask)
+        self.listen(session.selection_changed, self._draw_mask)
+        self.listen(session.result_ready, self._result)
         self._model_changed()
 
     # ------------------------------------------------------------------ inputs

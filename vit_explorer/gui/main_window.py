@@ -330,8 +330,9 @@ class MainWindow(QMainWindow):
             self.session.select(layer=self.session.layer + step)
 
     def closeEvent(self, event: Any) -> None:  # noqa: N802
-        for view in self.views.values():
-            view.close()
+        for widget in [*self.views.values(), self.image_panel]:
+            if widget is not None:
+                widget.close()
         if self.session is not None:
             self.session.shutdown()
         super().closeEvent(event)

@@ -4,33 +4,32 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEventLoop, QPoint, QSettings, QTimer, SignalInstance
-from PySide6.QtGui import QCloseEvent, QImage, QPainter
+from PySide6.QtCore import QEventLoop, QPoint, QSettings, QTimer
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..session import Session
+from ..session_widget import SessionWidget
 
 Table = tuple[list[str], list[Sequence[Any]]]  # header, rows
 EXPORT_FOLDER_KEY = "export_folder"
 
 
-class View(QWidget):
+class View(SessionWidget):
     """A live view of the session. Subclasses fill `self.body` and override `table()` for CSV."""
 
     title = "View"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.session = session
+        super().__init__(session, parent)
         self._dirty = False
         self._refresh_pending = False  # a scheduled refresh waits for the next turn of the event loop
         self.on_screen = True  # the window says when a tabbed dock hides the view
-        self._connections: list[tuple[SignalInstance, Callable[..., Any]]] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.toolbar = QHBoxLayout()
@@ -78,23 +77,6 @@ class View(QWidget):
         if shown and self._dirty:
             self._dirty = False
             self.refresh()
-
-    def listen(self, signal: SignalInstance, slot: Callable[..., Any]) -> None:
-        """Connect to a session signal; undone in `disconnect_session`."""
-        signal.connect(slot)
-        self._connections.append((signal, slot))
-
-    def disconnect_session(self) -> None:
-        for signal, slot in self._connections:
-            try:
-                signal.disconnect(slot)
-            except (RuntimeError, TypeError):
-                pass  # already gone with the session
-        self._connections.clear()
-
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt's name
-        self.disconnect_session()
-        super().closeEvent(event)
 
     # ------------------------------------------------------------------ export
     def picture(self) -> QWidget:
