@@ -15,8 +15,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QGraphicsItem,
-    QGridLayout,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QRadioButton,
@@ -28,6 +26,7 @@ from PySide6.QtWidgets import (
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image, sample_images
 from ..explore.forward import ForwardResult
 from . import figures
+from .flow import flow_row
 from .session import Session
 from .session_widget import SessionWidget
 
@@ -80,22 +79,19 @@ class ImagePanel(SessionWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        row = QHBoxLayout()
         open_button = QPushButton("Open image…")
         open_button.setToolTip("Open an image file (you can also drop one here or paste with Ctrl+V).")
         open_button.clicked.connect(self.ask_open)
-        row.addWidget(open_button)
         self.samples = QComboBox()
         self.samples.setToolTip("Pick one of the bundled sample images.")
         self.samples.addItem("Samples…")
         for path in sample_images():
             self.samples.addItem(path.stem, str(path))
         self.samples.activated.connect(self._sample_chosen)
-        row.addWidget(self.samples, 1)
-        layout.addLayout(row)
+        layout.addWidget(flow_row([open_button, self.samples]))
 
         self.plot = pg.GraphicsLayoutWidget()
-        self.plot.setMinimumSize(240, 240)
+        self.plot.setMinimumSize(180, 180)
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.view.addItem(self.canvas)
@@ -110,9 +106,9 @@ class ImagePanel(SessionWidget):
         layout.addWidget(self.plot, 1)
 
         self.hover_label = QLabel("Hover a patch to see its row, column and token index.")
+        self.hover_label.setWordWrap(True)
         layout.addWidget(self.hover_label)
 
-        modes = QHBoxLayout()
         self.mode_group = QButtonGroup(self)
         for i, (name, tip) in enumerate((
             ("Mask", "Click or drag over patches to toggle the [MASK] token."),
@@ -122,21 +118,17 @@ class ImagePanel(SessionWidget):
             button = QRadioButton(name)
             button.setToolTip(tip)
             self.mode_group.addButton(button, i)
-            modes.addWidget(button)
         self.mode_group.button(0).setChecked(True)
         self.brush = QSpinBox()
         self.brush.setRange(1, 64)
         self.brush.setValue(3)
         self.brush.setPrefix("brush ")
         self.brush.setToolTip("Brush width in model pixels for drawing.")
-        modes.addWidget(self.brush)
         blank = QPushButton("Blank")
         blank.setToolTip("Start drawing on a black canvas.")
         blank.clicked.connect(self.clear_canvas)
-        modes.addWidget(blank)
-        layout.addLayout(modes)
+        layout.addWidget(flow_row([*self.mode_group.buttons(), self.brush, blank]))
 
-        grid = QGridLayout()
         clear = QPushButton("Clear mask")
         clear.setToolTip("Unmask every patch (Esc).")
         clear.clicked.connect(self.clear_mask)
@@ -151,8 +143,7 @@ class ImagePanel(SessionWidget):
         random_button = QPushButton("Random")
         random_button.setToolTip("Mask a random share of the patches.")
         random_button.clicked.connect(self.random_mask)
-        for col, widget in enumerate((clear, invert, self.percent, random_button)):
-            grid.addWidget(widget, 0, col)
+        layout.addWidget(flow_row([clear, invert, self.percent, random_button]))
         self.height_box, self.width_box = QSpinBox(), QSpinBox()
         for box, name in ((self.height_box, "H "), (self.width_box, "W ")):
             box.setRange(1, 4096)
@@ -165,9 +156,7 @@ class ImagePanel(SessionWidget):
         reset_size = QPushButton("Native")
         reset_size.setToolTip("Go back to the resolution the model was trained at.")
         reset_size.clicked.connect(self.reset_size)
-        for col, widget in enumerate((self.height_box, self.width_box, apply_size, reset_size)):
-            grid.addWidget(widget, 1, col)
-        layout.addLayout(grid)
+        layout.addWidget(flow_row([self.height_box, self.width_box, apply_size, reset_size]))
 
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.clear_mask)

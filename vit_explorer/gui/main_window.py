@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QKeySequence
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+PREFERRED_SIZE = (1600, 1000)
 RECENT_KEY = "recent_sources"
 MAX_RECENT = 12
 
@@ -37,7 +38,7 @@ class MainWindow(QMainWindow):
     def __init__(self, source: str | None = None) -> None:
         super().__init__()
         self.setWindowTitle("vit-explorer")
-        self.resize(1600, 1000)
+        self.fit_screen()
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.initial_source = source
@@ -107,6 +108,12 @@ class MainWindow(QMainWindow):
 
         self.core_ready.connect(self._core_ready)
         QTimer.singleShot(0, self._import_core)
+
+    def fit_screen(self) -> None:
+        """Open at 1600x1000, or as much of that as the screen the window opens on has room for."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        room = screen.availableGeometry()
+        self.resize(min(PREFERRED_SIZE[0], room.width()), min(PREFERRED_SIZE[1], room.height()))
 
     # ------------------------------------------------------------------ start-up
     def _import_core(self) -> None:
@@ -323,7 +330,7 @@ class MainWindow(QMainWindow):
     def export_current(self) -> None:
         view = self.current_view()
         if view is not None:
-            view._ask_export("png")
+            view.ask_export("png")
 
     def step_layer(self, step: int) -> None:
         if self.session is not None and self.session.loaded is not None:

@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QSlider,
@@ -38,7 +37,6 @@ class AttentionView(View):
         self.figure: MapsFigure | None = None  # the maps last drawn
         self.distance: np.ndarray | None = None  # (blocks, heads) mean attention distance, when shown
         self._drawn: figures.MapsPlot | None = None
-        controls = QHBoxLayout()
         self.mode = QComboBox()
         self.mode.addItems(MODES)
         self.mode.setToolTip("What to show: one head, every head of the layer side by side, their mean, rollout "
@@ -67,9 +65,7 @@ class AttentionView(View):
         self.opacity_label = QLabel("opacity")
         for widget in (self.mode, self.layer, self.head, self.reset_query, self.fusion, self.discard,
                        self.opacity_label, self.opacity, self.raw):
-            controls.addWidget(widget)
-        controls.addStretch(1)
-        self.body.addLayout(controls)
+            self.controls.addWidget(widget)
         self.plots = pg.GraphicsLayoutWidget()
         self.body.addWidget(self.plots, 1)
         self.plots.scene().sigMouseClicked.connect(self._clicked)

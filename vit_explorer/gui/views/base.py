@@ -9,15 +9,31 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEventLoop, QPoint, QSettings, QTimer
+from PySide6.QtCore import QEventLoop, QPoint, QSettings, Qt, QTimer
 from PySide6.QtGui import QImage, QPainter
-from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
+from ..flow import flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
 
 Table = tuple[list[str], list[Sequence[Any]]]  # header, rows
 EXPORT_FOLDER_KEY = "export_folder"
+EXPORT_SCALES = (1, 2, 3)  # PNG sizes offered, as multiples of the figure's size on screen
+
+
+class Note(QLabel):
+    """A line of text under a view's controls that takes no room while it is empty."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.setWordWrap(True)
+        self.setTextFormat(Qt.TextFormat.PlainText)
+        self.setVisible(False)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self.setVisible(bool(text))
 
 
 class View(SessionWidget):
@@ -32,19 +48,25 @@ class View(SessionWidget):
         self.on_screen = True  # the window says when a tabbed dock hides the view
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        self.toolbar = QHBoxLayout()
-        self.note = QLabel("")
-        self.note.setWordWrap(True)
-        self.toolbar.addWidget(self.note, 1)
-        self.png_button = QPushButton("Export PNG")
-        self.png_button.setToolTip("Save this view as a PNG image.")
-        self.png_button.clicked.connect(lambda: self._ask_export("png"))
-        self.toolbar.addWidget(self.png_button)
-        self.csv_button = QPushButton("Export CSV")
-        self.csv_button.setToolTip("Save the numbers behind this view as a CSV table.")
-        self.csv_button.clicked.connect(lambda: self._ask_export("csv"))
-        self.toolbar.addWidget(self.csv_button)
-        layout.addLayout(self.toolbar)
+        toolbar = QHBoxLayout()
+        holder = flow_row([])
+        self.controls = holder.layout()  # the view's own controls, wrapping onto more lines on a narrow screen
+        toolbar.addWidget(holder, 1)
+        self.export_button = QToolButton()
+        self.export_button.setText("Export")
+        self.export_button.setToolTip("Save the figure as a PNG (at 1, 2 or 3 times its size on screen) or the numbers "
+                                      "behind it as a CSV table.")
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(self.export_button)
+        for scale in EXPORT_SCALES:
+            menu.addAction(f"PNG, {scale}× (Ctrl+E: {EXPORT_SCALES[0]}×)" if scale == EXPORT_SCALES[0] else
+                           f"PNG, {scale}×", lambda scale=scale: self.ask_export("png", scale))
+        menu.addAction("CSV", lambda: self.ask_export("csv"))
+        self.export_button.setMenu(menu)
+        toolbar.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addLayout(toolbar)
+        self.note = Note()  # what the view is doing or why something is missing
+        layout.addWidget(self.note)
         self.body = QVBoxLayout()
         layout.addLayout(self.body, 1)
 
@@ -142,7 +164,7 @@ class View(SessionWidget):
             writer.writerows(rows)
         return path
 
-    def _ask_export(self, kind: str) -> None:
+    def ask_export(self, kind: str, scale: float = 1.0) -> None:
         """Ask where (starting in the folder used last), export, and confirm in the status bar."""
         settings = QSettings()
         folder = str(settings.value(EXPORT_FOLDER_KEY, str(Path.home())))
@@ -152,7 +174,10 @@ class View(SessionWidget):
         if not path:
             return
         try:
-            (self.export_png if kind == "png" else self.export_csv)(path)
+            if kind == "png":
+                self.export_png(path, scale)
+            else:
+                self.export_csv(path)
         except (OSError, ValueError) as error:
             self.session.error.emit(str(error))
             return

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QWidget,
 )
@@ -95,15 +96,19 @@ class BuilderView(View):
                               ("Classes", self.classes), ("", self.layer_scale),
                               ("Class-attention layers", self.class_attn)):
             form.addRow(label, widget)
-        self.body.addLayout(form)
         self.estimate = QLabel("")
         self.estimate.setWordWrap(True)
-        self.body.addWidget(self.estimate)
+        form.addRow(self.estimate)
         self.build_button = QPushButton("Build and open")
         self.build_button.setToolTip("Create this model with random weights and make it the current model.")
         self.build_button.clicked.connect(self.build)
-        self.body.addWidget(self.build_button)
-        self.body.addStretch(1)
+        form.addRow(self.build_button)
+        self.form = QWidget()
+        self.form.setLayout(form)
+        scroll = QScrollArea()  # on a small screen the form scrolls instead of pushing the window taller
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.form)
+        self.body.addWidget(scroll, 1)
         self.set_config(preset("classroom"))
 
     def set_config(self, cfg: ViTConfig) -> None:

@@ -29,7 +29,7 @@ class EmbeddingsView(View):
         self.p.setPrefix("dropout p ")
         self.p.setToolTip("Dropout probability used in the train-vs-eval demonstration.")
         self.p.valueChanged.connect(self.refresh)
-        self.toolbar.insertWidget(1, self.p)
+        self.controls.addWidget(self.p)
         self.plots = pg.GraphicsLayoutWidget()
         self.body.addWidget(self.plots, 1)
         self.facts_label = QLabel("")

@@ -33,23 +33,22 @@ class HeadsView(View):
         self.buttons: list[list[QPushButton]] = []
         self._synced: tuple[bytes, int] | None = None  # (head mask, importance) the buttons show
         self._running = False
-        row = self.toolbar
         self.measure = QPushButton("Measure importance")
         self.measure.setToolTip("Remove each head alone and measure how much the predicted class's probability "
                                 "drops on this image, with the current [MASK].")
         self.measure.clicked.connect(self._measure_clicked)
-        row.insertWidget(1, self.measure)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(160)
-        self.progress.setVisible(False)
-        row.insertWidget(2, self.progress)
-        self.measured.connect(self._progress)
         for text, tip, slot in (("All on", "Switch every head back on.", self.all_on),
                                 ("Invert", "Switch the heads that are on off, and those off on.", self.invert)):
             button = QPushButton(text)
             button.setToolTip(tip)
             button.clicked.connect(slot)
-            row.insertWidget(1, button)
+            self.controls.addWidget(button)
+        self.controls.addWidget(self.measure)
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setVisible(False)
+        self.controls.addWidget(self.progress)
+        self.measured.connect(self._progress)
         self.grid_widget = QWidget()
         self.grid = QGridLayout(self.grid_widget)
         self.grid.setSpacing(3)

@@ -4,7 +4,7 @@ and a comparison with another scheme or another model. What is shown comes from 
 from __future__ import annotations
 
 import pyqtgraph as pg
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLineEdit, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...analysis.pe import PESimilarity
 from ...explore import position
@@ -26,7 +26,6 @@ class PositionView(View):
         self.patch = (0, 0)
         self.figure: SimilarityFigure | None = None
         self._drawn: figures.SimilarityPlot | None = None
-        controls = QHBoxLayout()
         self.compare = QComboBox()
         self.compare.addItem("no comparison", "")
         for scheme in SCHEMES.values():
@@ -43,8 +42,7 @@ class PositionView(View):
         load.setToolTip("Load the second model named in the box.")
         load.clicked.connect(self._compare_model)
         for widget in (self.compare, self.compare_source, load):
-            controls.addWidget(widget)
-        self.body.addLayout(controls)
+            self.controls.addWidget(widget)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setToolTip("Click a tile to see that patch's similarity map large.")
         self.plots.scene().sigMouseClicked.connect(self._clicked)

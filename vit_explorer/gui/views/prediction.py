@@ -26,9 +26,9 @@ class PredictionView(View):
         self.top_k.setPrefix("top ")
         self.top_k.setToolTip("How many of the most likely classes to show.")
         self.top_k.valueChanged.connect(self.redraw)
-        self.toolbar.insertWidget(1, self.top_k)
+        self.controls.addWidget(self.top_k)
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setMinimumHeight(220)
+        self.plots.setMinimumHeight(140)
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QWidget,
@@ -173,8 +174,11 @@ class TrainingView(View):
         self.status = QLabel("Not training.")
         self.status.setWordWrap(True)
         form.addRow(self.status)
-        form_widget.setMaximumWidth(460)  # the curves get the rest
-        split.addWidget(form_widget)
+        scroll = QScrollArea()  # on a small screen the form scrolls instead of pushing the window taller
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(form_widget)
+        scroll.setMaximumWidth(480)  # the curves get the rest
+        split.addWidget(scroll)
         self.plots = pg.GraphicsLayoutWidget()
         split.addWidget(self.plots)
         split.setStretchFactor(1, 3)
