@@ -1,6 +1,7 @@
-"""Offscreen screenshots of the app, one per view, at 1600x1000.
+"""Offscreen screenshots of the app, one per view, at 1600x1000 (or --size WxH).
 
-    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--source SOURCE] [--image IMAGE]
+    QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
+        [--image IMAGE]
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
 """
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default=None, help="checkpoint to open (default: the bundled model)")
     parser.add_argument("--image", default=None, help="image to show (default: the first bundled sample)")
     parser.add_argument("--mask", type=int, default=20, help="percentage of patches to mask (default 20)")
+    parser.add_argument("--size", default="1600x1000", help="window size WxH (default 1600x1000)")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     args = parser.parse_args(argv)
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if source is None and not (BUNDLED_MODEL / "vit_explorer.json").exists():
         source = ""  # build one below
     window = MainWindow(source or None)
-    window.resize(1600, 1000)
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    window.resize(width, height)
     window.show()
 
     def wait(condition, timeout: float = 120.0) -> None:
