@@ -21,6 +21,7 @@ class LoadedModel:
     source: str = ""  # what was asked for (hub id, folder or file)
     kind: str = "native"  # "hf", "timm" or "native"
     details: dict = field(default_factory=dict)  # e.g. the architecture name the source gave
+    warnings: list[str] = field(default_factory=list)  # found while loading, e.g. NaN weights; one line each
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> (1, 3, H, W) on the model's device, as the source preprocesses it."""
