@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_app(args.source)
 
-    args = _command_parser().parse_args(argv)
+    args, unknown = _command_parser().parse_known_args(argv)
     from .checkpoints.errors import CheckpointError, CheckpointWarning
     from .models.config import ConfigError
 
@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     default_warning = warnings.showwarning
     warnings.showwarning = warn
     try:
+        if unknown:  # argparse would name the top-level program, not the command
+            return fail(f"unrecognized arguments: {' '.join(unknown)} (see vit-explorer {args.command} --help)")
         if args.command != "train" and (problem := _check_flags(args)):
             return fail(problem)
         if args.command == "predict":

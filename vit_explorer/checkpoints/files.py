@@ -54,18 +54,18 @@ def open_regular(path: Path, limit: int, what: str, error: type[Exception] = Che
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise error(f"{path}: {what} is missing") from None
+        raise error(f"{path}: the {what} file is missing") from None
     except OSError as e:
-        raise error(f"{path}: cannot open the {what} ({e.strerror})") from None
+        raise error(f"{path}: cannot open the {what} file ({e.strerror})") from None
     try:
         info = os.fstat(fd)
         for test, kind in _KINDS:
             if test(info.st_mode):
-                raise error(f"{path}: is {kind}, not a {what} file")
+                raise error(f"{path}: is {kind}, not a regular {what} file")
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path}: not a regular file, so not a {what} file")
+            raise error(f"{path}: not a regular {what} file")
         if info.st_size > limit:
-            raise error(f"{path}: {size_text(info.st_size)} is more than a {what} may be ({size_text(limit)})")
+            raise error(f"{path}: {size_text(info.st_size)} is more than a {what} file may be ({size_text(limit)})")
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -78,9 +78,9 @@ def read_bounded(path: Path, limit: int, what: str, error: type[Exception] = Che
         try:
             data = f.read(limit + 1)
         except OSError as e:
-            raise error(f"{path}: cannot read the {what} ({e.strerror})") from None
+            raise error(f"{path}: cannot read the {what} file ({e.strerror})") from None
     if len(data) > limit:
-        raise error(f"{path}: more than a {what} may be ({size_text(limit)})")
+        raise error(f"{path}: more than a {what} file may be ({size_text(limit)})")
     return data
 
 
@@ -114,7 +114,7 @@ def _depth(value: Any) -> int:
 
 def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """A JSON object from a bounded regular file, or a CheckpointError naming the file."""
-    data = parse_json(read_bounded(path, limit, "JSON file"), str(path))
+    data = parse_json(read_bounded(path, limit, "JSON"), str(path))
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object ({{...}}), got {type(data).__name__}")
     return data

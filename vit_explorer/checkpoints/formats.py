@@ -51,6 +51,10 @@ def read(source: Source, device: torch.device) -> LoadedModel:
     if weights.is_file():  # reading copies the file into memory; a missing one is reported by the reader
         check_fits(os.path.getsize(weights), torch.device("cpu"), "reading these weights", str(weights))
     checkpoint = fmt.convert(declared, read_weights(weights))
+    (h, w), patch = checkpoint.preprocessing.size, checkpoint.config.patch_size
+    if h % patch or w % patch:
+        raise CheckpointError(f"{checkpoint.preprocessing_from or declared.described_by}: the preprocessing gives "
+                              f"{h}x{w} inputs, which the model's patch size {patch} does not divide")
     # the weights are in memory now; building converts fp16/bf16/fp64 to float32 copies, then
     # inference runs on `device` (which, if it is not the CPU, also receives the parameters)
     cpu = torch.device("cpu")

@@ -234,7 +234,8 @@ def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torc
     config = config_from_hf(hf, state, declared.described_by)
     labels = labels_from_hf(hf, config.num_classes, declared.described_by)
     details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
-    return Checkpoint(config, state, labels, preprocessing, details, HF_NAMES)
+    return Checkpoint(config, state, labels, preprocessing, details, HF_NAMES,
+                      str(Path(declared.described_by).parent / "preprocessor_config.json"))
 
 
 def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) -> tuple[dict, dict]:

@@ -22,6 +22,10 @@ from .source import Checkpoint, Declared, Source
 
 CONFIG_NAME = "vit_explorer.json"
 WEIGHTS_NAME = "model.safetensors"
+# names of our dimensions in the json's config, for messages
+NATIVE_NAMES = {"width": "embed_dim", "mlp_width": "MLP width (embed_dim x mlp_ratio)", "heads": "num_heads",
+                "pos_rows": "position-table rows (patches, plus prefix tokens if pos_embed_prefix)",
+                "class_mlp_width": "class-attention MLP width (embed_dim x class_attn_mlp_ratio)"}
 # build_model, check_state_dict, read_json and write_atomic lived here once and are still imported from here
 __all__ = ["CONFIG_NAME", "FORMAT_VERSION", "WEIGHTS_NAME", "build_model", "check_state_dict", "convert", "detect",
            "read_config", "read_json", "read_meta", "save_native", "write_atomic"]
@@ -72,4 +76,5 @@ def convert(declared: Declared[NativeMeta], raw: dict[str, Any]) -> Checkpoint:
         raise CheckpointError(f"{declared.described_by}: no preprocessing given, and the default fails: {error}") \
             from None
     return Checkpoint(config, raw, meta.labels or generic_labels(config.num_classes), preprocessing,
-                      {"weights": str(declared.weights), "training": meta.training})
+                      {"weights": str(declared.weights), "training": meta.training}, NATIVE_NAMES,
+                      declared.described_by)

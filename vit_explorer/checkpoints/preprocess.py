@@ -64,6 +64,9 @@ class Preprocess:
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         _check_three("mean", self.mean, *MEAN_RANGE)
         _check_three("std", self.std, *STD_RANGE)
+        for name in ("interpolation", "backend", "crop_offset"):
+            if not isinstance(getattr(self, name), str):  # before the membership tests: a list is unhashable
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
         if self.interpolation not in INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, got {self.interpolation!r}")
         if self.backend not in BACKENDS:

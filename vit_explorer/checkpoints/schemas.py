@@ -131,8 +131,8 @@ def hf_preprocess(processor: Any, defaults: dict[str, Any], where: str) -> Prepr
         return _preprocess(where, crop, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
                            **common)
     if box is None:
-        raise CheckpointError(f"{where}: a preprocessor without a fixed output size (no resize to height/width, "
-                              "no centre crop) is not supported")
+        raise CheckpointError(f"{where}: do_resize, size and do_center_crop give no fixed output size (a "
+                              "shortest_edge resize needs a centre crop, no resize needs a crop); not supported")
     return _preprocess(where, box, **common)
 
 

@@ -53,3 +53,4 @@ class Checkpoint:
     preprocessing: Preprocess
     details: dict[str, Any] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)  # our dimension -> the declaring file's field, for messages
+    preprocessing_from: str = ""  # the file that declares the preprocessing, for messages

@@ -52,8 +52,9 @@ class TimmName:
     distilled: bool = False
 
 
-def parse_name(name: str) -> TimmName:
-    """'vit_small_patch16_384.augreg_in21k' -> family, sizes, resolution; a clear error otherwise."""
+def parse_name(name: str, where: str = "") -> TimmName:
+    """'vit_small_patch16_384.augreg_in21k' -> family, sizes, resolution; a clear error (prefixed with
+    `where`, e.g. the config file's field) otherwise."""
     base = name.split(".", 1)[0].removeprefix("timm/")
     match = _VIT_NAME.fullmatch(base)
     if match:
@@ -64,7 +65,7 @@ def parse_name(name: str) -> TimmName:
     if match:
         width, heads = CAIT_SIZES[match["size"]]
         return TimmName("cait", width, int(match["depth"]), heads, 16, int(match["res"]))
-    raise CheckpointError(f"timm model {name[:100]!r} is not supported; supported names: {SUPPORTED}")
+    raise CheckpointError(f"{where}timm model {name[:100]!r} is not supported; supported names: {SUPPORTED}")
 
 
 def timm_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -155,7 +156,7 @@ def detect(source: Source) -> bool:
 def read_config(source: Source) -> Declared[TimmConfig]:
     path = source.folder / "config.json"
     spec = parse_timm_config(source.config_json, str(path), source.arch)
-    parse_name(spec.architecture)
+    parse_name(spec.architecture, "--arch: " if source.arch else f"{path}: architecture: ")
     return Declared(spec, source.file or find_weights(source.folder),
                     f"{path} (timm model {spec.architecture!r} and its model_args)")
 
@@ -171,7 +172,7 @@ def read_bare(source: Source) -> Declared[TimmConfig]:
         raise CheckpointError(
             f"{source.file}: a bare state dict does not say which model it is; give the timm model name "
             f"(arch=..., --arch), e.g. vit_base_patch16_224 or cait_s24_224")
-    parse_name(source.arch)
+    parse_name(source.arch, "--arch: ")
     spec = TimmConfig(architecture=source.arch, model_args={}, num_classes={}, num_features=None, label_names={},
                       pretrained_cfg={})
     return Declared(spec, source.file, f"the model name {source.arch!r}")
@@ -187,4 +188,4 @@ def convert(declared: Declared[TimmConfig], raw: dict[str, torch.Tensor]) -> Che
     labels = labels_from_timm(spec.label_names, config.num_classes)
     preprocessing = preprocess_from_timm(spec.pretrained_cfg, config, parse_name(spec.architecture).family, where)
     details = {"architecture": spec.architecture.removeprefix("timm/"), "weights": str(declared.weights)}
-    return Checkpoint(config, state, labels, preprocessing, details, TIMM_NAMES)
+    return Checkpoint(config, state, labels, preprocessing, details, TIMM_NAMES, where)

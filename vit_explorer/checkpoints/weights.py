@@ -13,6 +13,7 @@ import io
 import math
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -140,13 +141,18 @@ def read_pickle(path: Path) -> dict[str, torch.Tensor]:
             raise CheckpointError(f"{path}: cannot read PyTorch weights, file is truncated or corrupt "
                                   f"({_one_line(error)})") from None
     try:
-        obj = torch.load(source, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on a file's contents (sparse tensors); we judge those
+            warnings.simplefilter("ignore")
+            obj = torch.load(source, map_location="cpu", weights_only=True)
     except MemoryError:
         raise CheckpointError(f"{path}: not enough memory to read these weights") from None
     except pickle.UnpicklingError as error:
         # torch's message advises loading unsafely; keep only the name of what was refused
-        found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        what = f" ({found.group(1)})" if found else ""
+        found = re.search(r"GLOBAL ([\w.]+)|unrecognized function ([\w.<> ]+)", str(error))
+        if not found:  # not a refused object: bytes that are no pickle torch can read
+            raise CheckpointError(f"{path}: cannot read PyTorch weights, file is truncated or corrupt "
+                                  f"(not a pickle of tensors)") from None
+        what = f" ({found.group(1) or found.group(2)})"
         raise CheckpointError(
             f"{path}: the file contains non-tensor objects{what} and will not be unpickled; "
             "vit-explorer reads pickles only with torch.load(weights_only=True). "
