@@ -148,8 +148,10 @@ def write_folder(out: Path, write: Callable[[Path], Any]) -> Path:
         write(tmp)
         os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700
         os.replace(tmp, out)
-    except OSError as e:
-        raise CheckpointError(f"{out}: writing failed ({e.strerror or e}); nothing was written") from None
+    except CheckpointError:
+        raise
+    except Exception as error:  # OSError, or safetensors' own error for the same (a full disk)
+        raise CheckpointError(f"{out}: writing failed ({error}); nothing was written") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
