@@ -38,7 +38,8 @@ def describe(value: Any) -> str:
         return f"{value!r} (a float)"
     if isinstance(value, int):
         return f"{value} (an integer)" if abs(value) < 10**12 else "a huge integer"
-    kind = {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    kinds = ((str, "a string"), (list, "a list"), (dict, "an object"))
+    kind = next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -72,14 +73,14 @@ class Fields:
             raise CheckpointError(f"{self.where}: {self.name(key)} is missing")
         return default
 
-    def int(self, key: str, default: Any = _MISSING, *, low: int = 1, high: int = MAX_INT) -> Any:
+    def integer(self, key: str, default: Any = _MISSING, *, low: int = 1, high: int = MAX_INT) -> Any:
         """An int in [low, high]; `default` (any value, e.g. None) when the key is absent."""
         value = self._get(key, default)
         if key in self.data:
             check_int(value, low, high, lambda allowed: self.fail(key, allowed, value))
         return value
 
-    def float(self, key: str, default: Any = _MISSING, *, low: float = 0.0, high: float = math.inf,
+    def number(self, key: str, default: Any = _MISSING, *, low: float = 0.0, high: float = math.inf,
               low_open: bool = False) -> Any:
         """A finite number in [low, high] (or (low, high] with low_open), as a float."""
         value = self._get(key, default)
@@ -87,13 +88,13 @@ class Fields:
             return value
         return check_float(value, low, high, low_open, lambda allowed: self.fail(key, allowed, value))
 
-    def bool(self, key: str, default: Any = _MISSING) -> Any:
+    def flag(self, key: str, default: Any = _MISSING) -> Any:
         value = self._get(key, default)
         if key in self.data and not isinstance(value, bool):
             self.fail(key, "true or false (a JSON bool)", value)
         return value
 
-    def str(self, key: str, default: Any = _MISSING, *, choices: Sequence[str] | None = None) -> Any:
+    def text(self, key: str, default: Any = _MISSING, *, choices: Sequence[str] | None = None) -> Any:
         value = self._get(key, default)
         if key not in self.data:
             return value
@@ -116,7 +117,7 @@ class Fields:
             check_int(side, 1, high, lambda _: self.fail(key, allowed, value))
         return (pair[0], pair[1])
 
-    def floats(self, key: str, default: Any, count: int, *, low: float = -math.inf, high: float = math.inf,
+    def numbers(self, key: str, default: Any, count: int, *, low: float = -math.inf, high: float = math.inf,
                low_open: bool = False) -> Any:
         """`count` finite numbers (one number stands for all), each in range, as a tuple of floats."""
         value = self._get(key, default)

@@ -99,12 +99,12 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[f"{_HEADS[head]}.{param}"] = value
         else:
             out[key] = value
-    for (index, param), parts in qkv.items():
+    for (block, param), parts in qkv.items():
         if set(parts) == {"query", "key", "value"}:
-            out[f"blocks.{index}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
+            out[f"blocks.{block}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
         else:  # incomplete: leave the pieces for the check to name
             for part, value in parts.items():
-                out[f"{prefix}encoder.layer.{index}.attention.attention.{part}.{param}"] = value
+                out[f"{prefix}encoder.layer.{block}.attention.attention.{part}.{param}"] = value
     return out
 
 
@@ -238,7 +238,8 @@ def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torc
                       str(Path(declared.described_by).parent / "preprocessor_config.json"))
 
 
-def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) -> tuple[dict, dict]:
+def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, preprocessor_config.json) for a ViTForImageClassification or, distilled,
     DeiTForImageClassification[WithTeacher] folder; CheckpointError for what HF cannot express."""
     reasons = []

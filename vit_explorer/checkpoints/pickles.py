@@ -14,7 +14,7 @@ import io
 import pickle
 import pickletools
 import struct
-from typing import BinaryIO
+from typing import IO, BinaryIO, cast
 
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 _GETS = {"BINGET", "LONG_BINGET", "GET"}
@@ -77,7 +77,7 @@ def downgrade(stream: BinaryIO, limit: int) -> bytes:
             pending.append(str(arg))
             return
         if name in _GETS and arg in strings:
-            pending.append(strings[int(arg)])  # type: ignore[call-overload]
+            pending.append(strings[int(arg)])
             return
         if name == "MEMOIZE" or name in _PUTS:
             index = memo_size if name == "MEMOIZE" else int(arg)  # type: ignore[call-overload]
@@ -102,7 +102,7 @@ def downgrade(stream: BinaryIO, limit: int) -> bytes:
             raise ValueError(f"the rewritten pickle would be larger than {limit} bytes")
 
     previous = None
-    for op, arg, pos in pickletools.genops(recorder):  # ValueError on anything that is not a pickle
+    for op, arg, pos in pickletools.genops(cast(IO[bytes], recorder)):  # ValueError on anything that is not a pickle
         if previous is not None:
             emit(previous[0], previous[1], bytes(recorder.data[previous[2]:pos]))
         previous = (op.name, arg, pos)

@@ -138,7 +138,7 @@ class Preprocess:
             resize_to = (round(self.resize_to[0] * size[0] / self.size[0]),
                          round(self.resize_to[1] * size[1] / self.size[1]))
         keep_ratio = self.keep_ratio
-        if self.crop and shortest is not None and size[0] != size[1]:
+        if self.crop and self.resize_shortest is not None and size[0] != size[1]:
             # a rectangular target: timm scales to cover a proportionally larger box (ResizeKeepRatio)
             shortest = None
             resize_to = (math.floor(size[0] * self.resize_shortest / self.size[0]),
@@ -158,7 +158,8 @@ class Preprocess:
             raise ValueError(f"unknown preprocessing keys {unknown}; known keys are {known}")
         if "size" not in data:
             raise ValueError("size is missing")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**values)
 
 
 def _resize_uint8(pixels: torch.Tensor, size: tuple[int, int], interpolation: str) -> torch.Tensor:
@@ -179,7 +180,7 @@ def _resize_uint8(pixels: torch.Tensor, size: tuple[int, int], interpolation: st
 
 
 def _check_int(name: str, value: Any, high: int) -> None:
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= value <= high):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= high):
         raise ValueError(f"{name} must be an integer from 1 to {high}, got {value!r}")
 
 
@@ -193,6 +194,6 @@ def _check_pair(name: str, value: Any, high: int) -> None:
 def _check_three(name: str, value: Any, low: float, high: float) -> None:
     """Three finite numbers (R, G, B) in [low, high]."""
     if not (isinstance(value, tuple) and len(value) == 3 and all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= v <= high
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= float(v) <= high
             for v in value)):
         raise ValueError(f"{name} must be three finite numbers in [{low}, {high}], got {value!r}")

@@ -45,7 +45,7 @@ def index_labels(f: Fields, key: str) -> dict[int, str]:
     for index in section.data:
         if not (index.isascii() and index.isdigit() and len(index) <= 6):
             section.fail(index[:20], "a class index (a string of digits) mapped to a name")
-        names[int(index)] = section.str(index)
+        names[int(index)] = section.text(index)
     return names
 
 
@@ -72,7 +72,7 @@ class HFConfig:
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
     f = Fields(data, where)
-    model_type = f.str("model_type")
+    model_type = f.text("model_type")
     if model_type not in HF_ARCHITECTURES:
         raise CheckpointError(f"{where}: model_type {model_type!r} is not supported; vit-explorer reads "
                               f"Hugging Face {', '.join(HF_ARCHITECTURES)} checkpoints")
@@ -81,19 +81,19 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
     if architecture and architecture not in HF_ARCHITECTURES[model_type]:
         f.fail("architectures", f"one of {', '.join(HF_ARCHITECTURES[model_type])} for model_type {model_type!r}",
                architectures)
-    f.str("hidden_act", "gelu", choices=("gelu",))  # transformers' exact GELU, which ours is
+    f.text("hidden_act", "gelu", choices=("gelu",))  # transformers' exact GELU, which ours is
     return HFConfig(
         model_type=model_type,
         architecture=architecture,
-        hidden_size=f.int("hidden_size", high=MAX_WIDTH),
-        num_hidden_layers=f.int("num_hidden_layers", high=MAX_DEPTH),
-        num_attention_heads=f.int("num_attention_heads", high=MAX_HEADS),
-        intermediate_size=f.int("intermediate_size", high=64 * MAX_WIDTH),
+        hidden_size=f.integer("hidden_size", high=MAX_WIDTH),
+        num_hidden_layers=f.integer("num_hidden_layers", high=MAX_DEPTH),
+        num_attention_heads=f.integer("num_attention_heads", high=MAX_HEADS),
+        intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH),
         image_size=f.size2("image_size", (224, 224), high=16 * MAX_SIDE),
-        patch_size=f.int("patch_size", 16, high=MAX_SIDE),
-        num_channels=f.int("num_channels", 3, high=64),
-        qkv_bias=f.bool("qkv_bias", True),
-        layer_norm_eps=f.float("layer_norm_eps", 1e-12, low=0.0, high=1.0, low_open=True),
+        patch_size=f.integer("patch_size", 16, high=MAX_SIDE),
+        num_channels=f.integer("num_channels", 3, high=64),
+        qkv_bias=f.flag("qkv_bias", True),
+        layer_norm_eps=f.number("layer_norm_eps", 1e-12, low=0.0, high=1.0, low_open=True),
         id2label=index_labels(f, "id2label"),
     )
 
@@ -111,21 +111,21 @@ def hf_preprocess(processor: Any, defaults: dict[str, Any], where: str) -> Prepr
     """
     given = Fields(processor, where).data
     f = Fields({**defaults, **{k: v for k, v in given.items() if v is not None}}, where)
-    resample = f.int("resample", low=0, high=5)
+    resample = f.integer("resample", low=0, high=5)
     if resample not in PIL_RESAMPLE:
         f.fail("resample", ", ".join(f"{code} ({name})" for code, name in PIL_RESAMPLE.items()), resample)
-    if not f.bool("do_rescale", True):
+    if not f.flag("do_rescale", True):
         f.fail("do_rescale", "true (pixels scaled to 0..1; vit-explorer does not feed 0..255)", False)
-    factor = f.float("rescale_factor", 1 / 255, low=0.0, low_open=True)
+    factor = f.number("rescale_factor", 1 / 255, low=0.0, low_open=True)
     if abs(factor - 1 / 255) > 1e-12:
         f.fail("rescale_factor", "1/255", factor)
     mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    if f.bool("do_normalize", True):
-        mean = f.floats("image_mean", (0.5,) * 3, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1])
-        std = f.floats("image_std", (0.5,) * 3, 3, low=STD_RANGE[0], high=STD_RANGE[1])
-    box, shortest = _hf_size(f, "size") if f.bool("do_resize", True) else (None, None)
+    if f.flag("do_normalize", True):
+        mean = f.numbers("image_mean", (0.5,) * 3, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1])
+        std = f.numbers("image_std", (0.5,) * 3, 3, low=STD_RANGE[0], high=STD_RANGE[1])
+    box, shortest = _hf_size(f, "size") if f.flag("do_resize", True) else (None, None)
     common: dict[str, Any] = dict(interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
-    if f.bool("do_center_crop", False):
+    if f.flag("do_center_crop", False):
         crop, _ = _hf_size(f, "crop_size", fixed=True)
         assert crop is not None
         return _preprocess(where, crop, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
@@ -141,14 +141,14 @@ def _hf_size(f: Fields, key: str, fixed: bool = False) -> tuple[tuple[int, int] 
     value = f.data.get(key)
     high = MAX_SIDE if fixed else MAX_RESIZE
     if type(value) is int:
-        side = f.int(key, high=high)
+        side = f.integer(key, high=high)
         return (side, side), None
     allowed = "an integer or {height, width}" + ("" if fixed else " or {shortest_edge}")
     if isinstance(value, dict) and set(value) == {"height", "width"}:
         section = f.section(key)
-        return (section.int("height", high=high), section.int("width", high=high)), None
+        return (section.integer("height", high=high), section.integer("width", high=high)), None
     if isinstance(value, dict) and set(value) == {"shortest_edge"} and not fixed:
-        return None, f.section(key).int("shortest_edge", high=high)
+        return None, f.section(key).integer("shortest_edge", high=high)
     f.fail(key, allowed, value)
 
 
@@ -173,16 +173,16 @@ def timm_preprocess(pretrained_cfg: Any, where: str = "timm pretrained_cfg", pre
     if not (isinstance(size, (list, tuple)) and len(size) == 3):
         f.fail("input_size", f"[channels, height, width] with sides from 1 to {MAX_SIDE}", size)
     sizes = Fields(dict(zip(("channels", "height", "width"), size, strict=True)), where, f"{f.name('input_size')}.")
-    sizes.int("channels", high=64)
-    h, w = sizes.int("height", high=MAX_SIDE), sizes.int("width", high=MAX_SIDE)
-    crop_pct = f.float("crop_pct", 0.875, low=0.0, high=1.0, low_open=True)
+    sizes.integer("channels", high=64)
+    h, w = sizes.integer("height", high=MAX_SIDE), sizes.integer("width", high=MAX_SIDE)
+    crop_pct = f.number("crop_pct", 0.875, low=0.0, high=1.0, low_open=True)
     box = (int(h // crop_pct), int(w // crop_pct))  # timm: math.floor(size / crop_pct)
     if max(box) > MAX_RESIZE:
         f.fail("crop_pct", f"large enough that input_size / crop_pct stays within {MAX_RESIZE} pixels", crop_pct)
-    crop_mode = f.str("crop_mode", "center", choices=("center", "squash"))
-    common = dict(crop=True, interpolation=f.str("interpolation", "bicubic", choices=tuple(INTERPOLATIONS)),
-                  mean=f.floats("mean", IMAGENET_MEAN, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1]),
-                  std=f.floats("std", IMAGENET_STD, 3, low=STD_RANGE[0], high=STD_RANGE[1]))
+    crop_mode = f.text("crop_mode", "center", choices=("center", "squash"))
+    common = dict(crop=True, interpolation=f.text("interpolation", "bicubic", choices=tuple(INTERPOLATIONS)),
+                  mean=f.numbers("mean", IMAGENET_MEAN, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1]),
+                  std=f.numbers("std", IMAGENET_STD, 3, low=STD_RANGE[0], high=STD_RANGE[1]))
     if crop_mode == "squash":
         return _preprocess(where, (h, w), resize_to=box, **common)
     if h == w:
@@ -221,20 +221,20 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
     f = Fields(data, where)
     legacy = "pretrained_cfg" not in f.data
     pretrained = Fields(f.data, where) if legacy else f.section("pretrained_cfg")
-    name = arch if arch is not None else f.str("architecture", None)
+    name = arch if arch is not None else f.text("architecture", None)
     if not name:
         raise CheckpointError(f"{where}: no 'architecture' (timm model name); give arch=... (--arch)")
-    f.str("global_pool", "token", choices=("token",))
+    f.text("global_pool", "token", choices=("token",))
     num_classes = {}
     for fields in (f, f.section("model_args"), pretrained):
         if fields.has("num_classes") and not (legacy and fields is pretrained):
-            num_classes[fields.name("num_classes")] = fields.int("num_classes", low=0, high=MAX_CLASSES)
+            num_classes[fields.name("num_classes")] = fields.integer("num_classes", low=0, high=MAX_CLASSES)
     labels = {}
     for fields in (pretrained, f):  # timm moves a top-level label_names into pretrained_cfg; the top wins
         if isinstance(fields.data.get("label_names"), (list, dict)):
             labels = index_labels(fields, "label_names")
     return TimmConfig(architecture=name, model_args=parse_model_args(f.section("model_args")),
-                      num_classes=num_classes, num_features=f.int("num_features", None, high=MAX_WIDTH),
+                      num_classes=num_classes, num_features=f.integer("num_features", None, high=MAX_WIDTH),
                       label_names=labels, pretrained_cfg=pretrained.data)
 
 
@@ -249,23 +249,23 @@ def parse_model_args(f: Fields) -> dict[str, Any]:
                                   f"builds timm's ViT, DeiT and CaiT with {key} = {allowed!r}")
     for key, (low, high) in TIMM_SIZE_ARGS.items():
         if f.has(key):
-            args[key] = f.int(key, low=low, high=high)
+            args[key] = f.integer(key, low=low, high=high)
     for key in TIMM_RATIO_ARGS:
         if f.has(key):
-            args[key] = f.float(key, low=0.0, high=64.0, low_open=True)
+            args[key] = f.number(key, low=0.0, high=64.0, low_open=True)
     if f.has("img_size"):
         args["img_size"] = f.size2("img_size", high=16 * MAX_SIDE)
     if f.has("qkv_bias"):
-        args["qkv_bias"] = f.bool("qkv_bias")
+        args["qkv_bias"] = f.flag("qkv_bias")
     if f.data.get("init_values") is not None:
-        args["init_values"] = f.float("init_values", low=0.0, high=1e3, low_open=True)
+        args["init_values"] = f.number("init_values", low=0.0, high=1e3, low_open=True)
     for key in TIMM_IGNORED_ARGS:  # checked all the same: a string for a flag means an edited file
         if key == "weight_init":
-            f.str(key, "")
+            f.text(key, "")
         elif key.endswith("rate"):
-            f.float(key, 0.0, low=0.0, high=1.0)
+            f.number(key, 0.0, low=0.0, high=1.0)
         else:
-            f.bool(key, False)
+            f.flag(key, False)
     f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, "img_size", "qkv_bias", "init_values",
                       *TIMM_IGNORED_ARGS])
     return args
@@ -284,7 +284,7 @@ def parse_native(data: Any, where: str) -> NativeMeta:
     f = Fields(data, where)
     if f.data.get("format") != "vit-explorer" or "config" not in f.data:
         raise CheckpointError(f"{where}: not a vit-explorer checkpoint description (no 'format'/'config')")
-    version = f.int("version", low=0)
+    version = f.integer("version", low=0)
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{where}: format version {version} is not one this vit-explorer reads "
                               f"(version {FORMAT_VERSION}); a newer vit-explorer may read it")

@@ -50,8 +50,7 @@ def open_image(path: str | os.PathLike[str]) -> Image.Image:
                 with Image.open(f) as image:
                     check_size(image.width, image.height, path)
                     image.load()  # decode now, so a truncated file fails here and not later
-                    image = ImageOps.exif_transpose(image)
-                    return to_rgb(image)
+                    return to_rgb(ImageOps.exif_transpose(image))
         except ImageError:
             raise
         except UnidentifiedImageError:
