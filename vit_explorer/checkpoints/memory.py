@@ -8,7 +8,6 @@ With `captures` every block's attention and hidden states are kept, as the repor
 
 from __future__ import annotations
 
-import os
 import resource
 
 import torch
@@ -59,7 +58,7 @@ def available_bytes(device: torch.device) -> int | None:
 
 def _address_space() -> int:
     try:
-        with open(f"/proc/{os.getpid()}/status") as f:
+        with open("/proc/self/status") as f:
             for line in f:
                 if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
