@@ -1,20 +1,35 @@
 """`vit-explorer`: no arguments (or a SOURCE) opens the app; subcommands run headless.
 
-Heavy imports happen inside each command so that opening the app starts fast.
+Heavy imports happen inside each command so that opening the app starts fast. Every problem with
+the input (a flag, a file, a checkpoint) ends the command with one line on stderr,
+`vit-explorer COMMAND: error: ...`, and exit status 2; warnings about what was loaded (NaN
+weights) are lines `vit-explorer COMMAND: warning: ...`. `predict --json` prints strict JSON:
+a NaN or infinite logit or probability is written as null.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 COMMANDS = ("predict", "inspect", "train", "convert")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _app_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="vit-explorer",
         description="Open the vit-explorer app. Headless commands: " + ", ".join(COMMANDS)
         + " (run 'vit-explorer COMMAND --help').",
@@ -27,7 +42,7 @@ def _command_parser() -> argparse.ArgumentParser:
     from . import report
     from .training import command as train_command
 
-    parser = argparse.ArgumentParser(prog="vit-explorer")
+    parser = _Parser(prog="vit-explorer")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("predict", help="classify an image and print the top-k classes")
@@ -52,23 +67,54 @@ def _command_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_flags(args: argparse.Namespace) -> str | None:
+    """What is wrong with the flags of predict, inspect or convert (before anything is loaded), or None."""
+    from .checkpoints.devices import resolve_device
+    from .checkpoints.errors import CheckpointError
+    from .checkpoints.preprocess import MAX_SIDE
+
+    if getattr(args, "top_k", 1) < 1:
+        return f"argument --top-k: must be at least 1, got {args.top_k}"
+    try:
+        resolve_device(getattr(args, "device", None))
+    except CheckpointError as error:
+        return f"argument --device: {error}"
+    if getattr(args, "resolution", None):
+        from .report import parse_resolution
+
+        try:
+            h, w = parse_resolution(args.resolution)
+        except ValueError as error:
+            return f"argument --resolution: {error}"
+        if max(h, w) > MAX_SIDE:
+            return f"argument --resolution: {h}x{w} has a side over {MAX_SIDE} pixels"
+    return None
+
+
+def _finite(value: float) -> float | None:
+    """Strict JSON has no NaN or Infinity: those are written as null."""
+    return value if math.isfinite(value) else None
+
+
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
     from .checkpoints import load
     from .data.images import open_image
 
-    if args.top_k < 1:
-        raise SystemExit("vit-explorer predict: --top-k must be at least 1")
+    image = open_image(args.image)  # before the (slower) load: a bad image fails at once
     loaded = load(args.source, device=args.device, arch=args.arch)
     if not loaded.config.num_classes:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
-    pixels = loaded.preprocess(open_image(args.image))
+    pixels = loaded.preprocess(image)
     with torch.inference_mode():
         logits = loaded.model(pixels)[0].float().cpu()
     rows = loaded.top_k(logits, args.top_k)
     if args.json:
-        print(json.dumps({"source": args.source, "image": args.image, "top_k": rows, "logits": logits.tolist()}))
+        top = [{**row, "prob": _finite(row["prob"])} for row in rows]
+        result = {"source": args.source, "image": args.image, "top_k": top,
+                  "logits": [_finite(v) for v in logits.tolist()]}
+        print(json.dumps(result, allow_nan=False))
     else:
         width = max(len(r["label"]) for r in rows)
         for r in rows:
@@ -101,6 +147,11 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _out_of_memory(error: BaseException) -> bool:
+    text = str(error)
+    return isinstance(error, MemoryError) or "out of memory" in text or "can't allocate memory" in text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
@@ -109,11 +160,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_app(args.source)
 
-    args = _command_parser().parse_args(argv)
-    from .checkpoints.errors import CheckpointError
+    args, unknown = _command_parser().parse_known_args(argv)
+    from .checkpoints.errors import CheckpointError, CheckpointWarning
     from .models.config import ConfigError
 
+    def fail(message: Any) -> int:
+        # one line, whatever a library put into the message
+        print(f"vit-explorer {args.command}: error: {' '.join(str(message).split())}", file=sys.stderr)
+        return 2
+
+    def warn(message: Any, category: type[Warning], *rest: Any, **kwargs: Any) -> None:
+        if issubclass(category, CheckpointWarning):
+            print(f"vit-explorer {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        else:
+            default_warning(message, category, *rest, **kwargs)
+
+    default_warning = warnings.showwarning
+    warnings.showwarning = warn
     try:
+        if unknown:  # argparse would name the top-level program, not the command
+            return fail(f"unrecognized arguments: {' '.join(unknown)} (see vit-explorer {args.command} --help)")
+        if args.command != "train" and (problem := _check_flags(args)):
+            return fail(problem)
         if args.command == "predict":
             return _predict(args)
         if args.command == "convert":
@@ -124,8 +192,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return train_command.run(args)
     except (CheckpointError, ConfigError, OSError, ValueError) as error:
-        print(f"vit-explorer {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return fail(error)
+    except (MemoryError, RuntimeError) as error:
+        if not _out_of_memory(error):
+            raise
+        return fail(f"out of memory ({error}); use a smaller model, input size or batch, or another device")
     except KeyboardInterrupt:
         print(f"vit-explorer {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = default_warning

@@ -64,10 +64,14 @@ def test_truncated_pth(timm_hub, tmp_path: Path) -> None:
 
 
 def test_checkpoint_of_another_architecture(timm_hub, tmp_path: Path) -> None:
-    """CaiT weights read as a ViT: the message lists missing, unexpected and mis-shaped keys."""
-    model, _ = timm_hub("cait")
+    """CaiT weights read as a ViT with LayerScale of the same sizes (its timm config, the name replaced
+    by arch): the message lists missing, unexpected and mis-shaped keys."""
+    model, folder = timm_hub("cait")
     path = tmp_path / "cait.pth"
     torch.save(model.state_dict(), path)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_args"]["init_values"] = 1e-5
+    (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError) as info:
         load(path, arch="vit_tiny_patch16_224")
     message = str(info.value)
@@ -97,13 +101,13 @@ def test_absurd_config_is_refused_before_allocating(hf_folder, tmp_path: Path, m
     _, folder = hf_folder("vit")
     bad = copy_folder(folder, tmp_path / "absurd")
     config = json.loads((bad / "config.json").read_text())
-    config.update(num_hidden_layers=100000, hidden_size=8192, intermediate_size=32768, num_attention_heads=64)
+    config.update(num_hidden_layers=4000, hidden_size=8192, intermediate_size=32768, num_attention_heads=64)
     (bad / "config.json").write_text(json.dumps(config))
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was built for an absurd config")
 
-    monkeypatch.setattr("vit_explorer.checkpoints.build_model", no_model)
+    monkeypatch.setattr("vit_explorer.checkpoints.formats.build_model", no_model)
     with pytest.raises(CheckpointError, match="parameters") as info:
         load(bad)
     assert str(bad / "config.json") in str(info.value)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vit_explorer.checkpoints.native import write_atomic
+from vit_explorer.checkpoints.files import write_atomic
 
 
 def test_write_atomic_uses_umask_permissions(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from vit_explorer.checkpoints.hf_format import preprocess_from_hf
-from vit_explorer.checkpoints.preprocess import Preprocess, timm_preprocess
+from vit_explorer.checkpoints.preprocess import Preprocess
+from vit_explorer.checkpoints.schemas import timm_preprocess
 
 TOL = 1e-5
 SIZES_WH = [(45, 67), (80, 50), (33, 33), (131, 200)]

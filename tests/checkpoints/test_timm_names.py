@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vit_explorer.checkpoints import CheckpointError
-from vit_explorer.checkpoints.native import check_state_dict
+from vit_explorer.checkpoints.build import check_state_dict
 from vit_explorer.checkpoints.timm_format import config_from_timm, parse_name, timm_to_native
 from vit_explorer.models import VisionTransformer
 from vit_explorer.models.presets import TIMM_NAMES, preset

@@ -77,16 +77,28 @@ def test_timm_hub_folder_parity(timm_hub, timm_build, case: str, size: tuple[int
             assert_close(a, b, f"class token {i}")
 
 
+@pytest.fixture(scope="module")
+def full_size() -> dict[str, torch.nn.Module]:
+    """The named models at their real sizes (a bare state dict has only its name to say what it is,
+    and the name's sizes must match the weights), with a 7-class head; small enough to run in 0.1 s."""
+    import timm
+
+    from .conftest import LABELS, TIMM_CASES, randomize
+
+    return {case: randomize(timm.create_model(TIMM_CASES[case][0], num_classes=len(LABELS)))
+            for case in ("deit_distilled", "cait")}
+
+
 @pytest.mark.parametrize("case", ["deit_distilled", "cait"])
 @pytest.mark.parametrize("wrap", ["bare", "model", "state_dict"])
-def test_bare_pth_with_arch(timm_hub, timm_names, tmp_path: Path, case: str, wrap: str) -> None:
+def test_bare_pth_with_arch(full_size, timm_names, tmp_path: Path, case: str, wrap: str) -> None:
     """A bare (or wrapped) .pth state dict plus the model name; heads come from the name."""
-    model, _ = timm_hub(case)
+    model = full_size[case]
     state = model.state_dict()
     path = tmp_path / "weights.pth"
     torch.save(state if wrap == "bare" else {wrap: state, "epoch": 3}, path)
     loaded = load(path, arch=timm_names[case] + ".fake_tag")
-    x = torch.randn(1, 3, 32, 32)
+    x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert_close(loaded.model(x), model(x), "logits")
     assert loaded.config.num_heads == {"deit_distilled": 3, "cait": 4}[case]
@@ -130,7 +142,7 @@ def test_timm_label_names_from_pretrained_cfg(timm_hub, tmp_path: Path) -> None:
 def test_imagenet_head_gets_imagenet_names(tmp_path: Path) -> None:
     import timm
 
-    model = timm.create_model("deit_tiny_patch16_224", img_size=32, patch_size=8, embed_dim=48, depth=1)
+    model = timm.create_model("deit_tiny_patch16_224")  # the name's sizes: a bare file has only the name
     torch.save(model.state_dict(), tmp_path / "in1k.pth")
     loaded = load(tmp_path / "in1k.pth", arch="deit_tiny_patch16_224")
     assert len(loaded.labels) == 1000

@@ -133,3 +133,81 @@ def test_normalize_uses_the_recorded_mean_and_std() -> None:
     data = load_data("shapes", train_size=4, val_size=2)
     x = normalize(torch.full((1, 3, 2, 2), 255, dtype=torch.uint8), data.preprocessing)
     assert torch.allclose(x, torch.ones_like(x))
+
+
+# ------------------------------------------------------------------------------------------------ images
+def test_16_bit_greyscale_png_is_scaled_not_clipped(tmp_path: Path) -> None:
+    """A 16-bit ramp (0..65535) reads as the same ramp in 0..255, not as white above 255."""
+    from vit_explorer.data.images import open_image
+
+    ramp = np.linspace(0, 65535, 64 * 64).reshape(64, 64).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "deep.png")
+    rgb = np.asarray(open_image(tmp_path / "deep.png"))
+    assert rgb.shape == (64, 64, 3) and (rgb[..., 0] == rgb[..., 2]).all()
+    assert abs(rgb[..., 0].astype(float) - ramp / 257).max() <= 1
+
+
+@pytest.mark.parametrize("kind", ["int32-16bit-range", "int32-wide", "float-unit", "float-wide"])
+def test_int32_and_float_tiffs_are_scaled(tmp_path: Path, kind: str) -> None:
+    """32-bit integer and float greyscale: the narrowest standard range (0..1 for floats, 0..255,
+    0..65535) that holds the values, else their own minimum to maximum."""
+    from vit_explorer.data.images import open_image
+
+    base = np.linspace(0, 1, 32 * 32).reshape(32, 32)
+    values = {"int32-16bit-range": (base * 40000).astype(np.int32), "int32-wide": (base * 4e6 - 1e6).astype(np.int32),
+              "float-unit": base.astype(np.float32), "float-wide": (base * 500 - 100).astype(np.float32)}[kind]
+    Image.fromarray(values).save(tmp_path / "scan.tif")
+    grey = np.asarray(open_image(tmp_path / "scan.tif"))[..., 0].astype(float)
+    expected = {"int32-16bit-range": base * 40000 / 65535 * 255, "int32-wide": base * 255,
+                "float-unit": base * 255, "float-wide": base * 255}[kind]
+    assert abs(grey - expected).max() <= 1.5, kind
+    assert grey.min() < 5 and grey.max() > 100  # neither all black nor all white
+
+
+def test_exif_orientation_is_applied(tmp_path: Path) -> None:
+    """A phone photo stored sideways with EXIF orientation 6 (rotate 90 degrees clockwise to view)."""
+    from vit_explorer.data.images import open_image
+
+    stored = np.zeros((20, 40, 3), dtype=np.uint8)  # 40 wide, 20 high; the left half red
+    stored[:, :20, 0] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(stored).save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    upright = np.asarray(open_image(tmp_path / "phone.jpg"))
+    assert upright.shape == (40, 20, 3)
+    assert upright[5, 10, 0] > 200 and upright[35, 10, 0] < 50  # the red half is now on top
+
+
+@pytest.mark.parametrize("size,fragment", [((20_000, 10_000), "pixels"), ((1, 2000), "20:1"),
+                                           ((3000, 10), "20:1")])
+def test_huge_and_thin_images_are_refused_before_decoding(tmp_path: Path, size: tuple[int, int],
+                                                          fragment: str) -> None:
+    from vit_explorer.data.images import ImageError, open_image
+
+    path = tmp_path / "big.png"
+    Image.new("1", size).save(path)
+    with pytest.raises(ImageError, match=fragment) as info:
+        open_image(path)
+    assert str(path) in str(info.value)
+
+
+def test_a_thin_image_is_not_resized_to_gigabytes() -> None:
+    """Even an image opened elsewhere (the app's canvas) is refused before resizing: 1x20000 at a
+    224 shortest edge would be 224 x 4,480,000 pixels."""
+    from vit_explorer.checkpoints.preprocess import Preprocess
+
+    with pytest.raises(ValueError, match="would be resized to 224x4480000"):
+        Preprocess((224, 224), resize_shortest=224, crop=True)(Image.new("L", (1, 20000)))
+
+
+@pytest.mark.timeout(20)
+def test_special_files_are_not_read_as_images(tmp_path: Path) -> None:
+    import os
+
+    from vit_explorer.data.images import ImageError, open_image
+
+    os.mkfifo(tmp_path / "pipe.png")
+    (tmp_path / "zero.png").symlink_to("/dev/zero")
+    for name, kind in (("pipe.png", "named pipe"), ("zero.png", "character device")):
+        with pytest.raises(ImageError, match=kind):
+            open_image(tmp_path / name)

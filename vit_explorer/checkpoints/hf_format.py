@@ -16,11 +16,12 @@ import torch
 
 from ..models import ConfigError, ViTConfig
 from .errors import CheckpointError
+from .files import read_json
 from .labels import generic_labels
-from .native import read_json
-from .preprocess import Preprocess, hf_preprocess
-
-MODEL_TYPES = ("vit", "deit")
+from .preprocess import Preprocess
+from .schemas import HFConfig, hf_preprocess, parse_hf_config
+from .source import Checkpoint, Declared, Source
+from .weights import find_weights
 
 
 def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
@@ -98,12 +99,12 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[f"{_HEADS[head]}.{param}"] = value
         else:
             out[key] = value
-    for (index, param), parts in qkv.items():
+    for (block, param), parts in qkv.items():
         if set(parts) == {"query", "key", "value"}:
-            out[f"blocks.{index}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
+            out[f"blocks.{block}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
         else:  # incomplete: leave the pieces for the check to name
             for part, value in parts.items():
-                out[f"{prefix}encoder.layer.{index}.attention.attention.{part}.{param}"] = value
+                out[f"{prefix}encoder.layer.{block}.attention.attention.{part}.{param}"] = value
     return out
 
 
@@ -144,77 +145,101 @@ def native_to_hf(state: dict[str, torch.Tensor], architecture: str) -> dict[str,
     return out
 
 
-def config_from_hf(hf: dict[str, Any], state: dict[str, torch.Tensor], where: Path) -> ViTConfig:
-    """Our config from an HF config.json; the (converted) weights decide which heads and tokens exist."""
-    model_type = hf.get("model_type")
-    if model_type not in MODEL_TYPES:
-        raise CheckpointError(f"{where}: model_type {model_type!r} is not supported; vit-explorer reads "
-                              f"Hugging Face {', '.join(MODEL_TYPES)} checkpoints")
-    if hf.get("hidden_act", "gelu") != "gelu":
-        raise CheckpointError(f"{where}: hidden_act {hf['hidden_act']!r} is not supported (only exact 'gelu')")
-    distilled = "dist_token" in state
+# names of our dimensions in an HF config.json, for messages
+HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "intermediate_size",
+            "patch_size": "patch_size", "in_chans": "num_channels",
+            "pos_rows": "position-table rows ((image_size / patch_size)^2 plus [CLS] and distillation tokens)",
+            "num_classes": "classes (architectures and id2label)"}
+CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher")
+
+
+def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
+    """Our config from an HF config.json: its fields decide every size. The weights decide only what
+    the config does not say (a classifier's classes; heads and [MASK] when `architectures` is absent)."""
+    d, intermediate = hf.hidden_size, hf.intermediate_size
     # DeiTForImageClassification: a distillation token, one classifier on [CLS]. The architecture
     # decides (so a teacher checkpoint missing its distillation head is reported, not loaded as
     # another model); without one, the weights do.
-    architecture = (hf.get("architectures") or [""])[0]
-    if architecture:
-        one_head = architecture == "DeiTForImageClassification"
+    if hf.architecture:
+        one_head = hf.architecture == "DeiTForImageClassification"
+        head = hf.architecture in CLASSIFIERS
+        if head and "head.weight" not in state:
+            raise CheckpointError(f"{where} declares {hf.architecture}, a classifier, but the weights have none "
+                                  f"(no {'cls_' if 'WithTeacher' in hf.architecture else ''}classifier.weight)")
     else:
         one_head = "head.weight" in state and "head_dist.weight" not in state
+        head = "head.weight" in state
+    classes = int(state["head.weight"].shape[0]) if head and state["head.weight"].dim() == 2 else 0
     try:
-        d = int(hf["hidden_size"])
-        intermediate = int(hf["intermediate_size"])
-        image = hf.get("image_size", 224)
-        head = state.get("head.weight")
         config = ViTConfig(
-            image_size=tuple(image) if isinstance(image, (list, tuple)) else (int(image), int(image)),
-            patch_size=int(hf.get("patch_size", 16)),
-            in_chans=int(hf.get("num_channels", 3)),
-            num_classes=0 if head is None else int(head.shape[0]),
+            image_size=hf.image_size,
+            patch_size=hf.patch_size,
+            in_chans=hf.num_channels,
+            num_classes=classes,
             embed_dim=d,
-            depth=int(hf["num_hidden_layers"]),
-            num_heads=int(hf["num_attention_heads"]),
+            depth=hf.num_hidden_layers,
+            num_heads=hf.num_attention_heads,
             mlp_ratio=intermediate / d,
-            qkv_bias=bool(hf.get("qkv_bias", True)),
-            prefix_tokens="cls+dist" if distilled else "cls",
-            dist_head=not (distilled and one_head),
+            qkv_bias=hf.qkv_bias,
+            prefix_tokens="cls+dist" if hf.model_type == "deit" else "cls",  # DeiTModel always has both tokens
+            dist_head=not (hf.model_type == "deit" and one_head),
             mask_token="mask_token" in state,
             pe_resample_antialias=False,  # HF's interpolate_pos_encoding: bicubic, no antialias
-            layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+            layer_norm_eps=hf.layer_norm_eps,
         )
-    except KeyError as error:
-        raise CheckpointError(f"{where}: missing {error.args[0]!r}") from None
-    except (ConfigError, TypeError, ValueError) as error:
+    except ConfigError as error:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
     if int(config.embed_dim * config.mlp_ratio) != intermediate:
         raise CheckpointError(f"{where}: intermediate_size {intermediate} is not a whole multiple of hidden_size {d}")
     return config
 
 
-def labels_from_hf(hf: dict[str, Any], num_classes: int, where: Path) -> list[str]:
-    """Class names from id2label (keys are stringified ints)."""
-    id2label = hf.get("id2label") or {}
-    try:
-        names = {int(k): str(v) for k, v in id2label.items()}
-    except (TypeError, ValueError):
-        raise CheckpointError(f"{where}: id2label keys must be class indices") from None
+def labels_from_hf(hf: HFConfig, num_classes: int, where: str) -> list[str]:
+    """Class names from id2label (transformers writes two placeholder labels even for a model without a head)."""
+    names = hf.id2label
     if num_classes and sorted(names) != list(range(num_classes)):
         if names:
-            raise CheckpointError(f"{where}: id2label has {len(names)} entries for a {num_classes}-class head")
+            raise CheckpointError(f"{where}: id2label has {len(names)} entries (indices {_span(names)}) "
+                                  f"for a {num_classes}-class head")
         return generic_labels(num_classes)
     return [names[i] for i in range(num_classes)]
+
+
+def _span(indices: dict[int, str]) -> str:
+    return f"{min(indices)}..{max(indices)}" if indices else "none"
 
 
 def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int]) -> Preprocess:
     path = folder / "preprocessor_config.json"
     processor = read_json(path) if path.exists() else {}
-    try:
-        return hf_preprocess(processor, processor_defaults(model_type, size))
-    except (KeyError, ValueError) as error:
-        raise CheckpointError(f"{path}: {error}") from None
+    return hf_preprocess(processor, processor_defaults(model_type, size), str(path))
 
 
-def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess) -> tuple[dict, dict]:
+# ------------------------------------------------------------------------------------ the format entry
+def detect(source: Source) -> bool:
+    config = source.config_json
+    return config is not None and "model_type" in config and "architecture" not in config
+
+
+def read_config(source: Source) -> Declared[tuple[HFConfig, Preprocess]]:
+    path = source.folder / "config.json"
+    hf = parse_hf_config(source.config_json, str(path))
+    preprocessing = preprocess_from_hf(source.folder, hf.model_type, hf.image_size)
+    return Declared((hf, preprocessing), source.file or find_weights(source.folder), str(path))
+
+
+def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torch.Tensor]) -> Checkpoint:
+    hf, preprocessing = declared.spec
+    state = hf_to_native(raw)
+    config = config_from_hf(hf, state, declared.described_by)
+    labels = labels_from_hf(hf, config.num_classes, declared.described_by)
+    details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
+    return Checkpoint(config, state, labels, preprocessing, details, HF_NAMES,
+                      str(Path(declared.described_by).parent / "preprocessor_config.json"))
+
+
+def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
+             ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, preprocessor_config.json) for a ViTForImageClassification or, distilled,
     DeiTForImageClassification[WithTeacher] folder; CheckpointError for what HF cannot express."""
     reasons = []

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import CheckpointError
-
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+from .weights import WEIGHT_NAMES
 
 
 def download(repo_id: str, config_files: tuple[str, ...]) -> Path:
@@ -27,7 +26,7 @@ def download(repo_id: str, config_files: tuple[str, ...]) -> Path:
     where = f"{repo_id} (no such local file or folder, so read as a hub id)"
     folder = None
     try:
-        for weights in WEIGHT_FILES:
+        for weights in WEIGHT_NAMES:
             folder = Path(snapshot_download(repo_id, allow_patterns=[*config_files, weights]))
             if (folder / weights).exists():
                 return folder
@@ -44,4 +43,4 @@ def download(repo_id: str, config_files: tuple[str, ...]) -> Path:
     except (HfHubHTTPError, EntryNotFoundError, OSError) as error:
         raise CheckpointError(f"{where}: download failed ({error})") from None
     raise CheckpointError(f"{where}: the repository (snapshot {folder}) has neither "
-                          f"{' nor '.join(WEIGHT_FILES)}")
+                          f"{' nor '.join(WEIGHT_NAMES)}")

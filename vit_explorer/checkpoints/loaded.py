@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from PIL import Image
@@ -20,13 +21,14 @@ class LoadedModel:
     preprocessing: Preprocess  # the source's own eval transform
     source: str = ""  # what was asked for (hub id, folder or file)
     kind: str = "native"  # "hf", "timm" or "native"
-    details: dict = field(default_factory=dict)  # e.g. the architecture name the source gave
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. the architecture name the source gave
+    warnings: list[str] = field(default_factory=list)  # found while loading, e.g. NaN weights; one line each
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """PIL image -> (1, 3, H, W) on the model's device, as the source preprocesses it."""
         return self.preprocessing(image).to(self.device)
 
-    def top_k(self, logits: torch.Tensor, k: int) -> list[dict]:
+    def top_k(self, logits: torch.Tensor, k: int) -> list[dict[str, Any]]:
         """logits (classes,) -> the k most likely classes as {"index", "label", "prob"} rows."""
         probs = logits.detach().float().cpu().softmax(-1)
         top = torch.topk(probs, min(k, probs.numel()))

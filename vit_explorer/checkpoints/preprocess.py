@@ -1,10 +1,12 @@
-"""Image preprocessing that reproduces each source's own (timm `pretrained_cfg`, HF image processor)."""
+"""Image preprocessing that reproduces each source's own (timm `pretrained_cfg`, HF image processor;
+their config files are read in schemas.py)."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import platform
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,10 @@ INTERPOLATIONS = {
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 BACKENDS = ("pil", "tensor")
+MAX_SIDE = 8192  # the model's input side (at patch 32, the config's limit of 65,536 patches)
+MAX_RESIZE = 16384  # a resize target before the centre crop
+MAX_RESIZED_PIXELS = 2**26  # an image resized for the model; a 1x20000 strip to shortest edge 224 is 4.5e9
+MEAN_RANGE, STD_RANGE = (-10.0, 10.0), (1e-3, 10.0)  # normalisation of pixels in 0..1
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,19 @@ class Preprocess:
     std: tuple[float, float, float] = IMAGENET_STD
 
     def __post_init__(self) -> None:
+        _check_pair("size", self.size, MAX_SIDE)
+        if self.resize_shortest is not None:
+            _check_int("resize_shortest", self.resize_shortest, MAX_RESIZE)
+        if self.resize_to is not None:
+            _check_pair("resize_to", self.resize_to, MAX_RESIZE)
+        for name in ("keep_ratio", "crop"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _check_three("mean", self.mean, *MEAN_RANGE)
+        _check_three("std", self.std, *STD_RANGE)
+        for name in ("interpolation", "backend", "crop_offset"):
+            if not isinstance(getattr(self, name), str):  # before the membership tests: a list is unhashable
+                raise ValueError(f"{name} must be a string, got {getattr(self, name)!r}")
         if self.interpolation not in INTERPOLATIONS:
             raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, got {self.interpolation!r}")
         if self.backend not in BACKENDS:
@@ -60,6 +79,9 @@ class Preprocess:
     def __call__(self, image: Image.Image) -> torch.Tensor:
         image = image.convert("RGB")
         new_h, new_w = self.resized_size(image.height, image.width)
+        if new_h * new_w > MAX_RESIZED_PIXELS:  # before allocating: a thin strip resized by its short side
+            raise ValueError(f"a {image.width}x{image.height} image would be resized to {new_w}x{new_h} pixels "
+                             f"(at most {MAX_RESIZED_PIXELS:,}); crop it to a less extreme aspect ratio")
         if self.backend == "pil":
             if (new_h, new_w) != (image.height, image.width):
                 image = image.resize((new_w, new_h), INTERPOLATIONS[self.interpolation])
@@ -116,7 +138,7 @@ class Preprocess:
             resize_to = (round(self.resize_to[0] * size[0] / self.size[0]),
                          round(self.resize_to[1] * size[1] / self.size[1]))
         keep_ratio = self.keep_ratio
-        if self.crop and shortest is not None and size[0] != size[1]:
+        if self.crop and self.resize_shortest is not None and size[0] != size[1]:
             # a rectangular target: timm scales to cover a proportionally larger box (ResizeKeepRatio)
             shortest = None
             resize_to = (math.floor(size[0] * self.resize_shortest / self.size[0]),
@@ -129,7 +151,14 @@ class Preprocess:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Preprocess:
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        """The inverse of to_dict; ValueError naming an unknown, missing or invalid field."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(f"unknown preprocessing keys {unknown}; known keys are {known}")
+        if "size" not in data:
+            raise ValueError("size is missing")
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**values)
 
 
@@ -150,77 +179,21 @@ def _resize_uint8(pixels: torch.Tensor, size: tuple[int, int], interpolation: st
     return y.clamp_(0, 255).round_().to(torch.uint8)[0]
 
 
-def timm_preprocess(pretrained_cfg: dict[str, Any]) -> Preprocess:
-    """timm's eval transform (`transforms_imagenet_eval`) from a `pretrained_cfg`.
-
-    crop_mode 'center': scale to floor(size / crop_pct) (shortest edge for square inputs, covering
-    the box for rectangular ones), centre crop; 'squash': resize exactly to that box, centre crop.
-    """
-    _, h, w = pretrained_cfg.get("input_size", (3, 224, 224))
-    crop_pct = float(pretrained_cfg.get("crop_pct") or 0.875)
-    crop_mode = pretrained_cfg.get("crop_mode") or "center"
-    common = dict(crop=True, interpolation=pretrained_cfg.get("interpolation") or "bicubic",
-                  mean=tuple(pretrained_cfg.get("mean", IMAGENET_MEAN)),
-                  std=tuple(pretrained_cfg.get("std", IMAGENET_STD)))
-    box = (math.floor(h / crop_pct), math.floor(w / crop_pct))
-    if crop_mode == "squash":
-        return Preprocess((h, w), resize_to=box, **common)
-    if crop_mode != "center":
-        raise ValueError(f"timm crop_mode {crop_mode!r} is not supported (only 'center' and 'squash')")
-    if h == w:
-        return Preprocess((h, w), resize_shortest=box[0], **common)
-    return Preprocess((h, w), resize_to=box, keep_ratio=True, **common)
+def _check_int(name: str, value: Any, high: int) -> None:
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and 1 <= int(value) <= high):
+        raise ValueError(f"{name} must be an integer from 1 to {high}, got {value!r}")
 
 
-# PIL resample codes used in HF image-processor configs
-PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
+def _check_pair(name: str, value: Any, high: int) -> None:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise ValueError(f"{name} must be (height, width), got {value!r}")
+    for side in value:
+        _check_int(name, side, high)
 
 
-def _hf_size(value: Any, what: str) -> tuple[tuple[int, int] | None, int | None]:
-    """HF size spec -> ((H, W), None) or (None, shortest_edge)."""
-    if isinstance(value, int):
-        return (value, value), None
-    if isinstance(value, dict):
-        if "height" in value and "width" in value:
-            return (int(value["height"]), int(value["width"])), None
-        if set(value) == {"shortest_edge"}:
-            return None, int(value["shortest_edge"])
-    raise ValueError(f"unsupported {what} {value!r} (expected an int, {{height, width}} or {{shortest_edge}})")
-
-
-def hf_preprocess(processor: dict[str, Any], defaults: dict[str, Any]) -> Preprocess:
-    """transformers' ViT/DeiT image processor from `preprocessor_config.json` (`defaults` fill gaps).
-
-    `AutoImageProcessor` in transformers 5 gives the torchvision processors, which resize uint8
-    tensors (backend 'tensor'; the PIL variants are opt-in and not recorded in the config); their
-    centre crops use floor offsets.
-    """
-    cfg = {**defaults, **processor}
-    resample = cfg.get("resample", 2)
-    if resample not in PIL_RESAMPLE:
-        raise ValueError(f"unsupported resample {resample!r} (supported: {PIL_RESAMPLE})")
-    if cfg.get("do_rescale", True) and abs(float(cfg.get("rescale_factor", 1 / 255)) - 1 / 255) > 1e-12:
-        raise ValueError(f"unsupported rescale_factor {cfg['rescale_factor']} (only 1/255)")
-    if not cfg.get("do_rescale", True):
-        raise ValueError("do_rescale=False (pixels left in 0..255) is not supported")
-    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    if cfg.get("do_normalize", True):
-        mean, std = _three(cfg.get("image_mean", (0.5,) * 3)), _three(cfg.get("image_std", (0.5,) * 3))
-    box, shortest = _hf_size(cfg["size"], "size") if cfg.get("do_resize", True) else (None, None)
-    if cfg.get("do_center_crop", False):
-        size, _ = _hf_size(cfg["crop_size"], "crop_size")
-        if size is None:
-            raise ValueError(f"unsupported crop_size {cfg['crop_size']!r}")
-        return Preprocess(size, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
-                          interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
-    if box is None:
-        raise ValueError("a preprocessor without a fixed output size (no resize to height/width, no crop) "
-                         "is not supported")
-    return Preprocess(box, interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
-
-
-def _three(value: Any) -> tuple[float, float, float]:
-    values = [float(value)] * 3 if isinstance(value, (int, float)) else [float(v) for v in value]
-    if len(values) != 3:
-        raise ValueError(f"expected 3 values (RGB), got {value!r}")
-    return (values[0], values[1], values[2])
+def _check_three(name: str, value: Any, low: float, high: float) -> None:
+    """Three finite numbers (R, G, B) in [low, high]."""
+    if not (isinstance(value, tuple) and len(value) == 3 and all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and low <= float(v) <= high
+            for v in value)):
+        raise ValueError(f"{name} must be three finite numbers in [{low}, {high}], got {value!r}")

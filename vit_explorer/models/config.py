@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -70,6 +71,7 @@ class ViTConfig:
     class_attn_mlp_ratio: float = 4.0
 
     def __post_init__(self) -> None:
+        self._check_types()
         if isinstance(self.image_size, int):
             self.image_size = (self.image_size, self.image_size)
         self.image_size = tuple(int(s) for s in self.image_size)  # type: ignore[assignment]
@@ -78,6 +80,29 @@ class ViTConfig:
         self._validate()
 
     # ------------------------------------------------------------------ validation
+    def _check_types(self) -> None:
+        """Each field's type, before anything computes with it: an int field takes an integral number
+        (not a float such as 12.0 or a bool), a float field a finite real number, a bool field a bool
+        (not "false"), a size field an int or a pair of ints. Also the ranges the rest relies on to stay
+        finite (positive sizes, layer_norm_eps and rope_theta > 0, a bounded mlp_ratio)."""
+        for f in fields(self):
+            value, kind = getattr(self, f.name), _FIELD_KINDS[str(f.type)]
+            if not _KIND_CHECKS[kind](value):
+                raise ConfigError(f"{f.name} must be {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
+        for name in ("image_size", "conv_stem_channels", "conv_stem_strides"):
+            sizes = getattr(self, name)
+            if not all(1 <= s <= MAX_SIZE for s in ((sizes,) if isinstance(sizes, numbers.Integral) else sizes)):
+                raise ConfigError(f"{name} must hold integers from 1 to {MAX_SIZE}, got {sizes!r}")
+        for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads", "num_classes", "class_attn_depth"):
+            if getattr(self, name) > MAX_SIZE:
+                raise ConfigError(f"{name} must be at most {MAX_SIZE}, got {getattr(self, name)}")
+        for name, high in (("layer_norm_eps", 1.0), ("rope_theta", 1e9), ("mlp_ratio", 64.0),
+                           ("class_attn_mlp_ratio", 64.0)):
+            if not 0 < getattr(self, name) <= high:
+                raise ConfigError(f"{name} must be > 0 and at most {high}, got {getattr(self, name)}")
+        if self.layer_scale_init is not None and not 0 < self.layer_scale_init <= 1e3:
+            raise ConfigError(f"layer_scale_init must be None or in (0, 1000], got {self.layer_scale_init}")
+
     def _validate(self) -> None:
         def need(ok: bool, message: str) -> None:
             if not ok:
@@ -245,6 +270,8 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"a config must be a mapping of field names to values, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -289,3 +316,36 @@ class TokenLayout:
         if token < self.num_prefix_tokens:
             return None
         return divmod(token - self.num_prefix_tokens, self.grid[1])
+
+
+# ---------------------------------------------------------------------- field types (ViTConfig._check_types)
+MAX_SIZE = 1 << 20  # any single size (a side, a width, a depth, classes): far beyond real models, far below overflow
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_float(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_ints(v: Any) -> bool:
+    return isinstance(v, (tuple, list)) and all(_is_int(s) for s in v)
+
+
+# the type of each ViTConfig field (by its annotation) and how to check it; a new field needs its kind here
+_FIELD_KINDS = {"int": "int", "float": "float", "bool": "bool", "str": "str", "tuple[int, int]": "size",
+                "tuple[int, ...]": "ints", "float | None": "float?"}
+_KIND_CHECKS = {
+    "int": _is_int,
+    "float": _is_float,
+    "bool": lambda v: isinstance(v, bool),
+    "str": lambda v: isinstance(v, str),
+    "size": lambda v: _is_int(v) or _is_ints(v),  # the length is checked with the other rules
+    "ints": _is_ints,
+    "float?": lambda v: v is None or _is_float(v),
+}
+_KIND_NAMES = {"int": "an integer (not a float or a bool)", "float": "a finite number", "bool": "true or false",
+               "str": "a string", "size": "an integer or (height, width) integers",
+               "ints": "a list of integers", "float?": "a finite number or None"}

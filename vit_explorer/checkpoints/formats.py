@@ -1,0 +1,78 @@
+"""The checkpoint formats vit-explorer reads, in the order `read` tries them, and the one path every
+format's checkpoint takes from files to a LoadedModel.
+
+Each entry has three functions: `detect` (is this source in the format?), `read_config` (its
+config files, validated, before any weights are read; it also names the weights file) and
+`convert` (the weights renamed to ours, with the config they will be checked against). Adding a
+format is a module with those three functions and its line in FORMATS, plus tests.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic
+
+import torch
+
+from . import hf_format, native, timm_format
+from .build import build_model
+from .errors import CheckpointError
+from .loaded import LoadedModel
+from .memory import check_fits, check_model_fits
+from .source import Checkpoint, Declared, Source, T
+from .weights import nonfinite_warning, read_weights
+
+
+@dataclass(frozen=True)
+class Format(Generic[T]):
+    kind: str  # LoadedModel.kind
+    detect: Callable[[Source], bool]
+    read_config: Callable[[Source], Declared[T]]
+    convert: Callable[[Declared[T], dict[str, torch.Tensor]], Checkpoint]
+
+
+FORMATS: tuple[Format[Any], ...] = (
+    Format("native", native.detect, native.read_config, native.convert),  # vit_explorer.json
+    Format("hf", hf_format.detect, hf_format.read_config, hf_format.convert),  # config.json with model_type
+    Format("timm", timm_format.detect, timm_format.read_config, timm_format.convert),  # config.json, architecture
+    Format("timm", timm_format.detect_bare, timm_format.read_bare, timm_format.convert),  # a weights file + arch
+)
+
+
+def read(source: Source, device: torch.device) -> LoadedModel:
+    """The first format that detects `source`, read, checked and built on the CPU."""
+    fmt = next((f for f in FORMATS if f.detect(source)), None)
+    if fmt is None:
+        raise _unrecognised(source)
+    declared = fmt.read_config(source)
+    weights = declared.weights
+    if weights.is_file():  # reading copies the file into memory; a missing one is reported by the reader
+        check_fits(os.path.getsize(weights), torch.device("cpu"), "reading these weights", str(weights))
+    checkpoint = fmt.convert(declared, read_weights(weights))
+    (h, w), patch = checkpoint.preprocessing.size, checkpoint.config.patch_size
+    if h % patch or w % patch:
+        raise CheckpointError(f"{checkpoint.preprocessing_from or declared.described_by}: the preprocessing gives "
+                              f"{h}x{w} inputs, which the model's patch size {patch} does not divide")
+    # the weights are in memory now; building converts fp16/bf16/fp64 to float32 copies, then
+    # inference runs on `device` (which, if it is not the CPU, also receives the parameters)
+    cpu = torch.device("cpu")
+    to_float32 = sum(t.numel() * 4 for t in checkpoint.state.values() if t.dtype != torch.float32)
+    if device == cpu:
+        check_model_fits(checkpoint.config, cpu, declared.described_by, loaded=True, extra=to_float32)
+    else:
+        check_fits(to_float32, cpu, "converting these weights to float32", str(weights))
+        check_model_fits(checkpoint.config, device, declared.described_by)
+    model = build_model(checkpoint.config, checkpoint.state, str(weights), declared.described_by, checkpoint.names)
+    warning = nonfinite_warning(checkpoint.state, str(weights))
+    return LoadedModel(model, checkpoint.config, checkpoint.labels, checkpoint.preprocessing, str(source.file or
+                       source.folder), fmt.kind, checkpoint.details, [warning] if warning else [])
+
+
+def _unrecognised(source: Source) -> CheckpointError:
+    if source.config_json is not None:
+        return CheckpointError(f"{source.folder / 'config.json'}: neither a timm config ('architecture') nor a "
+                               "Hugging Face one ('model_type')")
+    return CheckpointError(f"{source.folder}: a folder without {native.CONFIG_NAME} or config.json is no "
+                           "checkpoint vit-explorer can read")

@@ -1,0 +1,305 @@
+"""Typed schemas of the config files checkpoints bring, read before anything is built or allocated:
+Hugging Face config.json and preprocessor_config.json, timm config.json (model_args and
+pretrained_cfg), and our vit_explorer.json.
+
+Each reader takes a file's parsed JSON and returns a frozen dataclass (or a Preprocess), reading
+every field it uses with `Fields` (strict types, finite ranges, bounded sizes; see fields.py), so
+each error names the file, the field and what is allowed. Fields a reader does not use are
+ignored, except timm's model_args: an unknown one there may change the architecture in a way the
+weights do not show, so it is refused. In preprocessing configs a null means "the default".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import ConfigError, ViTConfig
+from .errors import CheckpointError
+from .fields import Fields, describe
+from .preprocess import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    INTERPOLATIONS,
+    MAX_RESIZE,
+    MAX_SIDE,
+    MEAN_RANGE,
+    STD_RANGE,
+    Preprocess,
+)
+
+MAX_CLASSES = 100_000
+MAX_WIDTH, MAX_DEPTH, MAX_HEADS = 65_536, 4096, 4096
+FORMAT_VERSION = 1  # of vit_explorer.json
+
+
+def index_labels(f: Fields, key: str) -> dict[int, str]:
+    """{"0": "cat", ...} (HF id2label, a timm label_names dict) or ["cat", ...] as index -> name."""
+    value = f.data.get(key)
+    if isinstance(value, list):
+        return dict(enumerate(f.strings(key, max_items=MAX_CLASSES)))
+    section = f.section(key)
+    if len(section.data) > MAX_CLASSES:
+        f.fail(key, f"at most {MAX_CLASSES:,} labels")
+    names = {}
+    for index in section.data:
+        if not (index.isascii() and index.isdigit() and len(index) <= 6):
+            section.fail(index[:20], "a class index (a string of digits) mapped to a name")
+        names[int(index)] = section.text(index)
+    return names
+
+
+# ------------------------------------------------------------------------------ Hugging Face config.json
+HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
+                    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel")}
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    model_type: str  # "vit" or "deit"
+    architecture: str  # the first of `architectures`; "" when none is named (the weights decide the heads)
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    image_size: tuple[int, int]
+    patch_size: int
+    num_channels: int
+    qkv_bias: bool
+    layer_norm_eps: float
+    id2label: dict[int, str]
+
+
+def parse_hf_config(data: Any, where: str) -> HFConfig:
+    f = Fields(data, where)
+    model_type = f.text("model_type")
+    if model_type not in HF_ARCHITECTURES:
+        raise CheckpointError(f"{where}: model_type {model_type!r} is not supported; vit-explorer reads "
+                              f"Hugging Face {', '.join(HF_ARCHITECTURES)} checkpoints")
+    architectures = f.strings("architectures", [], max_items=8)
+    architecture = architectures[0] if architectures else ""
+    if architecture and architecture not in HF_ARCHITECTURES[model_type]:
+        f.fail("architectures", f"one of {', '.join(HF_ARCHITECTURES[model_type])} for model_type {model_type!r}",
+               architectures)
+    f.text("hidden_act", "gelu", choices=("gelu",))  # transformers' exact GELU, which ours is
+    return HFConfig(
+        model_type=model_type,
+        architecture=architecture,
+        hidden_size=f.integer("hidden_size", high=MAX_WIDTH),
+        num_hidden_layers=f.integer("num_hidden_layers", high=MAX_DEPTH),
+        num_attention_heads=f.integer("num_attention_heads", high=MAX_HEADS),
+        intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH),
+        image_size=f.size2("image_size", (224, 224), high=16 * MAX_SIDE),
+        patch_size=f.integer("patch_size", 16, high=MAX_SIDE),
+        num_channels=f.integer("num_channels", 3, high=64),
+        qkv_bias=f.flag("qkv_bias", True),
+        layer_norm_eps=f.number("layer_norm_eps", 1e-12, low=0.0, high=1.0, low_open=True),
+        id2label=index_labels(f, "id2label"),
+    )
+
+
+# --------------------------------------------------------------------- Hugging Face preprocessor_config.json
+PIL_RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}  # the PIL codes HF configs use
+
+
+def hf_preprocess(processor: Any, defaults: dict[str, Any], where: str) -> Preprocess:
+    """transformers' ViT/DeiT image processor from `preprocessor_config.json` (`defaults` fill gaps).
+
+    `AutoImageProcessor` in transformers 5 gives the torchvision processors, which resize uint8
+    tensors (backend 'tensor'; the PIL variants are opt-in and not recorded in the config); their
+    centre crops use floor offsets.
+    """
+    given = Fields(processor, where).data
+    f = Fields({**defaults, **{k: v for k, v in given.items() if v is not None}}, where)
+    resample = f.integer("resample", low=0, high=5)
+    if resample not in PIL_RESAMPLE:
+        f.fail("resample", ", ".join(f"{code} ({name})" for code, name in PIL_RESAMPLE.items()), resample)
+    if not f.flag("do_rescale", True):
+        f.fail("do_rescale", "true (pixels scaled to 0..1; vit-explorer does not feed 0..255)", False)
+    factor = f.number("rescale_factor", 1 / 255, low=0.0, low_open=True)
+    if abs(factor - 1 / 255) > 1e-12:
+        f.fail("rescale_factor", "1/255", factor)
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    if f.flag("do_normalize", True):
+        mean = f.numbers("image_mean", (0.5,) * 3, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1])
+        std = f.numbers("image_std", (0.5,) * 3, 3, low=STD_RANGE[0], high=STD_RANGE[1])
+    box, shortest = _hf_size(f, "size") if f.flag("do_resize", True) else (None, None)
+    common: dict[str, Any] = dict(interpolation=PIL_RESAMPLE[resample], backend="tensor", mean=mean, std=std)
+    if f.flag("do_center_crop", False):
+        crop, _ = _hf_size(f, "crop_size", fixed=True)
+        assert crop is not None
+        return _preprocess(where, crop, resize_shortest=shortest, resize_to=box, crop=True, crop_offset="floor",
+                           **common)
+    if box is None:
+        raise CheckpointError(f"{where}: do_resize, size and do_center_crop give no fixed output size (a "
+                              "shortest_edge resize needs a centre crop, no resize needs a crop); not supported")
+    return _preprocess(where, box, **common)
+
+
+def _hf_size(f: Fields, key: str, fixed: bool = False) -> tuple[tuple[int, int] | None, int | None]:
+    """An HF size spec -> ((H, W), None) or, unless `fixed`, (None, shortest_edge)."""
+    value = f.data.get(key)
+    high = MAX_SIDE if fixed else MAX_RESIZE
+    if type(value) is int:
+        side = f.integer(key, high=high)
+        return (side, side), None
+    allowed = "an integer or {height, width}" + ("" if fixed else " or {shortest_edge}")
+    if isinstance(value, dict) and set(value) == {"height", "width"}:
+        section = f.section(key)
+        return (section.integer("height", high=high), section.integer("width", high=high)), None
+    if isinstance(value, dict) and set(value) == {"shortest_edge"} and not fixed:
+        return None, f.section(key).integer("shortest_edge", high=high)
+    f.fail(key, allowed, value)
+
+
+def _preprocess(where: str, size: tuple[int, int], **kwargs: Any) -> Preprocess:
+    try:
+        return Preprocess(size, **kwargs)
+    except ValueError as error:
+        raise CheckpointError(f"{where}: {error}") from None
+
+
+# ------------------------------------------------------------------------------ timm pretrained_cfg
+def timm_preprocess(pretrained_cfg: Any, where: str = "timm pretrained_cfg", prefix: str = "",
+                    defaults: dict[str, Any] | None = None) -> Preprocess:
+    """timm's eval transform (`transforms_imagenet_eval`) from a `pretrained_cfg`.
+
+    crop_mode 'center': scale to floor(size / crop_pct) (shortest edge for square inputs, covering
+    the box for rectangular ones), centre crop; 'squash': resize exactly to that box, centre crop.
+    """
+    given = Fields(pretrained_cfg, where, prefix).data
+    f = Fields({**(defaults or {}), **{k: v for k, v in given.items() if v is not None}}, where, prefix)
+    size = f.data.get("input_size", [3, 224, 224])
+    if not (isinstance(size, (list, tuple)) and len(size) == 3):
+        f.fail("input_size", f"[channels, height, width] with sides from 1 to {MAX_SIDE}", size)
+    sizes = Fields(dict(zip(("channels", "height", "width"), size, strict=True)), where, f"{f.name('input_size')}.")
+    sizes.integer("channels", high=64)
+    h, w = sizes.integer("height", high=MAX_SIDE), sizes.integer("width", high=MAX_SIDE)
+    crop_pct = f.number("crop_pct", 0.875, low=0.0, high=1.0, low_open=True)
+    box = (int(h // crop_pct), int(w // crop_pct))  # timm: math.floor(size / crop_pct)
+    if max(box) > MAX_RESIZE:
+        f.fail("crop_pct", f"large enough that input_size / crop_pct stays within {MAX_RESIZE} pixels", crop_pct)
+    crop_mode = f.text("crop_mode", "center", choices=("center", "squash"))
+    common = dict(crop=True, interpolation=f.text("interpolation", "bicubic", choices=tuple(INTERPOLATIONS)),
+                  mean=f.numbers("mean", IMAGENET_MEAN, 3, low=MEAN_RANGE[0], high=MEAN_RANGE[1]),
+                  std=f.numbers("std", IMAGENET_STD, 3, low=STD_RANGE[0], high=STD_RANGE[1]))
+    if crop_mode == "squash":
+        return _preprocess(where, (h, w), resize_to=box, **common)
+    if h == w:
+        return _preprocess(where, (h, w), resize_shortest=box[0], **common)
+    return _preprocess(where, (h, w), resize_to=box, keep_ratio=True, **common)
+
+
+# ------------------------------------------------------------------------------------ timm config.json
+# model_args that must keep timm's default: another value changes the architecture away from the one
+# this reader builds, and some of those changes (pooling) do not show in the weights
+TIMM_FIXED_ARGS: dict[str, Any] = {"class_token": True, "no_embed_class": False, "reg_tokens": 0, "pre_norm": False,
+                                   "fc_norm": False, "qk_norm": False, "dynamic_img_pad": False, "final_norm": True,
+                                   "proj_bias": True, "pos_embed": "learn", "global_pool": "token"}
+TIMM_SIZE_ARGS = {"patch_size": (1, MAX_SIDE), "in_chans": (1, 64), "num_classes": (0, MAX_CLASSES),
+                  "embed_dim": (1, MAX_WIDTH), "depth": (1, MAX_DEPTH), "num_heads": (1, MAX_HEADS),
+                  "depth_token_only": (1, MAX_DEPTH)}
+TIMM_RATIO_ARGS = ("mlp_ratio", "mlp_ratio_token_only")
+TIMM_IGNORED_ARGS = ("dynamic_img_size", "strict_img_size", "fix_init", "weight_init", "drop_rate", "pos_drop_rate",
+                     "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate")  # no effect at eval
+
+
+@dataclass(frozen=True)
+class TimmConfig:
+    architecture: str  # the timm model name, e.g. "vit_small_patch16_224.augreg_in21k"
+    model_args: dict[str, Any]  # validated; only sizes, mlp ratios, qkv_bias, init_values and img_size remain
+    num_classes: dict[str, int]  # every field that declares the number of classes -> its value
+    num_features: int | None
+    label_names: dict[int, str]
+    pretrained_cfg: dict[str, Any]  # read by timm_preprocess once the model's size is known
+
+
+def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
+    """A timm hub config.json; `arch` (a model name given by the user) replaces its `architecture`.
+
+    A legacy config is one flat object: its pretrained_cfg fields sit beside `architecture`."""
+    f = Fields(data, where)
+    legacy = "pretrained_cfg" not in f.data
+    pretrained = Fields(f.data, where) if legacy else f.section("pretrained_cfg")
+    name = arch if arch is not None else f.text("architecture", None)
+    if not name:
+        raise CheckpointError(f"{where}: no 'architecture' (timm model name); give arch=... (--arch)")
+    f.text("global_pool", "token", choices=("token",))
+    num_classes = {}
+    for fields in (f, f.section("model_args"), pretrained):
+        if fields.has("num_classes") and not (legacy and fields is pretrained):
+            num_classes[fields.name("num_classes")] = fields.integer("num_classes", low=0, high=MAX_CLASSES)
+    labels = {}
+    for fields in (pretrained, f):  # timm moves a top-level label_names into pretrained_cfg; the top wins
+        if isinstance(fields.data.get("label_names"), (list, dict)):
+            labels = index_labels(fields, "label_names")
+    return TimmConfig(architecture=name, model_args=parse_model_args(f.section("model_args")),
+                      num_classes=num_classes, num_features=f.integer("num_features", None, high=MAX_WIDTH),
+                      label_names=labels, pretrained_cfg=pretrained.data)
+
+
+def parse_model_args(f: Fields) -> dict[str, Any]:
+    args: dict[str, Any] = {}
+    for key, allowed in TIMM_FIXED_ARGS.items():
+        value = f.data.get(key, allowed)
+        if key == "fc_norm" and value is None:  # timm: None = "only for average pooling"
+            continue
+        if type(value) is not type(allowed) or value != allowed:
+            raise CheckpointError(f"{f.where}: {f.name(key)} = {describe(value)} is not supported; vit-explorer "
+                                  f"builds timm's ViT, DeiT and CaiT with {key} = {allowed!r}")
+    for key, (low, high) in TIMM_SIZE_ARGS.items():
+        if f.has(key):
+            args[key] = f.integer(key, low=low, high=high)
+    for key in TIMM_RATIO_ARGS:
+        if f.has(key):
+            args[key] = f.number(key, low=0.0, high=64.0, low_open=True)
+    if f.has("img_size"):
+        args["img_size"] = f.size2("img_size", high=16 * MAX_SIDE)
+    if f.has("qkv_bias"):
+        args["qkv_bias"] = f.flag("qkv_bias")
+    if f.data.get("init_values") is not None:
+        args["init_values"] = f.number("init_values", low=0.0, high=1e3, low_open=True)
+    for key in TIMM_IGNORED_ARGS:  # checked all the same: a string for a flag means an edited file
+        if key == "weight_init":
+            f.text(key, "")
+        elif key.endswith("rate"):
+            f.number(key, 0.0, low=0.0, high=1.0)
+        else:
+            f.flag(key, False)
+    f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, "img_size", "qkv_bias", "init_values",
+                      *TIMM_IGNORED_ARGS])
+    return args
+
+
+# ------------------------------------------------------------------------------------- vit_explorer.json
+@dataclass(frozen=True)
+class NativeMeta:
+    config: ViTConfig
+    labels: list[str]  # [] = generic names
+    preprocessing: Preprocess | None  # None = the plain default at the model's size
+    training: dict[str, Any]  # what `train` recorded (shown, never executed or trusted for sizes)
+
+
+def parse_native(data: Any, where: str) -> NativeMeta:
+    f = Fields(data, where)
+    if f.data.get("format") != "vit-explorer" or "config" not in f.data:
+        raise CheckpointError(f"{where}: not a vit-explorer checkpoint description (no 'format'/'config')")
+    version = f.integer("version", low=0)
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"{where}: format version {version} is not one this vit-explorer reads "
+                              f"(version {FORMAT_VERSION}); a newer vit-explorer may read it")
+    try:
+        config = ViTConfig.from_dict(Fields(f.data["config"], where, "config.").data)
+    except ConfigError as error:
+        raise CheckpointError(f"{where}: invalid model config: {error}") from None
+    labels = f.strings("labels", [], max_items=MAX_CLASSES)
+    if labels and config.num_classes and len(labels) != config.num_classes:  # a headless model may keep its names
+        raise CheckpointError(f"{where}: {len(labels)} labels for {config.num_classes} classes; "
+                              "give one name per class, or none")
+    preprocessing = None
+    if f.data.get("preprocessing"):
+        try:
+            preprocessing = Preprocess.from_dict(f.section("preprocessing").data)
+        except ValueError as error:
+            raise CheckpointError(f"{where}: invalid preprocessing: {error}") from None
+    return NativeMeta(config, labels, preprocessing, f.section("training").data)
