@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from .conftest import wait_result
 
@@ -79,6 +80,11 @@ def test_failing_load_keeps_the_model(qtbot, window, tmp_path: Path) -> None:
     assert session.loaded is old
     assert window.banner.isVisible() and "broken" in window.banner.text()
     assert window.load_button.isEnabled()
+    assert window.source_box.currentText() == old.source  # the box names the model that is loaded
+    qtbot.wait(200)
+    assert window.banner.isVisible()  # it stays until dismissed, not gone with the status bar's timeout
+    window.banner.dismiss()
+    assert not window.message_bar.isVisible()
 
 
 def test_corrupt_image_shows_message(qtbot, window, tmp_path: Path) -> None:
@@ -106,8 +112,18 @@ def test_resolution_change_rectangular(qtbot, window) -> None:
     assert "patch size" in blocker.args[0]
 
 
-def test_recent_sources_remembered(window, tiny_checkpoint: Path) -> None:
-    assert str(tiny_checkpoint) in window.recent_sources()
+def test_recent_sources_remembered(qtbot, window, tiny_checkpoint: Path, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert str(tiny_checkpoint) not in window.recent_sources()  # in the temporary folder: gone tomorrow
+    monkeypatch.setattr("vit_explorer.gui.main_window.tempfile.gettempdir", lambda: str(tmp_path / "elsewhere"))
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(tiny_checkpoint))
+    assert window.recent_sources()[0] == str(tiny_checkpoint)
+    assert window.source_box.findText(str(tiny_checkpoint)) == 0
+    with qtbot.waitSignal(window.session.error, timeout=20000):
+        window.load(str(tmp_path / "missing"))
+    assert str(tmp_path / "missing") not in window.recent_sources()  # failed loads are not history
+    assert window.source_box.findText(str(tmp_path / "missing")) < 0
 
 
 def test_export_every_view(window, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import TimmConfig, parse_timm_config, timm_preprocess
 from .source import Checkpoint, Declared, Source
-from .weights import find_weights
+from .weights import check_weights_file, find_weights
 
 # size -> (width, heads, depth); CaiT's depth is in the name
 VIT_SIZES = {"tiny": (192, 3, 12), "small": (384, 6, 12), "base": (768, 12, 12), "large": (1024, 16, 24),
@@ -169,9 +169,11 @@ def detect_bare(source: Source) -> bool:
 def read_bare(source: Source) -> Declared[TimmConfig]:
     assert source.file is not None
     if source.arch is None:
+        check_weights_file(source.file)  # a file that is not weights at all says so first
         raise CheckpointError(
-            f"{source.file}: a bare state dict does not say which model it is; give the timm model name "
-            f"(arch=..., --arch), e.g. vit_base_patch16_224 or cait_s24_224")
+            f"{source.file}: these weights do not say which model they are (no config.json beside them). Give the "
+            "timm model name (--arch vit_small_patch16_224 on the command line, arch=... in Python), or put a "
+            'config.json beside the file: {"architecture": "vit_small_patch16_224"}')
     parse_name(source.arch, "--arch: ")
     spec = TimmConfig(architecture=source.arch, model_args={}, num_classes={}, num_features=None, label_names={},
                       pretrained_cfg={})

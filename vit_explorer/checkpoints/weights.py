@@ -52,6 +52,18 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def check_weights_file(path: Path) -> None:
+    """A quick look, without reading the tensors: the file is safetensors with a valid header, or a PyTorch
+    archive or pickle. Names the file and what it is instead (e.g. a text file given a weights suffix)."""
+    if path.suffix == ".safetensors":
+        check_safetensors_header(path)
+        return
+    with open_regular(path, MAX_WEIGHTS_BYTES, "weights") as f:
+        head = f.read(4)
+    if not (head == ZIP_MAGIC or head[:1] == b"\x80"):  # torch.save's zip archive, or a pickle's PROTO opcode
+        raise CheckpointError(f"{path}: not a PyTorch weights file (it is neither a torch.save archive nor a pickle)")
+
+
 def find_weights(folder: Path) -> Path:
     """The weights file of a hub-style folder: model.safetensors, else pytorch_model.bin."""
     for name in WEIGHT_NAMES:

@@ -7,6 +7,7 @@ background thread, then the views are built and the source is loaded (see `run_a
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,9 +23,13 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QPushButton,
+    QTabBar,
+    QTabWidget,
     QToolBar,
     QWidget,
 )
+
+from .banner import Banner
 
 PREFERRED_SIZE = (1600, 1000)
 RECENT_KEY = "recent_sources"
@@ -48,6 +53,8 @@ class MainWindow(QMainWindow):
         self.views: dict[str, Any] = {}
         self.docks: dict[str, QDockWidget] = {}
         self.image_panel: Any = None
+        self.big_dock: QDockWidget | None = None  # the first of the tabbed views on the right
+        self.initial_image: str | None = None  # an image given on the command line instead of a model
 
         bar = QToolBar("Source")
         bar.setMovable(False)
@@ -55,10 +62,13 @@ class MainWindow(QMainWindow):
         bar.addWidget(QLabel(" Model: "))
         self.source_box = QComboBox()
         self.source_box.setEditable(True)
-        self.source_box.setMinimumWidth(520)
+        self.source_box.setMinimumWidth(240)
+        self.source_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.source_box.setMinimumContentsLength(40)
         self.source_box.setToolTip("A hub id (google/vit-base-patch16-224, timm/...), a folder or a checkpoint file; "
                                    "Enter loads it.")
         self.source_box.lineEdit().setPlaceholderText("hub id, folder or file")
+        self.source_box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)  # the history holds loaded models only
         self.source_box.lineEdit().returnPressed.connect(self.load_typed)
         for item in self.recent_sources():
             self.source_box.addItem(item)
@@ -84,17 +94,14 @@ class MainWindow(QMainWindow):
         self.progress.setToolTip("A model is loading in the background.")
         bar.addWidget(self.progress)
 
-        self.banner = QLabel("")
-        self.banner.setWordWrap(True)
-        self.banner.setVisible(False)
-        self.banner.setStyleSheet("QLabel { background: #b3261e; color: white; padding: 6px; }")
-        self.banner.setToolTip("The last error; click to hide it.")
-        self.banner.mousePressEvent = lambda event: self.banner.setVisible(False)
-        bar2 = QToolBar("Messages")
-        bar2.setMovable(False)
-        bar2.addWidget(self.banner)
+        self.banner = Banner()
+        self.message_bar = QToolBar("Messages")  # a row of its own only while there is a message
+        self.message_bar.setMovable(False)
+        self.message_bar.addWidget(self.banner)
+        self.message_bar.setVisible(False)
+        self.banner.changed.connect(self.message_bar.setVisible)
         self.addToolBarBreak()
-        self.addToolBar(bar2)
+        self.addToolBar(self.message_bar)
 
         self.placeholder = QLabel("Loading PyTorch and the model code…")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -185,16 +192,30 @@ class MainWindow(QMainWindow):
         if first_big is not None:
             first_big.raise_()
         self.splitDockWidget(self.docks["Image"], self.docks["Prediction"], Qt.Orientation.Vertical)
-        self.resizeDocks([self.docks["Image"], first_big], [560, 1040], Qt.Orientation.Horizontal)
+        self.setTabPosition(Qt.DockWidgetArea.RightDockWidgetArea, QTabWidget.TabPosition.North)
+        for bar in self.findChildren(QTabBar):  # whole view names, scrolled when they do not fit
+            bar.setElideMode(Qt.TextElideMode.ElideNone)
+            bar.setUsesScrollButtons(True)
+        self.big_dock = first_big
+        QTimer.singleShot(0, self.share_width)
         self.takeCentralWidget()
         self.placeholder.deleteLater()
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device_label.setText(f"device: {device}")
         samples = sample_images()
-        if samples:
+        if self.initial_image is not None:
+            self.image_panel.open_path(self.initial_image)
+        elif samples:
             self.image_panel.open_path(str(samples[0]))
         self._install_shortcuts()
+
+    def share_width(self) -> None:
+        """About a third of the width for the image and the prediction, the rest for the big views."""
+        if self.big_dock is not None:
+            left = max(300, min(560, self.width() * 35 // 100))
+            self.resizeDocks([self.docks["Image"], self.big_dock], [left, self.width() - left],
+                             Qt.Orientation.Horizontal)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -225,10 +246,16 @@ class MainWindow(QMainWindow):
             view_menu.addAction(dock.toggleViewAction())
 
     def _open_initial(self) -> bool:
-        """Start loading the source given on the command line, or the bundled model; False if it is missing."""
+        """Start loading the source given on the command line, or the bundled model; False if it is missing.
+
+        An image given as the source (`vit-explorer photo.jpg`) opens on the bundled model.
+        """
+        from ..data.images import IMAGE_EXTENSIONS
         from ..paths import BUNDLED_MODEL
 
         source = self.initial_source
+        if source is not None and source.lower().endswith(IMAGE_EXTENSIONS) and Path(source).is_file():
+            self.initial_image, source = source, None
         if source is None:
             if not (BUNDLED_MODEL / "vit_explorer.json").exists():
                 return False
@@ -244,6 +271,9 @@ class MainWindow(QMainWindow):
         return [str(v) for v in value or []]
 
     def _remember(self, source: str) -> None:
+        """Add a loaded source to the history (not temporary folders: they will be gone)."""
+        if Path(source).expanduser().resolve().is_relative_to(Path(tempfile.gettempdir()).resolve()):
+            return
         recent = [source] + [s for s in self.recent_sources() if s != source]
         QSettings().setValue(RECENT_KEY, recent[:MAX_RECENT])
         if self.source_box.findText(source) < 0:
@@ -254,7 +284,20 @@ class MainWindow(QMainWindow):
         if not source or self.session is None:
             return
         self.source_box.setCurrentText(source)
-        self.session.load(source, on_done=lambda loaded: self._remember(source))
+        self.session.load(source, on_done=lambda loaded: self._remember(source), on_error=self._load_failed)
+
+    def _load_failed(self, message: str) -> None:
+        """The previous model stays: the box goes back to it (the banner says what went wrong)."""
+        self.source_box.setCurrentText(self.shown_source())
+
+    def shown_source(self) -> str:
+        """What the Model box shows for the current model."""
+        loaded = self.session.loaded if self.session is not None else None
+        if loaded is None:
+            return ""
+        if loaded.source:
+            return loaded.source
+        return "(trained in the app)" if loaded.details.get("trained_in_app") else "(built in the Model builder)"
 
     def load_typed(self) -> None:
         self.load(self.source_box.currentText())
@@ -285,9 +328,8 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ feedback
     def show_error(self, message: str) -> None:
-        self.banner.setText(message)
-        self.banner.setVisible(True)
-        self.statusBar().showMessage(message, 15000)
+        """In the banner, until dismissed or the next model loads (the status bar is too short and too brief)."""
+        self.banner.show_message(message)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
         """Light/dark switch at run time: widgets restyle themselves, the plots are told here."""
@@ -305,8 +347,9 @@ class MainWindow(QMainWindow):
 
     def _model_changed(self) -> None:
         loaded = self.session.loaded
-        self.banner.setVisible(False)
-        name = Path(loaded.source).name if loaded.source else "built model"
+        self.banner.dismiss()
+        self.source_box.setCurrentText(self.shown_source())
+        name = Path(loaded.source).name if loaded.source else self.shown_source()
         self.setWindowTitle(f"vit-explorer — {name}")
         self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
         self.device_label.setText(f"device: {loaded.device}")
