@@ -205,7 +205,7 @@ def test_plots_follow_a_palette_change(qtbot, window) -> None:
     import pyqtgraph as pg
     from PySide6.QtWidgets import QApplication
 
-    from vit_explorer.gui.app import dark_palette
+    from vit_explorer.gui.theme import dark_palette
 
     app = QApplication.instance()
     before = app.palette()

@@ -113,17 +113,21 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
         block = min(layer, len(result.class_attentions) - 1)
         maps = class_attention_grid(result)[block]  # (heads, gh, gw)
         where, who = f"class-attention block {block}", "query [CLS]"
+        off = result.inputs.head_mask[result.depth + block] < 1  # (heads,) switched off in the Heads view
     else:
         layer = min(layer, result.depth - 1)
         maps = attention_grid(result, layer, query)
         where, who = f"layer {layer}", f"query {query.name}"
+        off = result.inputs.head_mask[layer] < 1
+    marks = [" (off)" if o else "" for o in off]  # a switched-off head still attends; its output is dropped
     if mode == "one head":
         head = min(head, len(maps) - 1)
-        maps, titles, heading = maps[head:head + 1], (f"{where} · head {head} · {who}",), ""
+        maps, titles, heading = maps[head:head + 1], (f"{where} · head {head}{marks[head]} · {who}",), ""
     elif mode == "mean of heads":
-        maps, titles, heading = maps.mean(0, keepdims=True), (f"{where} · mean of heads · {who}",), ""
+        n_off = f" ({int(off.sum())} off)" if off.any() else ""
+        maps, titles, heading = maps.mean(0, keepdims=True), (f"{where} · mean of heads{n_off} · {who}",), ""
     else:
-        titles, heading = tuple(f"head {h}" for h in range(len(maps))), f"{where} · {who}"
+        titles, heading = tuple(f"head {h}{marks[h]}" for h in range(len(maps))), f"{where} · {who}"
     if len(maps) == 1:
         heading = ""
     return MapsFigure(heading, maps, titles, result.display if image else None, result.layout.grid,

@@ -1,40 +1,17 @@
-"""`run_app`: the QApplication, the palette that follows the system, and the main window."""
+"""`run_app`: the QApplication (its names, font, theme and garbage collection) and the main window."""
 
 from __future__ import annotations
 
 import gc
 import sys
 
-from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
+from PySide6.QtCore import QObject, QTimer
+from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
+from . import theme
 from .main_window import MainWindow
-
-FONT_POINTS = 12  # readable on a projector
-
-
-def dark_palette() -> QPalette:
-    palette = QPalette()
-    colors = {
-        QPalette.ColorRole.Window: "#202124", QPalette.ColorRole.WindowText: "#e8eaed",
-        QPalette.ColorRole.Base: "#17181a", QPalette.ColorRole.AlternateBase: "#2a2b2e",
-        QPalette.ColorRole.Text: "#e8eaed", QPalette.ColorRole.Button: "#2d2e31",
-        QPalette.ColorRole.ButtonText: "#e8eaed", QPalette.ColorRole.Highlight: "#8ab4f8",
-        QPalette.ColorRole.HighlightedText: "#202124", QPalette.ColorRole.ToolTipBase: "#2d2e31",
-        QPalette.ColorRole.ToolTipText: "#e8eaed", QPalette.ColorRole.Link: "#8ab4f8",
-        QPalette.ColorRole.PlaceholderText: "#9aa0a6",
-    }
-    for role, color in colors.items():
-        palette.setColor(role, QColor(color))
-    return palette
-
-
-def apply_palette(app: QApplication) -> None:
-    """Fusion style with a light or dark palette, whichever the system asks for."""
-    app.setStyle("Fusion")
-    dark = QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark
-    app.setPalette(dark_palette() if dark else app.style().standardPalette())
+from .theme import FONT_POINTS
 
 
 class GuiThreadGarbageCollector(QObject):
@@ -71,8 +48,8 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     gc.disable()  # the collector's timer collects instead (again, should something have switched it back on)
     app.setOrganizationName("vit-explorer")
     app.setApplicationName("vit-explorer")
-    apply_palette(app)
-    QGuiApplication.styleHints().colorSchemeChanged.connect(lambda scheme: apply_palette(app))
+    theme.apply(app, theme.chosen())
+    QGuiApplication.styleHints().colorSchemeChanged.connect(lambda scheme: theme.apply(app, theme.chosen()))
     font = QFont(app.font())
     font.setPointSize(FONT_POINTS)
     app.setFont(font)

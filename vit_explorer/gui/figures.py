@@ -22,6 +22,7 @@ points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -43,10 +44,24 @@ from ..explore.figures import (
 )
 
 pg.setConfigOptions(imageAxisOrder="row-major")
+COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.WeakKeyDictionary()  # plot -> its bar
 
-TITLE_SIZE = "14pt"
-LABEL_SIZE = "12pt"
-TICK_POINT_SIZE = 11
+TITLE_POINTS, LABEL_POINTS, TICK_POINTS = 14, 12, 11  # at text scale 1
+_text_scale = 1.0  # presentation mode and Ctrl+plus / Ctrl+minus scale every text of every figure
+
+
+def set_text_scale(scale: float) -> None:
+    """Scale the text of figures drawn from now on (views redraw to apply it)."""
+    global _text_scale
+    _text_scale = scale
+
+
+def title_size() -> str:
+    return f"{round(TITLE_POINTS * _text_scale)}pt"
+
+
+def label_size() -> str:
+    return f"{round(LABEL_POINTS * _text_scale)}pt"
 # A qualitative palette (Tableau 10) that stays distinguishable on white and on dark backgrounds.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -58,7 +73,7 @@ MARKER_SYMBOLS = (("t", "▼"), ("d", "◆"), ("s", "■"), ("o", "●"))  # pyq
 # ---------------------------------------------------------------------------- helpers
 def _tick_font() -> QtGui.QFont:
     font = QtGui.QFont()
-    font.setPointSize(TICK_POINT_SIZE)
+    font.setPointSize(round(TICK_POINTS * _text_scale))
     return font
 
 
@@ -81,13 +96,13 @@ def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: s
     axes = {"bottom": IntegerAxis("bottom")} if integer_x else None
     plot = layout.addPlot(title=None, axisItems=axes)
     if title:
-        plot.setTitle(title, size=TITLE_SIZE)
+        plot.setTitle(title, size=title_size())
     for side, text in (("bottom", xlabel), ("left", ylabel)):
         axis = plot.getAxis(side)
         axis.setTickFont(_tick_font())
         axis.enableAutoSIPrefix(False)
         if text:
-            plot.setLabel(side, text, **{"font-size": LABEL_SIZE})
+            plot.setLabel(side, text, **{"font-size": label_size()})
     plot.setMenuEnabled(False)
     return plot
 
@@ -109,11 +124,12 @@ def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, lev
                   label: str) -> pg.ColorBarItem:
     bar = pg.ColorBarItem(values=levels, colorMap=cmap, interactive=False, width=18, colorMapMenu=False)
     bar.setImageItem(image, insert_in=plot)
+    COLORBARS[plot] = bar
     bar.axis.setTickFont(_tick_font())
     bar.axis.enableAutoSIPrefix(False)  # "attention (x0.001)" confuses more than it helps
     bar.axis.setWidth(None)  # the bar's fixed 45 px hides labels such as 0.0051; size to the labels
     if label:
-        bar.axis.setLabel(label, **{"font-size": LABEL_SIZE})
+        bar.axis.setLabel(label, **{"font-size": label_size()})
     return bar
 
 
@@ -145,7 +161,7 @@ def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int
 # ---------------------------------------------------------------------------- heatmaps and images
 def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.LabelItem:
     """A title row over a figure of several plots (call first, then `layout.nextRow()`)."""
-    return layout.addLabel(text, colspan=colspan, size=TITLE_SIZE, bold=True)
+    return layout.addLabel(text, colspan=colspan, size=title_size(), bold=True)
 
 
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
@@ -252,7 +268,7 @@ def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.
     bar.axis.enableAutoSIPrefix(False)
     bar.axis.setWidth(None)
     if label:
-        bar.axis.setLabel(label, **{"font-size": LABEL_SIZE})
+        bar.axis.setLabel(label, **{"font-size": label_size()})
     layout.addItem(bar, row=row, col=col, rowspan=rowspan)
     return bar
 
@@ -355,7 +371,7 @@ class BarsPlot:
             self.scatters.append(scatter)
             keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
         if keys:  # the key goes in the title, where it never hides a bar or a value
-            self.plot.setTitle(f"{figure.title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=LABEL_SIZE)
+            self.plot.setTitle(f"{figure.title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=label_size())
         anchor = (0, 0.5) if figure.horizontal else (0.5, 1)
         self.texts = [pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=anchor) for _ in range(n)]
         for text in self.texts:
@@ -412,7 +428,7 @@ def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[st
     only (x counts layers or steps); None decides from x (say True for curves that start empty)."""
     xs = np.asarray(x, dtype=np.float64)
     plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs) if integer_x is None else integer_x)
-    legend = plot.addLegend(offset=(10, 10), labelTextSize=LABEL_SIZE)
+    legend = plot.addLegend(offset=(10, 10), labelTextSize=label_size())
     legend.setBrush(pg.mkBrush(255, 255, 255, 170))
     legend.setLabelTextColor("k")
     for i, (name, y) in enumerate(series.items()):
@@ -436,7 +452,7 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
     group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
     legend = None
     if len(names) > 1:
-        legend = pg.LegendItem(labelTextSize=LABEL_SIZE, labelTextColor=pg.getConfigOption("foreground"),
+        legend = pg.LegendItem(labelTextSize=label_size(), labelTextColor=pg.getConfigOption("foreground"),
                                colCount=1 if len(names) <= 16 else 2)
         layout.addItem(legend)
     for i, name in enumerate(names):
@@ -507,12 +523,12 @@ class MapsPlot:
         old, self.figure = self.figure, figure
         values, levels = figure.shown(), figure.shown_levels()
         if self.heading is not None and self.heading.text != figure.heading:
-            self.heading.setText(figure.heading, size=TITLE_SIZE, bold=True)
+            self.heading.setText(figure.heading, size=title_size(), bold=True)
         new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
         new_mask = not _same_mask(old.masked, figure.masked)
         for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):
             if plot.titleLabel.text != figure.titles[i]:
-                plot.setTitle(figure.titles[i], size=TITLE_SIZE)
+                plot.setTitle(figure.titles[i], size=title_size())
             heat.setImage(np.asarray(values[i], np.float32), levels=levels, autoLevels=False)
             if new_photo:
                 self.photos[i].setImage(figure.image, levels=(0, 255), autoLevels=False)
@@ -539,9 +555,8 @@ def _same_mask(a: np.ndarray | None, b: np.ndarray | None) -> bool:
 
 
 def _colorbar_of(plot: pg.PlotItem) -> pg.ColorBarItem | None:
-    """The colour bar `_add_colorbar` put next to a plot (right of its axis), if any."""
-    item = plot.layout.itemAt(2, 5)
-    return item if isinstance(item, pg.ColorBarItem) else None
+    """The colour bar `_add_colorbar` put next to a plot, if any."""
+    return COLORBARS.get(plot)
 
 
 class SimilarityPlot:
@@ -573,7 +588,7 @@ class SimilarityPlot:
             return
         plot, image = self.maps[0]
         image.setImage(np.asarray(values, np.float32), levels=self.figure.levels, autoLevels=False)
-        plot.setTitle(title, size=TITLE_SIZE)
+        plot.setTitle(title, size=title_size())
 
     def tile_at(self, pos: QtCore.QPointF) -> tuple[int, int] | None:
         """Which tile (patch row, col) of the mosaic a scene position falls on."""

@@ -165,6 +165,7 @@ class ImagePanel(SessionWidget):
         self.listen(session.inputs_changed, self._draw_mask)
         self.listen(session.selection_changed, self._draw_mask)
         self.listen(session.result_ready, self._result)
+        self.listen(session.image_changed, self._image_changed)
         self._model_changed()
 
     # ------------------------------------------------------------------ inputs
@@ -183,6 +184,11 @@ class ImagePanel(SessionWidget):
             return False
         self.session.set_image(image, Path(path).name)
         return True
+
+    def _image_changed(self) -> None:
+        """The samples box names the sample on screen, or goes back to "Samples…" for any other image."""
+        index = self.samples.findText(Path(self.session.image_name).stem) if self.session.image_name else -1
+        self.samples.setCurrentIndex(max(index, 0))
 
     def _sample_chosen(self, index: int) -> None:
         path = self.samples.itemData(index)

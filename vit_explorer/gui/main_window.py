@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
@@ -30,6 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from .banner import Banner
+from .menus import install_menus
+from .presentation import Presentation
 
 PREFERRED_SIZE = (1600, 1000)
 RECENT_KEY = "recent_sources"
@@ -55,8 +57,10 @@ class MainWindow(QMainWindow):
         self.image_panel: Any = None
         self.big_dock: QDockWidget | None = None  # the first of the tabbed views on the right
         self.initial_image: str | None = None  # an image given on the command line instead of a model
+        self.presentation = Presentation(self)
+        self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
 
-        bar = QToolBar("Source")
+        bar = self.source_bar = QToolBar("Source")
         bar.setMovable(False)
         self.addToolBar(bar)
         bar.addWidget(QLabel(" Model: "))
@@ -208,7 +212,8 @@ class MainWindow(QMainWindow):
             self.image_panel.open_path(self.initial_image)
         elif samples:
             self.image_panel.open_path(str(samples[0]))
-        self._install_shortcuts()
+        install_menus(self)
+        self.presentation.apply()  # the remembered text size
 
     def share_width(self) -> None:
         """About a third of the width for the image and the prediction, the rest for the big views."""
@@ -226,24 +231,6 @@ class MainWindow(QMainWindow):
         self.addDockWidget(area, dock)
         self.docks[title] = dock
         return dock
-
-    def _install_shortcuts(self) -> None:
-        menu = self.menuBar().addMenu("&File")
-        view_menu = self.menuBar().addMenu("&View")
-        for text, keys, slot, target in (
-            ("Open image…", QKeySequence.StandardKey.Open, self.image_panel.ask_open, menu),
-            ("Load model", QKeySequence("Ctrl+L"), self.load_typed, menu),
-            ("Export current view as PNG…", QKeySequence("Ctrl+E"), self.export_current, menu),
-            ("Next layer", QKeySequence("Ctrl+Down"), lambda: self.step_layer(1), view_menu),
-            ("Previous layer", QKeySequence("Ctrl+Up"), lambda: self.step_layer(-1), view_menu),
-            ("Clear mask", QKeySequence("Ctrl+Shift+M"), self.image_panel.clear_mask, view_menu),
-        ):
-            action = QAction(text, self)
-            action.setShortcut(keys)
-            action.triggered.connect(slot)
-            target.addAction(action)
-        for dock in self.docks.values():
-            view_menu.addAction(dock.toggleViewAction())
 
     def _open_initial(self) -> bool:
         """Start loading the source given on the command line, or the bundled model; False if it is missing.

@@ -37,6 +37,7 @@ class AttentionView(View):
         self.figure: MapsFigure | None = None  # the maps last drawn
         self.distance: np.ndarray | None = None  # (blocks, heads) mean attention distance, when shown
         self._drawn: figures.MapsPlot | None = None
+        self.query_name = ""  # the query of the maps drawn
         self.mode = QComboBox()
         self.mode.addItems(MODES)
         self.mode.setToolTip("What to show: one head, every head of the layer side by side, their mean, rollout "
@@ -84,6 +85,22 @@ class AttentionView(View):
 
     def picture(self) -> QWidget:
         return self.plots
+
+    def export_info(self) -> dict[str, str]:
+        info = {**super().export_info(), "mode": self.mode_name, "query": self.query_name}
+        if self.mode_name in LAYERED:
+            info["layer"] = str(self.session.layer)
+        if self.mode_name == "one head":
+            info["head"] = str(self.session.head)
+        if self.mode_name == "rollout":
+            info.update({"head fusion": self.fusion.currentText(), "discard": f"{self.discard.value():.2f}"})
+        info["masked patches"] = str(int(self.session.mask.sum()))
+        info["heads off"] = str(int((self.session.head_mask < 1).sum()))
+        return info
+
+    def restyle(self) -> None:
+        self._clear("")
+        self.schedule()
 
     def set_on_screen(self, shown: bool) -> None:
         if not shown:  # a hidden view draws nothing: forward passes need not compute its maps
@@ -167,6 +184,7 @@ class AttentionView(View):
             self.note.setText("computing…")
             return
         query = attention.query_for(result.layout, result.inputs.loaded.config.pool, self.session.query)
+        self.query_name = query.name
         self.reset_query.setText(f"Query: {query.name}")
         self.reset_query.setEnabled(not query.default)
         image, opacity = not self.raw.isChecked(), self.opacity.value() / 100

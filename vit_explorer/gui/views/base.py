@@ -73,6 +73,10 @@ class View(SessionWidget):
     def refresh(self, *_: object) -> None:
         """Recompute and redraw from the session (views that compute something override it)."""
 
+    def restyle(self) -> None:
+        """Draw again from scratch, e.g. with a new text size (views that draw figures override it)."""
+        self.schedule()
+
     def schedule(self, *_: object) -> None:
         """Refresh now if the view is on screen, else when it is next shown (hidden tabs cost nothing)."""
         if self.on_screen:

@@ -60,6 +60,10 @@ class EmbeddingsView(View):
             self._draw(facts)
         self.facts_label.setText("\n".join(self._lines(facts)))
 
+    def restyle(self) -> None:
+        if self.facts is not None:
+            self._draw(self.facts)
+
     def _draw(self, facts: EmbeddingFacts) -> None:
         self.plots.ci.clear()
         self._curves = []

@@ -191,6 +191,12 @@ class HeadsView(View):
                 text = "black" if on else "white"
                 button.setStyleSheet(f"QPushButton {{ background: {colour}; color: {text}; }}")
 
+    def export_info(self) -> dict[str, str]:
+        info = super().export_info()
+        if self.result is not None:
+            info["importance"] = self.result.describe()
+        return info
+
     def table(self) -> Table | None:
         mask = self.session.head_mask
         rows = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtWidgets import QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
 from ...explore.tables import ModelTables, model_tables
@@ -25,6 +25,10 @@ class ParametersView(View):
         self.tree = QTreeWidget()
         self.tree.setColumnCount(4)
         self.tree.setHeaderLabels(["stage / layer / tensor", "shape", "parameters", "share"])
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        for column in range(4):  # every column as wide as its widest entry, expanded rows included
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.setToolTip("Every parameter tensor, grouped by stage and layer; expand a row to see its tensors.")
         split.addWidget(self.tree)
         self.chart = pg.GraphicsLayoutWidget()
@@ -66,8 +70,6 @@ class ParametersView(View):
         QTreeWidgetItem(self.tree, ["total", "", f"{table.total:,}", "100%"])
         for item in stages.values():
             item.setExpanded(True)
-        for column in range(4):
-            self.tree.resizeColumnToContents(column)
         figures.draw(self.chart.ci, tables.params_figure())
 
     def table(self) -> Table | None:

@@ -55,6 +55,12 @@ class PositionView(View):
     def picture(self) -> QWidget:
         return self.plots
 
+    def export_info(self) -> dict[str, str]:
+        info = {**super().export_info(), "patch shown large": f"{self.patch[0]},{self.patch[1]}"}
+        if self.other is not None:
+            info["compared with"] = self.other_name
+        return info
+
     @property
     def mosaic(self) -> pg.ImageItem | None:
         """The similarity mosaic drawn, or None."""
@@ -115,6 +121,9 @@ class PositionView(View):
             self.patch = tile
             title, values = position.patch_map(self.sim, tile)
             self._drawn.show_map(title, values)
+
+    def restyle(self) -> None:
+        self.redraw()
 
     def redraw(self) -> None:
         self.plots.ci.clear()

@@ -42,6 +42,11 @@ class PredictionView(View):
     def picture(self) -> QWidget:
         return self.plots
 
+    def restyle(self) -> None:
+        self.plots.ci.clear()
+        self._drawn = None
+        self.redraw()
+
     def redraw(self, *_: object) -> None:
         result: ForwardResult | None = self.session.result
         if result is None:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...checkpoints.native import CONFIG_NAME
 from ...models import PRESETS, ViTConfig, preset
 from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
 from ...training.recipe import Recipe
@@ -70,8 +72,9 @@ class Run:
 
 
 def runs_folder() -> Path:
-    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation) or str(Path.home())
-    return Path(base) / "runs"
+    """~/.local/share/vit-explorer/runs on Linux (the generic data folder: the app's own would repeat its name)."""
+    base = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.GenericDataLocation) or str(Path.home())
+    return Path(base) / "vit-explorer" / "runs"
 
 
 class TrainingView(View):
@@ -244,6 +247,10 @@ class TrainingView(View):
         out = Path(self.out.text()).expanduser()
         if name != "run 1":
             out = out.with_name(out.name + "-" + name.replace(" ", "-"))
+        if not resume and (out / CONFIG_NAME).exists() and not self.confirm_replace(out):
+            if name == "run 1":
+                self.runs = []
+            return False
         dataset = self.dataset.currentData() or self.dataset.currentText().strip()
         size = self.train_size.value()
         run = self.runs[-1] if resume else Run(name, cfg, out)
@@ -269,6 +276,14 @@ class TrainingView(View):
         self.thread.start()
         self._buttons()
         return True
+
+    def confirm_replace(self, out: Path) -> bool:
+        """Ask before a new run replaces the model saved in `out` (the command line needs --overwrite)."""
+        answer = QMessageBox.question(
+            self, "Replace the saved run?", f"{out} already holds a trained model. Train a new one in its place "
+            "(the saved model is lost), or choose another 'Save to' folder?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
 
     def start_comparison(self) -> bool:
         if not self.runs:
@@ -366,6 +381,10 @@ class TrainingView(View):
     def refresh(self, *_: object) -> None:
         self.redraw()
 
+    def restyle(self) -> None:
+        self._key = None
+        self.redraw()
+
     def redraw(self) -> None:
         """Draw the curves and the PE grid; while the runs and series stay the same, only feed new data."""
         runs = [r for r in self.runs if r.steps]
@@ -390,7 +409,7 @@ class TrainingView(View):
             separator = 1 if max(gh, gw) < 24 else 2  # as figures.draw_similarity_grid draws it
             image.setImage(figures.similarity_mosaic(self.snapshot.similarity, separator), levels=(-1, 1),
                            autoLevels=False)
-            plot.setTitle(self._snapshot_title(), size=figures.TITLE_SIZE)
+            plot.setTitle(self._snapshot_title(), size=figures.title_size())
 
     def _build_figures(self, runs: list[Run]) -> None:
         self.plots.ci.clear()
@@ -427,7 +446,11 @@ class TrainingView(View):
         super().closeEvent(event)
 
     def table(self) -> Table | None:
-        rows = [(r.name, s, loss, acc) for r in self.runs for s, loss, acc in zip(r.steps, r.loss, r.accuracy,
-                                                                                  strict=True)]
-        return (["run", "step", "loss", "accuracy"], rows) if rows else None
+        """Every logged training point and every validation, per run, in step order."""
+        rows: list[tuple[str, str, int, float, float]] = []
+        for r in self.runs:
+            points = [("train", s, loss, acc) for s, loss, acc in zip(r.steps, r.loss, r.accuracy, strict=True)]
+            points += [("validation", s, loss, acc) for s, loss, acc in r.val]
+            rows += [(r.name, split, s, loss, acc) for split, s, loss, acc in sorted(points, key=lambda p: p[1])]
+        return (["run", "split", "step", "loss", "accuracy"], rows) if rows else None
 
