@@ -91,12 +91,36 @@ def _is_integer(values: np.ndarray) -> bool:
     return finite.size > 0 and bool(np.all(finite == np.round(finite)))
 
 
+def wrap_title(text: str, width: int = 44) -> str:
+    """A long title broken at spaces into lines of about `width` characters (HTML line breaks), so a narrow
+    figure keeps it whole instead of clipping it or widening the figure."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "<br>".join(lines)
+
+
+def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str | None = None) -> None:
+    """Set a plot's title (wrapped; `html` as given) unless it already shows it (a new title re-lays the plot
+    out), in a title row as tall as its lines (pyqtgraph fixes it at one line)."""
+    wrapped = html if html is not None else wrap_title(text)
+    if plot.titleLabel.text == wrapped:
+        return
+    plot.setTitle(wrapped, size=size or title_size())
+    height = plot.titleLabel.item.boundingRect().height() + 4
+    plot.titleLabel.setMaximumHeight(height)
+    plot.layout.setRowFixedHeight(0, height)
+
+
 def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "",
               integer_x: bool = False) -> pg.PlotItem:
     axes = {"bottom": IntegerAxis("bottom")} if integer_x else None
     plot = layout.addPlot(title=None, axisItems=axes)
     if title:
-        plot.setTitle(title, size=title_size())
+        set_title(plot, title)
     for side, text in (("bottom", xlabel), ("left", ylabel)):
         axis = plot.getAxis(side)
         axis.setTickFont(_tick_font())
@@ -161,7 +185,7 @@ def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int
 # ---------------------------------------------------------------------------- heatmaps and images
 def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.LabelItem:
     """A title row over a figure of several plots (call first, then `layout.nextRow()`)."""
-    return layout.addLabel(text, colspan=colspan, size=title_size(), bold=True)
+    return layout.addLabel(wrap_title(text, 90), colspan=colspan, size=title_size(), bold=True)
 
 
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
@@ -284,7 +308,8 @@ def similarity_mosaic(sim: np.ndarray, separator: int = 1) -> np.ndarray:
 
 def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: str,
                          cmap: str = SIMILARITY_CMAP, levels: tuple[float, float] | None = (-1.0, 1.0),
-                         colorbar_label: str = "cosine similarity") -> tuple[pg.PlotItem, pg.ImageItem]:
+                         colorbar_label: str = "cosine similarity", colorbar: bool = True
+                         ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """The ViT paper's position-embedding figure: tile (row i, col j) shows the similarity of patch
     (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw)."""
     sim = np.asarray(sim, dtype=np.float32)
@@ -299,7 +324,8 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     image = pg.ImageItem(mosaic, levels=lv)
     image.setColorMap(colormap)
     plot.addItem(image)
-    _add_colorbar(plot, image, colormap, lv, colorbar_label)
+    if colorbar:
+        _add_colorbar(plot, image, colormap, lv, colorbar_label)
     for axis_name, n, size in (("bottom", gw, gw), ("left", gh, gh)):
         step = max(1, int(np.ceil(n / 10)))
         ticks = [(i * (size + separator) + size / 2, str(i)) for i in range(0, n, step)]  # 0-based like (row, col)
@@ -371,7 +397,8 @@ class BarsPlot:
             self.scatters.append(scatter)
             keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
         if keys:  # the key goes in the title, where it never hides a bar or a value
-            self.plot.setTitle(f"{figure.title}<br>{'&nbsp;&nbsp;'.join(keys)}", size=label_size())
+            set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{'&nbsp;&nbsp;'.join(keys)}",
+                      label_size())
         anchor = (0, 0.5) if figure.horizontal else (0.5, 1)
         self.texts = [pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=anchor) for _ in range(n)]
         for text in self.texts:
@@ -522,13 +549,12 @@ class MapsPlot:
         """New numbers, titles, photo and masked cells, in place (rebuilding plots costs the GUI thread)."""
         old, self.figure = self.figure, figure
         values, levels = figure.shown(), figure.shown_levels()
-        if self.heading is not None and self.heading.text != figure.heading:
-            self.heading.setText(figure.heading, size=title_size(), bold=True)
+        if self.heading is not None and self.heading.text != wrap_title(figure.heading, 90):
+            self.heading.setText(wrap_title(figure.heading, 90), size=title_size(), bold=True)
         new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
         new_mask = not _same_mask(old.masked, figure.masked)
         for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):
-            if plot.titleLabel.text != figure.titles[i]:
-                plot.setTitle(figure.titles[i], size=title_size())
+            set_title(plot, figure.titles[i])
             heat.setImage(np.asarray(values[i], np.float32), levels=levels, autoLevels=False)
             if new_photo:
                 self.photos[i].setImage(figure.image, levels=(0, 255), autoLevels=False)
@@ -567,20 +593,20 @@ class SimilarityPlot:
         self.figure = figure
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
-                                                             levels=figure.levels,
-                                                             colorbar_label=figure.colorbar_label)
-        for name, other in figure.others:
-            draw_similarity_grid(top, other, title=name, levels=figure.levels, colorbar_label=figure.colorbar_label)
+                                                             levels=figure.levels, colorbar_label=figure.colorbar_label,
+                                                             colorbar=not figure.others)
+        for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
+            draw_similarity_grid(top, other, title=name, levels=figure.levels, colorbar_label=figure.colorbar_label,
+                                 colorbar=i == len(figure.others) - 1)
         self.maps: list[tuple[pg.PlotItem, pg.ImageItem]] = []
         if figure.maps:
             layout.nextRow()
             bottom = layout.addLayout()
             layout.layout.setRowStretchFactor(0, 3)
             layout.layout.setRowStretchFactor(1, 2)
-            for i, (title, values) in enumerate(figure.maps):
+            for title, values in figure.maps:  # on the mosaic's scale: its colour bar serves them too
                 self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP, levels=figure.levels,
-                                              colorbar_label=figure.colorbar_label, grid=values.shape,
-                                              colorbar=i == len(figure.maps) - 1))
+                                              grid=values.shape, colorbar=False))
 
     def show_map(self, title: str, values: np.ndarray) -> None:
         """Replace the first single map (a clicked patch's), in place."""
@@ -588,7 +614,7 @@ class SimilarityPlot:
             return
         plot, image = self.maps[0]
         image.setImage(np.asarray(values, np.float32), levels=self.figure.levels, autoLevels=False)
-        plot.setTitle(title, size=title_size())
+        set_title(plot, title)
 
     def tile_at(self, pos: QtCore.QPointF) -> tuple[int, int] | None:
         """Which tile (patch row, col) of the mosaic a scene position falls on."""

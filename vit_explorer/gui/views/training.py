@@ -409,7 +409,7 @@ class TrainingView(View):
             separator = 1 if max(gh, gw) < 24 else 2  # as figures.draw_similarity_grid draws it
             image.setImage(figures.similarity_mosaic(self.snapshot.similarity, separator), levels=(-1, 1),
                            autoLevels=False)
-            plot.setTitle(self._snapshot_title(), size=figures.title_size())
+            figures.set_title(plot, self._snapshot_title())
 
     def _build_figures(self, runs: list[Run]) -> None:
         self.plots.ci.clear()
