@@ -92,8 +92,9 @@ def _is_integer(values: np.ndarray) -> bool:
 
 
 def wrap_title(text: str, width: int = 44) -> str:
-    """A long title broken at spaces into lines of about `width` characters (HTML line breaks), so a narrow
-    figure keeps it whole instead of clipping it or widening the figure."""
+    """A long title broken at spaces into lines of about `width` characters at text scale 1 (fewer when the
+    text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
+    width = max(16, round(width / _text_scale))
     lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:

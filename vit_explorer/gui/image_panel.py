@@ -7,17 +7,20 @@ from pathlib import Path
 import numpy as np
 import pyqtgraph as pg
 from PIL import Image, ImageDraw
-from PySide6.QtCore import QPointF, Qt
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QKeySequence, QShortcut
+from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QButtonGroup,
     QComboBox,
     QFileDialog,
+    QFrame,
     QGraphicsItem,
     QLabel,
     QPushButton,
     QRadioButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -68,6 +71,23 @@ class PatchCanvas(pg.ImageItem):
         self.panel.press(event.pos(), start=event.isStart())
 
 
+class ControlsArea(QScrollArea):
+    """Asks for the height its contents need at its width (their height for that width), so the image above
+    gets the rest; scrolls only when there is not that much room."""
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        widget = self.widget()
+        if widget is None:
+            return super().sizeHint()
+        width = self.viewport().width() or widget.width()
+        height = widget.heightForWidth(width) if widget.hasHeightForWidth() else widget.sizeHint().height()
+        return QSize(super().sizeHint().width(), max(height, widget.minimumSizeHint().height()) + 2 * self.frameWidth())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self.updateGeometry()  # a new width may need another height
+
+
 class ImagePanel(SessionWidget):
     """Open/drop/paste an image or a sample; paint masks, draw, pick the query; set the resolution."""
 
@@ -88,10 +108,13 @@ class ImagePanel(SessionWidget):
         for path in sample_images():
             self.samples.addItem(path.stem, str(path))
         self.samples.activated.connect(self._sample_chosen)
-        layout.addWidget(flow_row([open_button, self.samples]))
+        blank = QPushButton("Blank")
+        blank.setToolTip("Start drawing on a black canvas.")
+        blank.clicked.connect(self.clear_canvas)
+        layout.addWidget(flow_row([open_button, self.samples, blank]))
 
         self.plot = pg.GraphicsLayoutWidget()
-        self.plot.setMinimumSize(180, 180)
+        self.plot.setMinimumSize(150, 150)
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.view.addItem(self.canvas)
@@ -107,7 +130,10 @@ class ImagePanel(SessionWidget):
 
         self.hover_label = QLabel("Hover a patch to see its row, column and token index.")
         self.hover_label.setWordWrap(True)
-        layout.addWidget(self.hover_label)
+        controls = QWidget()  # below the image; scrolls rather than squeezing it when the text is large
+        layout_controls = QVBoxLayout(controls)
+        layout_controls.setContentsMargins(0, 0, 0, 0)
+        layout_controls.addWidget(self.hover_label)
 
         self.mode_group = QButtonGroup(self)
         for i, (name, tip) in enumerate((
@@ -124,12 +150,9 @@ class ImagePanel(SessionWidget):
         self.brush.setValue(3)
         self.brush.setPrefix("brush ")
         self.brush.setToolTip("Brush width in model pixels for drawing.")
-        blank = QPushButton("Blank")
-        blank.setToolTip("Start drawing on a black canvas.")
-        blank.clicked.connect(self.clear_canvas)
-        layout.addWidget(flow_row([*self.mode_group.buttons(), self.brush, blank]))
+        layout_controls.addWidget(flow_row([*self.mode_group.buttons(), self.brush]))
 
-        clear = QPushButton("Clear mask")
+        clear = QPushButton("Clear")
         clear.setToolTip("Unmask every patch (Esc).")
         clear.clicked.connect(self.clear_mask)
         invert = QPushButton("Invert")
@@ -143,20 +166,27 @@ class ImagePanel(SessionWidget):
         random_button = QPushButton("Random")
         random_button.setToolTip("Mask a random share of the patches.")
         random_button.clicked.connect(self.random_mask)
-        layout.addWidget(flow_row([clear, invert, self.percent, random_button]))
+        layout_controls.addWidget(flow_row([clear, invert, self.percent, random_button]))
         self.height_box, self.width_box = QSpinBox(), QSpinBox()
         for box, name in ((self.height_box, "H "), (self.width_box, "W ")):
             box.setRange(1, 4096)
             box.setPrefix(name)
             box.setToolTip("Input size in pixels fed to the model (a multiple of the patch size); "
                            "learned position embeddings are resampled.")
-        apply_size = QPushButton("Apply size")
+        apply_size = QPushButton("Apply")
         apply_size.setToolTip("Run the model at this height and width (rectangles too).")
         apply_size.clicked.connect(self.apply_size)
         reset_size = QPushButton("Native")
         reset_size.setToolTip("Go back to the resolution the model was trained at.")
         reset_size.clicked.connect(self.reset_size)
-        layout.addWidget(flow_row([self.height_box, self.width_box, apply_size, reset_size]))
+        layout_controls.addWidget(flow_row([self.height_box, self.width_box, apply_size, reset_size]))
+        scroll = ControlsArea()
+        scroll.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # extra room is the image's
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(controls)
+        layout.addWidget(scroll)
 
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.clear_mask)

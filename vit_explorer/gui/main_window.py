@@ -218,9 +218,11 @@ class MainWindow(QMainWindow):
     def share_width(self) -> None:
         """About a third of the width for the image and the prediction, the rest for the big views."""
         if self.big_dock is not None:
-            left = max(300, min(560, self.width() * 35 // 100))
+            left = max(340, min(560, self.width() * 38 // 100))
             self.resizeDocks([self.docks["Image"], self.big_dock], [left, self.width() - left],
                              Qt.Orientation.Horizontal)
+            # the image panel's controls need their height; the prediction chart is readable smaller
+            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [620, 380], Qt.Orientation.Vertical)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -28,7 +28,7 @@ class PredictionView(View):
         self.top_k.valueChanged.connect(self.redraw)
         self.controls.addWidget(self.top_k)
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setMinimumHeight(140)
+        self.plots.setMinimumHeight(120)
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None
