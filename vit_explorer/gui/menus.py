@@ -22,7 +22,7 @@ def _add(menu: QMenu, text: str, keys: Shortcut, slot: Callable[[], object]) -> 
     action = menu.addAction(text)
     if keys is not None:
         action.setShortcut(keys)
-    action.triggered.connect(slot)
+    action.triggered.connect(lambda _checked=False: slot())  # `triggered` passes `checked`: not for the slot
     return action
 
 
