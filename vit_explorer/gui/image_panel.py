@@ -215,6 +215,16 @@ class ImagePanel(SessionWidget):
         self.session.set_image(image, Path(path).name)
         return True
 
+    def open_sample_or_path(self, name: str) -> bool:
+        """"sample:NAME" for a bundled sample, else an image file."""
+        if name.startswith("sample:"):
+            paths = [p for p in sample_images() if p.stem == name.removeprefix("sample:")]
+            if not paths:
+                self.session.error.emit(f"no bundled sample {name.removeprefix('sample:')!r}")
+                return False
+            name = str(paths[0])
+        return self.open_path(name)
+
     def _image_changed(self) -> None:
         """The samples box names the sample on screen, or goes back to "Samples…" for any other image."""
         index = self.samples.findText(Path(self.session.image_name).stem) if self.session.image_name else -1

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from .banner import Banner
+from .lesson import LessonRunner
 from .menus import install_menus
 from .presentation import Presentation
 
@@ -59,6 +60,7 @@ class MainWindow(QMainWindow):
         self.initial_image: str | None = None  # an image given on the command line instead of a model
         self.presentation = Presentation(self)
         self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
+        self.lesson: Any = None  # the LessonRunner, made with the views
 
         bar = self.source_bar = QToolBar("Source")
         bar.setMovable(False)
@@ -212,8 +214,32 @@ class MainWindow(QMainWindow):
             self.image_panel.open_path(self.initial_image)
         elif samples:
             self.image_panel.open_path(str(samples[0]))
+        self.lesson = LessonRunner(self)
         install_menus(self)
         self.presentation.apply()  # the remembered text size
+
+    def show_lesson_panel(self, panel: QWidget, shown: bool) -> None:
+        """The lesson's caption in a dock along the bottom, while a lesson runs."""
+        dock = self.docks.get("Lesson")
+        if dock is None:
+            dock = QDockWidget("Lesson", self)
+            dock.setObjectName("dock-Lesson")
+            dock.setWidget(panel)
+            dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+            self.docks["Lesson"] = dock
+        dock.setVisible(shown)
+
+    def open_lesson(self, path: str) -> None:
+        """Read and validate a lesson file, then start it at its first step (a bad file: the banner says why)."""
+        from ..explore.lessons import LessonError, read_lesson
+
+        try:
+            lesson = read_lesson(path)
+        except LessonError as error:
+            self.show_error(str(error))
+            return
+        self.lesson.start(lesson)
 
     def share_width(self) -> None:
         """About a third of the width for the image and the prediction, the rest for the big views."""

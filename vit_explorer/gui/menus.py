@@ -3,13 +3,17 @@ keyboard shortcuts a presenter uses."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
-from PySide6.QtWidgets import QApplication, QMenu, QMessageBox
+from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from .. import __version__
+from ..explore.lessons import bundled_lessons
+from ..paths import LESSONS
 from . import theme
 
 if TYPE_CHECKING:
@@ -57,9 +61,32 @@ def install_menus(window: MainWindow) -> None:
     for dock in window.docks.values():
         view.addAction(dock.toggleViewAction())
 
+    lessons = bar.addMenu("&Lesson")
+    for path in bundled_lessons():
+        _add(lessons, f"Start: {lesson_title(path)}", None, lambda path=path: window.open_lesson(str(path)))
+    _add(lessons, "Open lesson file…", None, lambda: _ask_lesson(window))
+    lessons.addSeparator()
+    _add(lessons, "Next step", None, window.lesson.next)
+    _add(lessons, "Previous step", None, window.lesson.previous)
+    _add(lessons, "Leave lesson", None, window.lesson.leave)
+
     helps = bar.addMenu("&Help")
     _add(helps, "Keyboard shortcuts", QKeySequence.StandardKey.HelpContents, lambda: show_shortcuts(window))
     _add(helps, "About vit-explorer", None, lambda: show_about(window))
+
+
+def lesson_title(path: Path) -> str:
+    """A bundled lesson's title for the menu (its file name if it cannot be read: opening it says why)."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["title"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return path.stem
+
+
+def _ask_lesson(window: MainWindow) -> None:
+    path, _ = QFileDialog.getOpenFileName(window, "Open lesson", str(LESSONS), "Lessons (*.json)")
+    if path:
+        window.open_lesson(path)
 
 
 def _app() -> QApplication:

@@ -2,6 +2,7 @@
 
 from .attention import AttentionView
 from .builder import BuilderView
+from .compare import CompareView
 from .embeddings import EmbeddingsView
 from .heads import HeadsView
 from .parameters import ParametersView
@@ -9,8 +10,8 @@ from .position import PositionView
 from .prediction import PredictionView
 from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, ParametersView, TrainingView,
-                BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, CompareView, ParametersView,
+                TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "EmbeddingsView", "HeadsView", "ParametersView",
-           "PositionView", "PredictionView", "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "HeadsView",
+           "ParametersView", "PositionView", "PredictionView", "TrainingView"]

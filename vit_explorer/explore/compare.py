@@ -1,0 +1,53 @@
+"""Two models side by side on the same image, masks and head switches: their predictions, attention
+rollout and position-embedding similarity ("patchify against conv stem", "with and without PE")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..checkpoints import LoadedModel
+from . import attention, position
+from .figures import BarsFigure, MapsFigure, SimilarityFigure
+from .forward import ForwardResult, Inputs, Needs, run_forward
+from .prediction import prediction_figure
+
+
+@dataclass(frozen=True)
+class Side:
+    """One model's pictures; `note` says what could not be carried over from the other side."""
+
+    name: str
+    result: ForwardResult
+    prediction: BarsFigure | None  # None without a classifier
+    rollout: MapsFigure
+    similarity: SimilarityFigure | None  # None without an additive position embedding
+    note: str = ""
+
+
+def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5) -> Side:
+    """`loaded` run on `inputs`' image at its own input size, with the masks where they fit its grid."""
+    cfg = loaded.config
+    size = inputs.size if inputs.loaded is loaded else tuple(loaded.preprocessing.size)
+    grid = (size[0] // cfg.patch_size, size[1] // cfg.patch_size)
+    notes = []
+    mask = inputs.mask if inputs.mask.shape == grid else np.zeros(grid, bool)
+    if inputs.mask.any() and inputs.mask.shape != grid:
+        notes.append(f"the mask ({inputs.mask.shape[0]}×{inputs.mask.shape[1]}) does not fit this grid: not applied")
+    layers = (cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+    heads = inputs.head_mask if inputs.head_mask.shape == layers else np.ones(layers, np.float32)
+    if (inputs.head_mask < 1).any() and inputs.head_mask.shape != layers:
+        notes.append("the switched-off heads do not exist in this model: all heads on")
+    ours = Inputs(loaded, inputs.image, (int(size[0]), int(size[1])), mask, heads, needs=Needs(fusion="mean"))
+    result = run_forward(ours)
+    query = attention.query_for(result.layout, cfg.pool)
+    rollout = attention.rollout_figure(result, query)
+    sim = position.similarity(loaded.model, result.layout.grid)
+    similarity = None
+    if sim.patches is not None:
+        similarity = SimilarityFigure(position.title(loaded.model, sim.grid), sim.patches)
+    else:
+        notes.append(sim.note)
+    prediction = prediction_figure(result, top_k, name) if cfg.num_classes else None
+    return Side(name, result, prediction, rollout, similarity, "; ".join(notes))

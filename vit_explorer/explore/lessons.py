@@ -1,0 +1,269 @@
+"""Lessons: a guided sequence of steps through what the app shows, each putting the app in a state (model,
+image, view, masks, layer) and saying in a caption what to look at. Lessons are JSON files a teacher can
+write; `read_lesson` validates one completely before the first step runs, with errors naming the file,
+the step and the field.
+
+A lesson file:
+
+    {"format": "vit-explorer-lesson", "version": 1, "title": "...",
+     "models": {"name": "bundled:classroom-patchify" | "path/relative/to/the/lesson" | "hub/id", ...},
+     "steps": [{"title": "...", "caption": "...", "figure": "ViT paper, Fig. 7",
+                "model": "name" | "preset:classroom" (built with random weights) , "options": {config fields},
+                "image": "sample:circle" | "path", "size": [H, W] | "native", "view": "Attention",
+                "attention": {"mode": "one head", "layer": 0, "head": 0}, "query": [row, col] | null,
+                "mask": "none" | {"random": 0.3, "seed": 0} | [[row, col], ...], "heads_off": [[layer, head], ...],
+                "compare": "name"}, ...]}
+
+Every field of a step but title and caption is optional: what a step does not set stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..models import PRESETS, ConfigError, ViTConfig
+from ..paths import BUNDLED, LESSONS
+from .attention import MODES
+
+FORMAT, VERSION = "vit-explorer-lesson", 1
+VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Parameters", "Training",
+         "Model builder", "Compare")
+MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
+MAX_STEPS = 200
+MAX_TEXT = 2000  # characters of a caption
+
+
+class LessonError(ValueError):
+    """A lesson file that cannot run; the message names the file, the step and the field."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """Where a step's model comes from: a source vit-explorer loads, or a preset built with random weights."""
+
+    source: str | None = None
+    preset: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The same model in two steps has the same key (it is loaded or built once)."""
+        return json.dumps([self.source, self.preset, self.options], sort_keys=True)
+
+    def config(self) -> ViTConfig:
+        assert self.preset is not None
+        return ViTConfig(**{**PRESETS[self.preset], **self.options})
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    caption: str
+    figure: str = ""  # the figure of the articles or papers this step shows
+    model: Model | None = None
+    image: str | None = None  # a file, or "sample:NAME" for a bundled sample
+    size: tuple[int, int] | str | None = None  # (H, W), "native", or None: unchanged
+    view: str | None = None
+    mode: str | None = None  # the Attention view's mode
+    layer: int | None = None
+    head: int | None = None
+    query: tuple[int, int] | None | str = "keep"  # (row, col), None for the default query, "keep"
+    mask: str | float | tuple[tuple[int, int], ...] | None = None  # "none", a random share, patches, None: unchanged
+    mask_seed: int = 0
+    heads_off: tuple[tuple[int, int], ...] | None = None  # None: unchanged; () switches every head on
+    compare: Model | None = None  # a second model side by side
+
+
+@dataclass(frozen=True)
+class Lesson:
+    title: str
+    steps: tuple[Step, ...]
+    path: Path
+
+
+def bundled_lessons() -> list[Path]:
+    """The lessons shipped in resources/lessons, by name."""
+    return sorted(LESSONS.glob("*.json")) if LESSONS.is_dir() else []
+
+
+def read_lesson(path: str | Path) -> Lesson:
+    """Read and validate a lesson file (every step, before any runs)."""
+    path = Path(path)
+    if not path.is_file():
+        raise LessonError(f"{path}: no such lesson file")
+    if path.stat().st_size > MAX_BYTES:
+        raise LessonError(f"{path}: {path.stat().st_size:,} bytes is too large for a lesson (at most {MAX_BYTES:,})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise LessonError(f"{path}: not a JSON lesson ({error})") from None
+    return parse_lesson(data, path)
+
+
+def parse_lesson(data: Any, path: Path) -> Lesson:
+    where = str(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise LessonError(f"{where}: not a vit-explorer lesson (expected an object with \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise LessonError(f"{where}: version: {data.get('version')!r} is not supported (this app reads {VERSION})")
+    unknown = set(data) - {"format", "version", "title", "models", "steps"}
+    if unknown:
+        raise LessonError(f"{where}: unknown keys {sorted(unknown)}")
+    title = _text(data.get("title"), f"{where}: title")
+    models = data.get("models", {})
+    if not isinstance(models, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in models.items()):
+        raise LessonError(f"{where}: models: expected an object of names and sources (strings)")
+    named = {name: _source(value, path, f"{where}: models: {name}") for name, value in models.items()}
+    steps = data.get("steps")
+    if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
+        raise LessonError(f"{where}: steps: expected a list of 1 to {MAX_STEPS} steps")
+    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path)
+
+
+STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",
+             "heads_off", "compare"}
+
+
+def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
+    if not isinstance(raw, dict):
+        raise LessonError(f"{path}: step {index + 1}: expected an object")
+    where = f"{path}: step {index + 1}" + (f" ({raw['title']!r})" if isinstance(raw.get("title"), str) else "")
+    unknown = set(raw) - STEP_KEYS
+    if unknown:
+        raise LessonError(f"{where}: unknown keys {sorted(unknown)}; a step may have {sorted(STEP_KEYS)}")
+    attention = raw.get("attention", {})
+    if not isinstance(attention, dict) or set(attention) - {"mode", "layer", "head"}:
+        raise LessonError(f"{where}: attention: expected an object with mode, layer and/or head")
+    mode = attention.get("mode")
+    if mode is not None and mode not in MODES:
+        raise LessonError(f"{where}: attention.mode: {mode!r} is not one of {MODES}")
+    view = raw.get("view")
+    if view is not None and view not in VIEWS:
+        raise LessonError(f"{where}: view: {view!r} is not one of {VIEWS}")
+    mask, seed = _mask(raw.get("mask"), f"{where}: mask")
+    return Step(
+        title=_text(raw.get("title"), f"{where}: title"),
+        caption=_text(raw.get("caption"), f"{where}: caption"),
+        figure=_text(raw.get("figure", ""), f"{where}: figure", allow_empty=True),
+        model=_model(raw.get("model"), raw.get("options"), named, path, f"{where}: model"),
+        image=_image(raw.get("image"), path, f"{where}: image"),
+        size=_size(raw.get("size"), f"{where}: size"),
+        view=view, mode=mode,
+        layer=_count(attention.get("layer"), f"{where}: attention.layer"),
+        head=_count(attention.get("head"), f"{where}: attention.head"),
+        query=_query(raw.get("query", "keep"), f"{where}: query"),
+        mask=mask, mask_seed=seed,
+        heads_off=_pairs(raw.get("heads_off"), f"{where}: heads_off"),
+        compare=_model(raw.get("compare"), None, named, path, f"{where}: compare"),
+    )
+
+
+def _text(value: Any, where: str, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not value.strip() and not allow_empty):
+        raise LessonError(f"{where}: expected text")
+    if len(value) > MAX_TEXT:
+        raise LessonError(f"{where}: {len(value)} characters; at most {MAX_TEXT} fit on a slide")
+    return value
+
+
+def _count(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value < 10_000:
+        raise LessonError(f"{where}: expected a whole number from 0, got {value!r}")
+    return value
+
+
+def _source(value: str, path: Path, where: str) -> str:
+    """A bundled model ("bundled:NAME"), a path relative to the lesson, or a hub id (left as it is)."""
+    if value.startswith("bundled:"):
+        name = value.removeprefix("bundled:")
+        if name not in BUNDLED:
+            raise LessonError(f"{where}: no bundled model {name!r}; bundled: {sorted(BUNDLED)}")
+        return str(BUNDLED[name])
+    local = (path.parent / value).resolve()
+    return str(local) if local.exists() else value
+
+
+def _model(value: Any, options: Any, named: dict[str, str], path: Path, where: str) -> Model | None:
+    if value is None:
+        if options is not None:
+            raise LessonError(f"{where}: options need a model (\"preset:NAME\")")
+        return None
+    if not isinstance(value, str):
+        raise LessonError(f"{where}: expected a model name, \"bundled:NAME\", \"preset:NAME\" or a source")
+    if value.startswith("preset:"):
+        preset = value.removeprefix("preset:")
+        if preset not in PRESETS:
+            raise LessonError(f"{where}: no preset {preset!r}; presets: {sorted(PRESETS)}")
+        if options is not None and not isinstance(options, dict):
+            raise LessonError(f"{where}: options: expected an object of model config fields")
+        model = Model(preset=preset, options=dict(options or {}))
+        try:
+            model.config()
+        except (ConfigError, TypeError) as error:
+            raise LessonError(f"{where}: options: {error}") from None
+        return model
+    if options is not None:
+        raise LessonError(f"{where}: options apply to a preset (\"preset:NAME\") only")
+    return Model(source=named.get(value) or _source(value, path, where))
+
+
+def _image(value: Any, path: Path, where: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise LessonError(f"{where}: expected \"sample:NAME\" or an image path")
+    if value.startswith("sample:"):
+        from ..data.images import sample_images
+
+        names = [p.stem for p in sample_images()]
+        if value.removeprefix("sample:") not in names:
+            raise LessonError(f"{where}: no bundled sample {value.removeprefix('sample:')!r}; samples: {names}")
+        return value
+    local = (path.parent / value).resolve()
+    if not local.is_file():
+        raise LessonError(f"{where}: {local}: no such image file")
+    return str(local)
+
+
+def _size(value: Any, where: str) -> tuple[int, int] | str | None:
+    if value is None or value == "native":
+        return value
+    if (isinstance(value, list) and len(value) == 2 and all(type(v) is int and 1 <= v <= 4096 for v in value)):
+        return (value[0], value[1])
+    raise LessonError(f"{where}: expected [height, width] in pixels (1 to 4096) or \"native\"")
+
+
+def _query(value: Any, where: str) -> tuple[int, int] | None | str:
+    if value is None or value == "keep":
+        return value
+    pair = _pairs([value], where)
+    assert pair is not None
+    return pair[0]
+
+
+def _pairs(value: Any, where: str) -> tuple[tuple[int, int], ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(type(v) is int and 0 <= v < 10_000 for v in p) for p in value):
+        raise LessonError(f"{where}: expected a list of [row, col] (or [layer, head]) pairs of whole numbers")
+    return tuple((p[0], p[1]) for p in value)
+
+
+def _mask(value: Any, where: str) -> tuple[str | float | tuple[tuple[int, int], ...] | None, int]:
+    if value is None or value == "none":
+        return value, 0
+    if isinstance(value, dict) and set(value) <= {"random", "seed"} and "random" in value:
+        share, seed = value["random"], value.get("seed", 0)
+        if not (isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share <= 1):
+            raise LessonError(f"{where}: random: expected a share of the patches from 0 to 1")
+        if type(seed) is not int:
+            raise LessonError(f"{where}: seed: expected a whole number")
+        return float(share), seed
+    pairs = _pairs(value, where)
+    return pairs, 0

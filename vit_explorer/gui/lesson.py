@@ -1,0 +1,203 @@
+"""Lesson mode: step through a lesson (explore/lessons.py) on the live app. Each step puts the app in its
+state (model, image, size, masks, heads, view, attention mode, layer, query, a second model to compare)
+and shows its caption; a presenter steps with PageDown / PageUp (what a clicker sends) or the arrows,
+and can leave at any step and explore from there."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from ..checkpoints import LoadedModel
+from ..explore.lessons import Lesson, Model, Step
+
+if TYPE_CHECKING:
+    from .main_window import MainWindow
+
+NEXT_KEYS = ("PgDown", "Right", "Space")
+PREVIOUS_KEYS = ("PgUp", "Left", "Backspace")
+
+
+def materialize(model: Model) -> LoadedModel:
+    """The LoadedModel a step names: loaded from its source, or built from its preset (run in a worker)."""
+    if model.source is not None:
+        from ..checkpoints import load
+
+        return load(model.source)
+    from ..explore.build import build_loaded
+
+    return build_loaded(model.config())
+
+
+class LessonPanel(QWidget):
+    """The caption of the current step, with Previous / Next / Leave."""
+
+    def __init__(self, runner: LessonRunner) -> None:
+        super().__init__()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 4, 8, 4)
+        head = QHBoxLayout()
+        self.title = QLabel("")
+        self.title.setWordWrap(True)
+        self.title.setStyleSheet("font-weight: bold; font-size: 120%;")
+        head.addWidget(self.title, 1)
+        self.counter = QLabel("")
+        head.addWidget(self.counter)
+        for text, tip, slot in (("◀ Previous", "The previous step (PageUp, Left)", runner.previous),
+                                ("Next ▶", "The next step (PageDown, Right, Space)", runner.next),
+                                ("Leave lesson", "Stop the lesson here and explore freely", runner.leave)):
+            button = QPushButton(text)
+            button.setToolTip(tip)
+            button.clicked.connect(slot)
+            head.addWidget(button)
+        layout.addLayout(head)
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        self.caption.setTextFormat(Qt.TextFormat.PlainText)
+        layout.addWidget(self.caption)
+        self.figure = QLabel("")
+        self.figure.setWordWrap(True)
+        self.figure.setStyleSheet("font-style: italic;")
+        layout.addWidget(self.figure)
+
+    def show_step(self, lesson: Lesson, index: int) -> None:
+        step = lesson.steps[index]
+        self.title.setText(step.title)
+        self.counter.setText(f"{index + 1} / {len(lesson.steps)}")
+        self.caption.setText(step.caption)
+        self.figure.setText(f"See: {step.figure}" if step.figure else "")
+
+
+class LessonRunner(QObject):
+    applied = Signal(int)  # a step is in place (its model loaded, the views set)
+    ended = Signal()
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.lesson: Lesson | None = None
+        self.index = -1
+        self.panel = LessonPanel(self)
+        self._models: dict[str, LoadedModel] = {}  # by Model.key: built and loaded once per lesson
+        self._shortcuts = [QShortcut(QKeySequence(key), window, activated=slot)
+                           for keys, slot in ((NEXT_KEYS, self.next), (PREVIOUS_KEYS, self.previous)) for key in keys]
+        self._enable_keys(False)
+
+    @property
+    def running(self) -> bool:
+        return self.lesson is not None
+
+    def start(self, lesson: Lesson) -> None:
+        self.lesson = lesson
+        self._models = {}
+        self.window.show_lesson_panel(self.panel, True)
+        self._enable_keys(True)
+        self.go(0)
+
+    def next(self) -> None:
+        if self.lesson is not None and self.index + 1 < len(self.lesson.steps):
+            self.go(self.index + 1)
+
+    def previous(self) -> None:
+        if self.lesson is not None and self.index > 0:
+            self.go(self.index - 1)
+
+    def leave(self) -> None:
+        """Stop the lesson; the app stays as the last step left it."""
+        self.lesson = None
+        self.index = -1
+        self._enable_keys(False)
+        self.window.show_lesson_panel(self.panel, False)
+        self.ended.emit()
+
+    def go(self, index: int) -> None:
+        """Show step `index` and put the app in its state (a model to load first, then the rest)."""
+        assert self.lesson is not None
+        self.index = index
+        step = self.lesson.steps[index]
+        self.panel.show_step(self.lesson, index)
+        if step.model is None:
+            self._arrange(step, index)
+        else:
+            self._with_model(step.model, lambda loaded: self._model_ready(step, index, loaded))
+
+    # ------------------------------------------------------------------ applying a step
+    def _enable_keys(self, on: bool) -> None:
+        for shortcut in self._shortcuts:
+            shortcut.setEnabled(on)
+
+    def _with_model(self, model: Model, then: Callable[[LoadedModel], None]) -> None:
+        if model.key in self._models:
+            then(self._models[model.key])
+            return
+        session = self.window.session
+
+        def done(loaded: LoadedModel) -> None:
+            self._models[model.key] = loaded
+            then(loaded)
+
+        session.run("lesson-model", lambda: materialize(model), done,
+                    lambda message: session.error.emit(f"lesson: could not open the step's model: {message}"), io=True)
+
+    def _model_ready(self, step: Step, index: int, loaded: LoadedModel) -> None:
+        if index != self.index or self.lesson is None:
+            return  # the presenter moved on while it loaded
+        if self.window.session.loaded is not loaded:
+            self.window.session.set_model(loaded)
+        self._arrange(step, index)
+
+    def _arrange(self, step: Step, index: int) -> None:
+        """Everything but the model, in the order that keeps each setting valid (size before the mask)."""
+        window, session = self.window, self.window.session
+        if step.image is not None:
+            window.image_panel.open_sample_or_path(step.image)
+        if step.size == "native":
+            window.image_panel.reset_size()
+        elif isinstance(step.size, tuple):
+            session.set_size(step.size)
+        self._mask(step)
+        if step.heads_off is not None:
+            heads = np.ones_like(session.head_mask)
+            for layer, head in step.heads_off:
+                if layer < heads.shape[0] and head < heads.shape[1]:
+                    heads[layer, head] = 0.0
+            session.set_head_mask(heads)
+        attention = window.views["Attention"]
+        if step.mode is not None:
+            attention.mode.setCurrentText(step.mode)
+        session.select(layer=step.layer, head=step.head, query=step.query)
+        if step.view is not None:
+            window.docks[step.view].raise_()
+        if step.compare is not None:
+            self._with_model(step.compare, lambda loaded: self._compared(index, loaded, step.compare))
+            return
+        self.applied.emit(index)
+
+    def _compared(self, index: int, loaded: LoadedModel, model: Model | None) -> None:
+        if index != self.index:
+            return
+        name = (model.source or "").rstrip("/").rsplit("/", 1)[-1] if model is not None and model.source else "preset"
+        self.window.views["Compare"].set_other(loaded, name)
+        self.applied.emit(index)
+
+    def _mask(self, step: Step) -> None:
+        session = self.window.session
+        grid = session.grid
+        if step.mask == "none":
+            session.set_mask(np.zeros(grid, bool))
+        elif isinstance(step.mask, float):
+            rng = np.random.default_rng(step.mask_seed)
+            mask = np.zeros(grid[0] * grid[1], bool)
+            mask[rng.permutation(mask.size)[: round(step.mask * mask.size)]] = True
+            session.set_mask(mask.reshape(grid))
+        elif isinstance(step.mask, tuple):
+            mask = np.zeros(grid, bool)
+            for row, col in step.mask:
+                if row < grid[0] and col < grid[1]:
+                    mask[row, col] = True
+            session.set_mask(mask)

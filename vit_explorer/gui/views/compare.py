@@ -1,0 +1,110 @@
+"""Compare: the current model and a second one side by side on the same image, masks and head switches
+(prediction, attention rollout, position-embedding similarity). What is shown comes from `explore.compare`."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
+
+from ...checkpoints import LoadedModel
+from ...explore.compare import Side, side
+from ...paths import BUNDLED
+from .. import figures
+from ..session import Session
+from .base import Table, View
+
+
+class CompareView(View):
+    title = "Compare"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.other: LoadedModel | None = None
+        self.other_name = ""
+        self.sides: tuple[Side, Side] | None = None
+        self.choice = QComboBox()
+        self.choice.addItem("compare with a bundled model…", "")
+        for name, folder in BUNDLED.items():
+            if (folder / "vit_explorer.json").exists():
+                self.choice.addItem(name, str(folder))
+        self.choice.setToolTip("A second model to run on the same image, masks and heads.")
+        self.choice.activated.connect(lambda i: self.compare_with(self.choice.itemData(i) or ""))
+        self.source = QLineEdit()
+        self.source.setPlaceholderText("or a hub id, folder or file")
+        self.source.returnPressed.connect(lambda: self.compare_with(self.source.text().strip()))
+        load = QPushButton("Compare")
+        load.setToolTip("Load the model named in the box as the second model.")
+        load.clicked.connect(lambda: self.compare_with(self.source.text().strip()))
+        for widget in (self.choice, self.source, load):
+            self.controls.addWidget(widget)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.body.addWidget(self.plots, 1)
+        self.listen(session.result_ready, self.schedule_soon)
+        self.listen(session.model_changed, self.schedule)
+
+    def picture(self) -> QWidget:
+        return self.plots
+
+    def compare_with(self, source: str, name: str = "") -> None:
+        """Load a second model (in the background) and show both."""
+        if not source:
+            return
+        from ...checkpoints import load
+
+        self.note.setText(f"loading {source}…")
+        self.session.run("compare-load", lambda: load(source), lambda loaded: self.set_other(loaded, name or source),
+                         lambda message: self._failed(source, message), io=True)
+
+    def set_other(self, loaded: LoadedModel, name: str) -> None:
+        self.other, self.other_name = loaded, name
+        self.note.setText("")
+        self.schedule()
+
+    def _failed(self, source: str, message: str) -> None:
+        self.note.setText("")
+        self.session.error.emit(f"could not load {source} to compare: {message}")
+
+    def refresh(self, *_: object) -> None:
+        inputs, other = self.session.inputs(), self.other
+        if inputs is None or other is None:
+            self.note.setText("" if other is not None else "Choose a second model to compare with the current one.")
+            return
+        mine = self.session.loaded
+        assert mine is not None
+        names = (_name(mine), self.other_name)
+        self.session.run("compare", lambda: (side(mine, names[0], inputs), side(other, names[1], inputs)), self._draw)
+
+    def _draw(self, sides: tuple[Side, Side]) -> None:
+        self.sides = sides
+        self.plots.ci.clear()
+        self.note.setText("; ".join(f"{s.name}: {s.note}" for s in sides if s.note))
+        columns = [self.plots.ci.addLayout(row=0, col=i) for i in range(2)]
+        for column, one in zip(columns, sides, strict=True):
+            if one.prediction is not None:
+                figures.BarsPlot(column, one.prediction)
+                column.nextRow()
+            figures.MapsPlot(column, one.rollout)
+            if one.similarity is not None:
+                column.nextRow()
+                figures.SimilarityPlot(column, one.similarity)
+
+    def restyle(self) -> None:
+        if self.sides is not None:
+            self._draw(self.sides)
+
+    def table(self) -> Table | None:
+        if self.sides is None:
+            return None
+        rows = []
+        for one in self.sides:
+            if one.prediction is not None:
+                rows += [(one.name, label, float(p)) for label, p in zip(one.prediction.labels, one.prediction.values,
+                                                                       strict=True)]
+        return ["model", "class", "probability"], rows
+
+
+def _name(loaded: LoadedModel) -> str:
+    for name, folder in BUNDLED.items():
+        if loaded.source and str(folder) == loaded.source:
+            return name
+    return loaded.source or "the current model"
