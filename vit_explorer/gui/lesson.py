@@ -13,10 +13,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..checkpoints import LoadedModel
-from ..explore.lessons import Lesson, Model, Step
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
+    from ..checkpoints import LoadedModel
+    from ..explore.lessons import Lesson, Model, Step
     from .main_window import MainWindow
 
 NEXT_KEYS = ("PgDown", "Right", "Space")

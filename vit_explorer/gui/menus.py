@@ -12,7 +12,6 @@ from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from .. import __version__
-from ..explore.lessons import bundled_lessons
 from ..paths import LESSONS
 from . import theme
 
@@ -60,6 +59,8 @@ def install_menus(window: MainWindow) -> None:
     view.addSeparator()
     for dock in window.docks.values():
         view.addAction(dock.toggleViewAction())
+
+    from ..explore.lessons import bundled_lessons  # the model code is loaded by the time menus are made
 
     lessons = bar.addMenu("&Lesson")
     for path in bundled_lessons():

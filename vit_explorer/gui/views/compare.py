@@ -43,7 +43,8 @@ class CompareView(View):
         self.listen(session.model_changed, self.schedule)
 
     def picture(self) -> QWidget:
-        return self.plots
+        """The two columns once a second model is shown; before that, the view (there is no figure yet)."""
+        return self.plots if self.sides is not None else self
 
     def compare_with(self, source: str, name: str = "") -> None:
         """Load a second model (in the background) and show both."""
