@@ -48,7 +48,7 @@ def occlusion_sensitivity(model: VisionTransformer, pixel_values: torch.Tensor, 
     pixel_values: one image (1, C, H, W); target defaults to the predicted class. Masked images run
     `batch_size` at a time (one masked patch per image of the batch).
     """
-    layout = model.layout(tuple(pixel_values.shape[-2:]))
+    layout = model.layout((int(pixel_values.shape[-2]), int(pixel_values.shape[-1])))
     n = layout.num_patches
     base = model(pixel_values)[0].float().softmax(-1)
     target = int(base.argmax()) if target is None else target

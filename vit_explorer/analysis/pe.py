@@ -35,7 +35,7 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     prefix tokens whose scheme gives them no position, and an all-zero table, are reported in `note`.
     """
     cfg = model.config
-    grid = tuple(grid or cfg.grid_size)
+    grid = (int((grid or cfg.grid_size)[0]), int((grid or cfg.grid_size)[1]))
     n = grid[0] * grid[1]
     pe = model.position_embedding(grid)
     if pe is None:

@@ -119,7 +119,8 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
         maps = attention_grid(result, layer, query)
         where, who = f"layer {layer}", f"query {query.name}"
         off = result.inputs.head_mask[layer] < 1
-    marks = [" (off)" if o else "" for o in off]  # a switched-off head still attends; its output is dropped
+    marks = [" (off)" if o else "" for o in off]
+    titles: tuple[str, ...]  # a switched-off head still attends; its output is dropped
     if mode == "one head":
         head = min(head, len(maps) - 1)
         maps, titles, heading = maps[head:head + 1], (f"{where} · head {head}{marks[head]} · {who}",), ""

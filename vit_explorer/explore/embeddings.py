@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..analysis.dropout import DropoutDemo, dropout_demo
 from ..analysis.patch_embed import embedding_components, unfold_difference
@@ -54,7 +55,7 @@ def filters(model: VisionTransformer) -> Filters | None:
     if model.config.stem == "patchify":
         components, share = embedding_components(model, COMPONENTS)
         return Filters(components.float().cpu().numpy(), share.float().cpu().numpy())
-    first = model.patch_embed.convs[0][0].weight  # (C_out, 3, 3, 3)
+    first = next(m for m in model.patch_embed.modules() if isinstance(m, nn.Conv2d)).weight  # (C_out, 3, 3, 3)
     return Filters(first[:COMPONENTS].permute(0, 2, 3, 1).float().cpu().numpy(), None)
 
 

@@ -143,7 +143,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     head_mask = None
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
-    layout = model.layout(tuple(pixels.shape[-2:]))
+    layout = model.layout((int(pixels.shape[-2]), int(pixels.shape[-1])))
     reduce = _Reductions(needs, layout, torch.float16 if device.type == "cuda" else torch.float32)
     capture = ["hidden_states", "with_pos", "embedded"] + (["class_attentions"] if loaded.config.class_attn_depth
                                                            else [])

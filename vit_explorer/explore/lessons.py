@@ -231,16 +231,20 @@ def _image(value: Any, path: Path, where: str) -> str | None:
 
 
 def _size(value: Any, where: str) -> tuple[int, int] | str | None:
-    if value is None or value == "native":
-        return value
+    if value is None:
+        return None
+    if value == "native":
+        return "native"
     if (isinstance(value, list) and len(value) == 2 and all(type(v) is int and 1 <= v <= 4096 for v in value)):
         return (value[0], value[1])
     raise LessonError(f"{where}: expected [height, width] in pixels (1 to 4096) or \"native\"")
 
 
 def _query(value: Any, where: str) -> tuple[int, int] | None | str:
-    if value is None or value == "keep":
-        return value
+    if value is None:
+        return None
+    if value == "keep":
+        return "keep"
     pair = _pairs([value], where)
     assert pair is not None
     return pair[0]

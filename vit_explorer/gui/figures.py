@@ -25,6 +25,7 @@ import os
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -542,7 +543,10 @@ class MapsPlot:
     def matches(self, figure: MapsFigure) -> bool:
         """Whether `update` can show this figure (the same plots, only other numbers and titles)."""
         old = self.figure
-        shape = (lambda f: None if f.image is None else f.image.shape)
+
+        def shape(f: MapsFigure) -> tuple[int, ...] | None:
+            return None if f.image is None else f.image.shape
+
         return (len(figure.maps), figure.grid, shape(figure), figure.scale, figure.cmap) == (
             len(old.maps), old.grid, shape(old), old.scale, old.cmap)
 
@@ -630,11 +634,9 @@ class SimilarityPlot:
         return None
 
 
-Drawn = MapsPlot | SimilarityPlot | BarsPlot | pg.PlotItem | tuple[pg.PlotItem, pg.ImageItem]
-
-
-def draw(layout: pg.GraphicsLayout, figure: Figure) -> Drawn:
-    """Draw any figure description with its composition; returns what was drawn."""
+def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
+    """Draw any figure description with its composition; returns what was drawn (a composition object, or the
+    plot or (plot, image) of the simpler figures)."""
     if isinstance(figure, MapsFigure):
         return MapsPlot(layout, figure)
     if isinstance(figure, SimilarityFigure):

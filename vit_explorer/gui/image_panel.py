@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -52,18 +53,18 @@ class PatchCanvas(pg.ImageItem):
         self.panel = panel
         self.setAcceptHoverEvents(True)
 
-    def hoverEvent(self, event) -> None:  # noqa: N802 - pyqtgraph's name
+    def hoverEvent(self, event: Any) -> None:  # noqa: N802 - pyqtgraph's name
         if event.isExit():
             self.panel.hover(None)
         else:
             self.panel.hover(event.pos())
 
-    def mouseClickEvent(self, event) -> None:  # noqa: N802
+    def mouseClickEvent(self, event: Any) -> None:  # noqa: N802
         if event.button() == Qt.MouseButton.LeftButton:
             event.accept()
             self.panel.press(event.pos(), start=True)
 
-    def mouseDragEvent(self, event) -> None:  # noqa: N802
+    def mouseDragEvent(self, event: Any) -> None:  # noqa: N802
         if event.button() != Qt.MouseButton.LeftButton:
             event.ignore()
             return

@@ -311,7 +311,7 @@ class MainWindow(QMainWindow):
         if loaded is None:
             return ""
         if loaded.source:
-            return loaded.source
+            return str(loaded.source)
         return "(trained in the app)" if loaded.details.get("trained_in_app") else "(built in the Model builder)"
 
     def load_typed(self) -> None:

@@ -44,7 +44,8 @@ def install_menus(window: MainWindow) -> None:
     _add(view, "Clear mask", QKeySequence("Ctrl+Shift+M"), window.image_panel.clear_mask)
     view.addSeparator()
     larger = _add(view, "Larger text", QKeySequence.StandardKey.ZoomIn, lambda: window.presentation.step(1))
-    larger.setShortcuts([QKeySequence.StandardKey.ZoomIn, QKeySequence("Ctrl+=")])  # Ctrl+plus without Shift too
+    # Ctrl+plus, and Ctrl+= for keyboards where plus needs Shift
+    larger.setShortcuts([QKeySequence(QKeySequence.StandardKey.ZoomIn), QKeySequence("Ctrl+=")])
     _add(view, "Smaller text", QKeySequence.StandardKey.ZoomOut, lambda: window.presentation.step(-1))
     _add(view, "Reset text size", QKeySequence("Ctrl+0"), lambda: window.presentation.step(0))
     window.presentation_action = _add(view, "Presentation mode", QKeySequence("F11"), window.presentation.toggle)

@@ -130,11 +130,11 @@ class Runner(QObject):
 class GeneratorThread(QObject):
     """Iterates a generator of events on its own thread (training) and sends each item to the GUI.
 
-    `event` carries each item; `done` fires once at the end with an error message or "". Stopping
+    `item` carries each item; `done` fires once at the end with an error message or "". Stopping
     and pausing belong to the producer (the trainer's `Control`), so there is one way to do each.
     """
 
-    event = Signal(object)
+    item = Signal(object)  # not `event`: that would hide QObject.event, Qt's event handler
     done = Signal(str)
 
     def __init__(self, make: Callable[[], Any], parent: QObject | None = None) -> None:
@@ -154,7 +154,7 @@ class GeneratorThread(QObject):
     def _loop(self) -> None:
         try:
             for item in self._make():
-                self.event.emit(item)
+                self.item.emit(item)
         except BaseException as error:  # noqa: BLE001 - reported in the UI, never a crash
             self.done.emit(describe_error(error))
             return

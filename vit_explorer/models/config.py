@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -91,7 +92,7 @@ class ViTConfig:
                 raise ConfigError(f"{f.name} must be {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
         for name in ("image_size", "conv_stem_channels", "conv_stem_strides"):
             sizes = getattr(self, name)
-            if not all(1 <= s <= MAX_SIZE for s in ((sizes,) if isinstance(sizes, numbers.Integral) else sizes)):
+            if not all(1 <= int(s) <= MAX_SIZE for s in ((sizes,) if isinstance(sizes, numbers.Integral) else sizes)):
                 raise ConfigError(f"{name} must hold integers from 1 to {MAX_SIZE}, got {sizes!r}")
         for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads", "num_classes", "class_attn_depth"):
             if getattr(self, name) > MAX_SIZE:
@@ -337,7 +338,7 @@ def _is_ints(v: Any) -> bool:
 # the type of each ViTConfig field (by its annotation) and how to check it; a new field needs its kind here
 _FIELD_KINDS = {"int": "int", "float": "float", "bool": "bool", "str": "str", "tuple[int, int]": "size",
                 "tuple[int, ...]": "ints", "float | None": "float?"}
-_KIND_CHECKS = {
+_KIND_CHECKS: dict[str, Callable[[Any], bool]] = {
     "int": _is_int,
     "float": _is_float,
     "bool": lambda v: isinstance(v, bool),

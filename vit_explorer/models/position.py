@@ -26,6 +26,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from .config import ViTConfig
+    from .vit import VisionTransformer
 
 
 def sincos_1d(positions: torch.Tensor, dim: int, temperature: float = 10000.0) -> torch.Tensor:
@@ -125,7 +126,7 @@ class Scheme:
         parameter table and weight decay recognise them by it); the model initialises them."""
         return {}
 
-    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor | None:
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor | None:
         """The additive embedding for a grid: (prefix_rows + gh*gw, D), prefix rows first, patches in
         raster order; None when the scheme adds nothing."""
         return None
@@ -149,9 +150,9 @@ class Learned1D(Scheme):
         rows = config.num_patches + self.prefix_rows(config)
         return {"pos_embed": nn.Parameter(torch.zeros(1, rows, config.embed_dim))}
 
-    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
         cfg = model.config
-        table = model.pos_embed[0]  # (prefix rows + N, D)
+        table = model.get_parameter("pos_embed")[0]  # (prefix rows + N, D)
         if tuple(grid) == cfg.grid_size:
             return table  # the native grid: no resampling, no copy
         k = self.prefix_rows(cfg)  # prefix rows stay out of the interpolation
@@ -177,8 +178,9 @@ class Learned2D(Scheme):
         half = config.embed_dim // 2
         return {"pos_embed_y": nn.Parameter(torch.zeros(gh, half)), "pos_embed_x": nn.Parameter(torch.zeros(gw, half))}
 
-    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
-        return learned_2d(resample_axis(model.pos_embed_y, grid[0]), resample_axis(model.pos_embed_x, grid[1]))
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
+        return learned_2d(resample_axis(model.get_parameter("pos_embed_y"), grid[0]),
+                          resample_axis(model.get_parameter("pos_embed_x"), grid[1]))
 
 
 class SinCos1D(Scheme):
@@ -190,7 +192,7 @@ class SinCos1D(Scheme):
             return f"sine-cosine position embeddings need an even embed_dim, got {config.embed_dim}"
         return None
 
-    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
         return sincos_1d(torch.arange(grid[0] * grid[1]), model.config.embed_dim)
 
 
@@ -204,7 +206,7 @@ class SinCos2D(Scheme):
                     f"embed_dim {config.embed_dim} must be divisible by 4")
         return None
 
-    def table(self, model: nn.Module, grid: tuple[int, int]) -> torch.Tensor:
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
         return sincos_2d(grid, model.config.embed_dim)
 
 

@@ -93,7 +93,7 @@ class VisionTransformer(nn.Module):
                 if m.bias is not None:
                     nn.init.zeros_(m.bias)
         for block in self.blocks:
-            if block.attn.talking_heads:  # start talking heads as identity mixing
+            if isinstance(block, Block) and block.attn.talking_heads:  # start talking heads as identity mixing
                 for lin in (block.attn.proj_l, block.attn.proj_w):
                     nn.init.eye_(lin.weight)
                     nn.init.zeros_(lin.bias)

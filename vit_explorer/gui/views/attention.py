@@ -149,7 +149,7 @@ class AttentionView(View):
         result = self.session.result
         if self._drawn is None or result is None:
             return
-        pos = event.scenePos()  # type: ignore[attr-defined]
+        pos = event.scenePos()
         for heat in self._drawn.heats:
             if heat.sceneBoundingRect().contains(pos):
                 point = heat.mapFromScene(pos)

@@ -17,7 +17,7 @@ from ..flow import flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
 
-Table = tuple[list[str], list[Sequence[Any]]]  # header, rows
+Table = tuple[list[str], Sequence[Sequence[Any]]]  # header, rows
 EXPORT_FOLDER_KEY = "export_folder"
 EXPORT_SCALES = (1, 2, 3)  # PNG sizes offered, as multiples of the figure's size on screen
 

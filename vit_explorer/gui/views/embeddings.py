@@ -72,7 +72,7 @@ class EmbeddingsView(View):
         if facts.tokens:
             self.plots.ci.nextRow()
             plot = figures.draw(self.plots.ci, facts.tokens_figure())
-            self._curves = plot.listDataItems()  # type: ignore[union-attr]
+            self._curves = plot.listDataItems()
 
     @staticmethod
     def _lines(facts: EmbeddingFacts) -> list[str]:

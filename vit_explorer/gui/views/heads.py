@@ -91,7 +91,7 @@ class HeadsView(View):
         for i in range(layers):
             name = f"layer {i}" if i < cfg.depth else f"class-attn {i - cfg.depth}"
             self.grid.addWidget(QLabel(name), i + 1, 0)
-            row = []
+            buttons: list[QPushButton] = []
             for h in range(cfg.num_heads):
                 button = QPushButton("")
                 button.setCheckable(True)
@@ -100,8 +100,8 @@ class HeadsView(View):
                 button.setToolTip(f"{name}, head {h}: click to remove or restore this head.")
                 button.clicked.connect(lambda checked, i=i, h=h: self.toggle(i, h, checked))
                 self.grid.addWidget(button, i + 1, h + 1)
-                row.append(button)
-            self.buttons.append(row)
+                buttons.append(button)
+            self.buttons.append(buttons)
         self.grid.setRowStretch(layers + 1, 1)  # keep the rows together at the top
         self._sync()
         if layers * cfg.num_heads <= AUTO_MEASURE_CELLS:

@@ -116,7 +116,7 @@ class PositionView(View):
     def _clicked(self, event: object) -> None:
         if self._drawn is None or self.sim is None or self.sim.patches is None:
             return
-        tile = self._drawn.tile_at(event.scenePos())  # type: ignore[attr-defined]
+        tile = self._drawn.tile_at(event.scenePos())
         if tile is not None:
             self.patch = tile
             title, values = position.patch_map(self.sim, tile)

@@ -83,7 +83,7 @@ class TrainingView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.runs: list[Run] = []
-        self.thread: GeneratorThread | None = None
+        self.worker: GeneratorThread | None = None  # the run's thread (not `thread`: QObject.thread())
         self.control: Control | None = None
         self.data: Any = None  # the TrainingData of the current run (labels, preprocessing)
         self._redraw_pending = False
@@ -205,7 +205,7 @@ class TrainingView(View):
     @property
     def running(self) -> bool:
         """A run has started and its last event has not been handled yet (cleared by `_done`)."""
-        return self.thread is not None
+        return self.worker is not None
 
     def _buttons(self) -> None:
         running = self.running
@@ -269,11 +269,11 @@ class TrainingView(View):
             yield DataReady(data, cfg_run)
             yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
 
-        self.thread = GeneratorThread(make, self)
-        self.thread.event.connect(lambda event: self._event(run, event))
-        self.thread.done.connect(self._done)
+        self.worker = GeneratorThread(make, self)
+        self.worker.item.connect(lambda event: self._event(run, event))
+        self.worker.done.connect(self._done)
         self.status.setText(f"{run.name}: preparing the data…")
-        self.thread.start()
+        self.worker.start()
         self._buttons()
         return True
 
@@ -369,7 +369,7 @@ class TrainingView(View):
         if message:
             self.session.error.emit(f"training failed: {message}")
             self.status.setText(f"training failed: {message}")
-        self.thread = None
+        self.worker = None
         self._buttons()
 
     def _schedule_redraw(self) -> None:
@@ -441,8 +441,8 @@ class TrainingView(View):
 
     def closeEvent(self, event: Any) -> None:  # noqa: N802
         self.stop()
-        if self.thread is not None:
-            self.thread.join(10)
+        if self.worker is not None:
+            self.worker.join(10)
         super().closeEvent(event)
 
     def table(self) -> Table | None:
