@@ -13,7 +13,6 @@ from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication
 
-from . import figures
 from .theme import FONT_POINTS
 
 if TYPE_CHECKING:
@@ -77,6 +76,8 @@ class Presentation:
             font = QFont(app.font())
             font.setPointSizeF(FONT_POINTS * scale)
             app.setFont(font)
+        from . import figures  # pyqtgraph: not before the window first paints
+
         figures.set_text_scale(scale)
         for view in self.window.views.values():
             view.restyle()

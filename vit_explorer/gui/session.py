@@ -24,6 +24,7 @@ from ..models import ViTConfig
 from .workers import Runner
 
 _ids = itertools.count(1)
+FORWARD_PRIORITY = 10  # the forward pass starts before waiting analyses: every view needs its result
 
 
 def default_image(size: tuple[int, int]) -> Image.Image:
@@ -188,7 +189,8 @@ class Session(QObject):
         key = (inputs.model_id, inputs.image_id, inputs.size)
         baseline = self._baseline[1] if self._baseline and self._baseline[0] == key else None
         self.busy.emit(True)
-        self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed)
+        self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed,
+                 priority=FORWARD_PRIORITY)
 
     def _forward_done(self, result: ForwardResult) -> None:
         inputs = result.inputs
@@ -207,10 +209,11 @@ class Session(QObject):
         self.error.emit(f"forward pass failed: {message}")
 
     def run(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None],
-            on_error: Callable[[str], None] | None = None, *, io: bool = False) -> None:
+            on_error: Callable[[str], None] | None = None, *, io: bool = False, priority: int = 0) -> None:
         """Run a job in the background (a newer job on the same channel makes it stale); errors go to
-        `on_error`, else to the `error` signal. io=True: loading files, not computing."""
-        self._runner.submit(channel, fn, on_done, on_error, pool="io" if io else "compute")
+        `on_error`, else to the `error` signal. io=True: loading files, not computing. Jobs of higher
+        priority start first (the forward pass, which every view waits for)."""
+        self._runner.submit(channel, fn, on_done, on_error, pool="io" if io else "compute", priority=priority)
 
     def cancel(self, channel: str) -> None:
         """Drop the job running or waiting on a channel."""

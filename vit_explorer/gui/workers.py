@@ -73,8 +73,9 @@ class Runner(QObject):
         self._signals.failed.connect(self._on_failed)
 
     def submit(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None],
-               on_error: Callable[[str], None] | None = None, *, pool: str = "compute") -> int:
-        """Run fn() in the background; on_done(result) runs on the GUI thread if still current."""
+               on_error: Callable[[str], None] | None = None, *, pool: str = "compute", priority: int = 0) -> int:
+        """Run fn() in the background; on_done(result) runs on the GUI thread if still current. A job of
+        higher priority starts before waiting jobs of lower priority (the forward pass before analyses)."""
         with self._lock:
             generation = self._generation.get(channel, 0) + 1
             self._generation[channel] = generation
@@ -84,7 +85,7 @@ class Runner(QObject):
         cancel = threading.Event()
         self._cancel[channel] = cancel
         self._callbacks[channel] = (generation, on_done, on_error)
-        (self._io if pool == "io" else self._compute).start(_Job(self, channel, generation, fn, cancel))
+        (self._io if pool == "io" else self._compute).start(_Job(self, channel, generation, fn, cancel), priority)
         return generation
 
     def cancel(self, channel: str) -> None:

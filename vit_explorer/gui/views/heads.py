@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QWidget
 
 from ...explore.heads import Cancelled, HeadImportance, measure
@@ -104,8 +104,11 @@ class HeadsView(View):
             self.buttons.append(buttons)
         self.grid.setRowStretch(layers + 1, 1)  # keep the rows together at the top
         self._sync()
-        if layers * cfg.num_heads <= AUTO_MEASURE_CELLS:
-            self.measure_importance()
+        if layers * cfg.num_heads <= AUTO_MEASURE_CELLS:  # after the first prediction, which comes first
+            self.session.result_ready.connect(self._measure_once, Qt.ConnectionType.SingleShotConnection)
+
+    def _measure_once(self, *_: object) -> None:
+        self.measure_importance()
 
     def _inputs_changed(self) -> None:
         self._sync()
