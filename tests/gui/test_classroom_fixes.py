@@ -126,7 +126,8 @@ def test_cait_rollout_honours_discard(qtbot, window, timm_cait_folder: Path) -> 
 # ---------------------------------------------------------------------------- heads
 def test_head_importance_is_for_the_masked_input_and_says_so(qtbot, window) -> None:
     view = show(window, "Heads")
-    qtbot.waitUntil(lambda: view.result is not None, timeout=20000)
+    qtbot.waitUntil(lambda: view.result is not None and view.result.image_name == window.session.image_name,
+                    timeout=20000)
     unmasked = view.importance.copy()
     assert "class '" in view.note.text() and window.session.image_name in view.note.text()
     mask = np.zeros(window.session.grid, bool)

@@ -112,11 +112,14 @@ class HeadsView(View):
 
     def _inputs_changed(self) -> None:
         self._sync()
-        if self.result is not None and self.result.masked_patches != int(self.session.mask.sum()):
-            self._input_changed()  # a new [MASK]: the importance shown was for another input
+        measured = self.result.masked_patches if self.result is not None else None
+        if self._running or (measured is not None and measured != int(self.session.mask.sum())):
+            self._input_changed()  # a new [MASK]: what is shown, or being measured, is for another input
 
     def _input_changed(self) -> None:
-        if self.result is not None and self.result.values.size <= AUTO_MEASURE_CELLS:
+        """A new input: measure again (a measurement still running was for the old one and is dropped)."""
+        small = self.buttons and len(self.buttons) * len(self.buttons[0]) <= AUTO_MEASURE_CELLS
+        if self._running or (self.result is not None and small):
             self.measure_importance()
         elif self.result is not None:
             self.note.setText("the input changed: measure again for importance on this input")
