@@ -6,6 +6,8 @@ A run is one `RunState` (the model, optimizer, generators, counters and the wind
 the last report) set up once and then advanced by small named steps: `_setup`, `_optimize` (one
 optimizer step), `_log` (close the window: NaN check, report, maybe validate and save),
 `_validate`, `_snapshot` and `_save`. `train` reads top to bottom as the loop that calls them.
+Around it: memory.py checks the device and the memory a step needs, state.py reads and checks a
+saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
 
 Determinism: the model is initialised from `recipe.seed`; epoch e visits the training set in the
 order of `DistributedSampler(seed=recipe.seed).set_epoch(e)` (the same permutation for any number
@@ -30,37 +32,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.pe import pe_similarity
-from ..checkpoints.native import save_native, write_atomic
 from ..data.datasets import TrainingData, normalize, random_crop_flip
 from ..data.folder import Batch
 from ..models import VisionTransformer, ViTConfig
 from . import losses
 from .batches import Batches, evaluate
+from .checkpoint import remove_leftovers, write_checkpoint
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
-from .recipe import Recipe
+from .memory import check_training_memory, pick_device
+from .recipe import MAX_STEPS, Recipe
+from .state import STATE_NAME, TrainingState, check_description, check_module, check_optimizer, read_state
 from .teacher import SmallCNN, Teacher, train_cnn_teacher
 
-STATE_NAME = "training_state.pt"
-
-
-def pick_device(device: str | None = None) -> torch.device:
-    """The requested device, else this process's GPU under torchrun, else cuda:0, else the CPU."""
-    if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
-def load_state(out: Path) -> dict[str, Any]:
-    """The training state saved in `out` (for --resume), with a clear error when there is none."""
-    path = Path(out) / STATE_NAME
-    if not path.is_file():
-        raise ValueError(f"{path}: no training state to resume from (was the run started with this --out?)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means the file is unusable
-        raise ValueError(f"{path}: cannot read the training state ({error})") from None
+__all__ = ["STATE_NAME", "RunState", "TrainStep", "train"]  # STATE_NAME: the training state's file name
 
 
 class TrainStep(nn.Module):
@@ -188,14 +172,45 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     dev = pick_device(device)
     _check_setup(config, data, recipe, world)
+    check_training_memory(config, recipe.batch_size // world, dev)
+    batches, total = _length(data, recipe, rank, world)
+    state = _saved_run(out_dir, config) if resume and out_dir is not None else None
+    model, mpp_head = yield from _model(config, recipe, init, state, dev)
+    teacher = (yield from _teacher(data, recipe, dev, state)) if recipe.distill else None
+    net = TrainStep(model, mpp_head)
+    optimizer = torch.optim.AdamW(_param_groups(net, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
+                                  fused=dev.type == "cuda")
+    run = RunState(config, data, recipe, out_dir, dev, distributed, rank, world, model, mpp_head, teacher, net, net,
+                   optimizer, batches, torch.Generator().manual_seed(recipe.seed * 1000 + 1 + rank), total,
+                   recipe.time_budget if total is None else None, 0, 0, 0.0)
+    if state is not None:
+        _restore(run, state)
+    run.run_net = _wrap(run)
+    run.next_eval = (math.floor(run.progress(run.elapsed) / recipe.eval_every) + 1) * recipe.eval_every
+    run.window = torch.zeros(3, dtype=torch.float64, device=dev)
+    if out_dir is not None and rank == 0:
+        yield from _prepare_folder(out_dir)
+    run.last_save = time.monotonic()
+    return run
+
+
+def _length(data: TrainingData, recipe: Recipe, rank: int, world: int) -> tuple[Batches, int | None]:
+    """This process's batches, and the run's length in steps (None when a time budget sizes it)."""
     batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world)
     if batches.steps_per_epoch < 1:
         raise ValueError(f"the training set has {len(data.train)} images, fewer than one batch of "
                          f"{recipe.batch_size}; use a smaller --batch-size")
-    state = load_state(out_dir) if resume and out_dir is not None else None
-    if state is not None and ViTConfig.from_dict(state["config"]) != config:  # compare as configs: defaults may grow
-        raise ValueError(f"{out_dir}: the saved run has a different model config; resume with the saved one")
+    total = recipe.steps if recipe.steps is not None else (
+        math.ceil(recipe.epochs * batches.steps_per_epoch) if recipe.epochs is not None else None)
+    if total is not None and total > MAX_STEPS:
+        raise ValueError(f"--epochs {recipe.epochs:g} makes {total:,} steps of {batches.steps_per_epoch:,} per "
+                         f"epoch, more than {MAX_STEPS:,}; use fewer --epochs")
+    return batches, total
 
+
+def _model(config: ViTConfig, recipe: Recipe, init: str | None, state: TrainingState | None, dev: torch.device
+           ) -> Generator[Event, None, tuple[VisionTransformer, nn.Linear | None]]:
+    """The model (seeded, or started from `init`'s weights) and the MPP head, on the device."""
     torch.manual_seed(recipe.seed)
     model = VisionTransformer(config)
     mpp_head = nn.Linear(config.embed_dim, losses.MPP_CLASSES) if recipe.task == "mpp" else None
@@ -205,22 +220,29 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     model.to(dev)
     if mpp_head is not None:
         mpp_head.to(dev)
-    teacher = (yield from _teacher(data, recipe, dev, state)) if recipe.distill else None
-    net = TrainStep(model, mpp_head)
-    optimizer = torch.optim.AdamW(_param_groups(net, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
-                                  fused=dev.type == "cuda")
-    total = recipe.steps if recipe.steps is not None else (
-        math.ceil(recipe.epochs * batches.steps_per_epoch) if recipe.epochs is not None else None)
-    run = RunState(config, data, recipe, out_dir, dev, distributed, rank, world, model, mpp_head, teacher, net, net,
-                   optimizer, batches, torch.Generator().manual_seed(recipe.seed * 1000 + 1 + rank), total,
-                   recipe.time_budget if total is None else None, 0, 0, 0.0)
-    if state is not None:
-        _restore(run, state)
-    run.run_net = _wrap(run)
-    run.next_eval = (math.floor(run.progress(run.elapsed) / recipe.eval_every) + 1) * recipe.eval_every
-    run.last_save = time.monotonic()
-    run.window = torch.zeros(3, dtype=torch.float64, device=dev)
-    return run
+    return model, mpp_head
+
+
+def _saved_run(out: Path, config: ViTConfig) -> TrainingState:
+    """The checked training state to resume from, which must hold this config (and agree with the folder's)."""
+    state = read_state(out)
+    if state.config != config:  # compare as configs: defaults may grow
+        raise ValueError(f"{out}: the saved run has a different model config; resume with the saved one")
+    check_description(state)
+    return state
+
+
+def _prepare_folder(out: Path) -> Iterator[Event]:
+    """Make sure `out` can be written, and remove what interrupted checkpoint writes left in it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{out}: cannot create the output folder ({error.strerror or error})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"{out}: the output folder is not writable; choose another --out")
+    removed = remove_leftovers(out)
+    if removed:
+        yield Notice(f"removed what an interrupted checkpoint write left in {out}: {', '.join(removed)}")
 
 
 def _check_setup(config: ViTConfig, data: TrainingData, recipe: Recipe, world: int) -> None:
@@ -245,13 +267,14 @@ def _init_from(model: VisionTransformer, source: str) -> list[str]:
     return sorted(set(own) - set(usable))
 
 
-def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: dict[str, Any] | None
+def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: TrainingState | None
              ) -> Generator[Event, None, Teacher]:
     """The distillation teacher: the saved or a freshly trained CNN, or a checkpoint that `load` opens."""
     if recipe.teacher == "cnn":
         cnn = SmallCNN(data.num_classes).to(dev)
-        if state is not None and "teacher" in state:
-            cnn.load_state_dict(state["teacher"])
+        if state is not None and state.teacher is not None:
+            check_module(state, "teacher", cnn)
+            cnn.load_state_dict(state.teacher)
         else:
             for item in train_cnn_teacher(data, recipe, dev):
                 if isinstance(item, SmallCNN):
@@ -281,22 +304,31 @@ def _param_groups(net: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _restore(run: RunState, state: dict[str, Any]) -> None:
-    """Continue from a saved training state: weights, optimizer, counters and random states."""
-    run.model.load_state_dict(state["model"])
+def _restore(run: RunState, state: TrainingState) -> None:
+    """Continue from a checked training state: weights, optimizer, counters and random states."""
+    check_module(state, "model", run.model)
+    run.model.load_state_dict(state.model)
     if run.mpp_head is not None:
-        run.mpp_head.load_state_dict(state["mpp_head"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.step, run.elapsed = int(state["step"]), float(state["elapsed"])
+        check_module(state, "mpp_head", run.mpp_head)
+        run.mpp_head.load_state_dict(state.mpp_head)
+    check_optimizer(state, run.optimizer)
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in run.optimizer.param_groups]
+    run.optimizer.load_state_dict(state.optimizer)
+    for group, ours in zip(run.optimizer.param_groups, settings, strict=True):
+        group.update(ours)  # equal maths (checked); fused/foreach/capturable follow this machine, not the saved one
+    run.step, run.elapsed = state.step, state.elapsed
     run.start_step = run.saved_step = run.step
-    run.history = [list(row) for row in state.get("history", [])]
-    torch.set_rng_state(state["rng"]["torch"])
+    run.history = state.history
+    torch.set_rng_state(state.rng["torch"])
     if run.rank == 0:
-        run.gen.set_state(state["rng"]["generator"])
+        run.gen.set_state(state.rng["generator"])
     else:  # only rank 0's generator is saved; the others restart theirs from the step
         run.gen.manual_seed(run.recipe.seed * 1000 + 1 + run.rank + 7919 * run.step)
-    if run.dev.type == "cuda" and "cuda" in state["rng"]:
-        torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
+    if run.dev.type == "cuda" and "cuda" in state.rng:
+        try:
+            torch.cuda.set_rng_state(state.rng["cuda"], run.dev)
+        except (RuntimeError, TypeError):
+            raise state.fail("rng.cuda", "is not a CUDA random-number state for this GPU") from None
 
 
 def _wrap(run: RunState) -> nn.Module:
@@ -358,8 +390,12 @@ def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str 
         if recipe.grad_clip > 0:
             nn.utils.clip_grad_norm_(list(run.net.parameters()), recipe.grad_clip)
         run.optimizer.step()
-    except torch.cuda.OutOfMemoryError:
-        return (f"CUDA out of memory at batch size {recipe.batch_size} ({recipe.batch_size // run.world} per "
+    except (MemoryError, RuntimeError) as error:
+        # CUDA's OutOfMemoryError, or the CPU allocator's failure: a plain RuntimeError, told by its message
+        out_of_memory = isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError))
+        if not out_of_memory and "can't allocate memory" not in str(error):
+            raise
+        return (f"out of memory at batch size {recipe.batch_size} ({recipe.batch_size // run.world} per "
                 f"process) on {dev}; try --batch-size {max(1, recipe.batch_size // 2)}")
     run.window += torch.stack([loss.detach().double() * y.numel(), (logits.detach().argmax(-1) == y).sum().double(),
                                torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
@@ -421,9 +457,11 @@ def _log(run: RunState) -> Generator[Event, None, str | None]:
     if progress >= run.next_eval and progress < 1.0:
         run.next_eval = (math.floor(progress / every) + 1) * every
         yield from _validate(run)
-        yield from _save(run)
+        if error := (yield from _save(run)):
+            return error
     elif time.monotonic() - run.last_save >= run.recipe.checkpoint_every and progress < 1.0:
-        yield from _save(run)
+        if error := (yield from _save(run)):
+            return error
     run.window_start = time.perf_counter()  # validation and saving are not training time
     return None
 
@@ -443,21 +481,30 @@ def _snapshot(run: RunState) -> Iterator[Event]:
         yield PESnapshot(run.step, sim)
 
 
-def _save(run: RunState) -> Iterator[Event]:
-    """Write the checkpoint (rank 0): the training state for --resume, then the native model folder."""
+def _save(run: RunState) -> Generator[Event, None, str | None]:
+    """Write the checkpoint (rank 0): the native model folder and the training state for --resume.
+    Returns why training must stop (the files cannot be written), else None."""
     run.last_save = time.monotonic()
     if run.rank != 0 or run.out is None:
-        return
-    if run.recipe.save_state:
-        blob = _state_blob(run)
-        write_atomic(run.out / STATE_NAME, lambda tmp: torch.save(blob, tmp))
+        return None
     metrics = {"val_loss": run.val[0], "val_accuracy": run.val[1]} if run.val else {}
     extra = {"training": {"data": run.data.spec, "step": run.step, "epoch": run.step / run.batches.steps_per_epoch,
                           "recipe": run.recipe.to_dict(), "elapsed_s": run.elapsed, **metrics,
                           "history": run.history}}
-    save_native(run.out, run.model, run.data.labels, run.data.preprocessing, extra)
+    try:
+        write_checkpoint(run.out, run.model, run.data.labels, run.data.preprocessing, extra,
+                         _state_blob(run) if run.recipe.save_state else None, replaces_run=run.saved_step is None)
+    except OSError as error:
+        if run.saved_step is None:
+            kept = "nothing was written and the folder is as it was. Free some space or choose another --out"
+        else:
+            kept = (f"its checkpoint of step {run.saved_step} is kept. Free some space, then "
+                    + ("continue with --resume" if run.recipe.save_state else "train again"))
+        return (f"cannot write the checkpoint of step {run.step} to {run.out} ({error.strerror or error}); "
+                f"training stopped and {kept}")
     run.saved_step = run.step
     yield CheckpointSaved(run.step, run.out)
+    return None
 
 
 def _state_blob(run: RunState) -> dict[str, Any]:
@@ -485,7 +532,9 @@ def _finish(run: RunState, reason: str) -> Iterator[Event]:
         run.elapsed = max(run.elapsed, run.clock)
     yield from _snapshot(run)
     yield from _validate(run)
-    yield from _save(run)
+    if error := (yield from _save(run)):
+        yield Error(run.step, error)
+        return
     run.model.eval()
     yield Finished(run.step, reason, run.elapsed, run.val[0] if run.val else None, run.val[1] if run.val else None,
                    run.out if run.out is not None and run.rank == 0 else None, run.model)
