@@ -53,6 +53,16 @@ def test_leftovers_of_interrupted_writes_are_removed_by_the_next_run(tmp_path: P
     assert _leftovers(out) == []
 
 
+def test_an_overwrite_without_state_removes_the_old_runs_state(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    assert run_train([*TINY, "--steps", "1", "--out", str(out)], capsys).code == 0
+    assert run_train([*OTHER, "--steps", "1", "--no-state", "--overwrite", "--out", str(out)], capsys).code == 0
+    # the old state beside the new weights would let --resume continue the old run over them
+    assert not (out / STATE_NAME).exists() and vit_explorer.load(str(out)).config.embed_dim == 96
+    assert "no training state" in run_train(["--resume", "--out", str(out)], capsys).err
+
+
 def _full_disk(*args: object, **kwargs: object) -> None:
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
