@@ -47,3 +47,6 @@ def test_bad_arguments() -> None:
         synthetic.generate(4, variant="nope")
     with pytest.raises(ValueError, match="at least 8"):
         synthetic.generate(4, size=4)
+    for n in (-1, 2.5, "10"):
+        with pytest.raises(ValueError, match="number of images"):
+            synthetic.generate(n)  # type: ignore[arg-type]

@@ -1,10 +1,13 @@
 """Tiny models and datasets so that every training test runs in seconds on two CPU cores."""
 
-from dataclasses import replace
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pytest
 import torch
 
+from vit_explorer.cli import main
 from vit_explorer.data.datasets import TensorImages, TrainingData, load_data
 from vit_explorer.models import ViTConfig
 from vit_explorer.models.presets import preset
@@ -30,3 +33,44 @@ def colour_data() -> TrainingData:
 @pytest.fixture(scope="session")
 def tiny_data() -> TrainingData:
     return load_data("shapes", image_size=(16, 16), seed=0, train_size=256, val_size=64)
+
+
+TINY = ["--preset", "classroom-tiny", "--image-size", "16", "--train-size", "64", "--val-size", "16",
+        "--batch-size", "32"]
+
+
+@dataclass
+class Outcome:
+    code: int | str | None
+    out: str
+    err: str
+    seconds: float
+
+
+def run_train(args: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
+    """`vit-explorer train ARGS` in this process: exit code, printed text and time taken."""
+    capsys.readouterr()
+    start = time.perf_counter()
+    try:
+        code: int | str | None = main(["train", *args])
+    except SystemExit as exit:  # argparse exits with 2 on a flag it cannot parse
+        code = exit.code
+    printed = capsys.readouterr()
+    return Outcome(code, printed.out, printed.err, time.perf_counter() - start)
+
+
+def assert_refused(outcome: Outcome, *fragments: str, within: float = 10.0) -> None:
+    """Exit code 2, one line on stderr that starts as the CLI's errors do and holds every fragment, no
+    traceback, quickly."""
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2, (outcome.code, outcome.err[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("vit-explorer train: error: "), outcome.err[-2000:]
+    assert "Traceback" not in outcome.err + outcome.out
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert outcome.seconds < within, outcome.seconds
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by relative path, to show that nothing was written or lost."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -8,6 +8,7 @@ turns out to be corrupt while training is skipped with a warning that names it.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,7 +27,7 @@ class Batch(NamedTuple):
 
 def _class_folders(root: Path) -> list[Path]:
     if not root.is_dir():
-        raise ValueError(f"{root}: no such folder")
+        raise ValueError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
     try:
         folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     except OSError as error:
@@ -37,9 +38,11 @@ def _class_folders(root: Path) -> list[Path]:
 
 
 def _images_in(folder: Path) -> list[Path]:
+    """Regular files with an image extension: a FIFO or device named like an image would hang the reader."""
     files = []
     for dirpath, _, names in os.walk(folder):
-        files += [Path(dirpath) / n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)]
+        found = (Path(dirpath) / n for n in names if n.lower().endswith(IMAGE_EXTENSIONS))
+        files += [path for path in found if path.is_file()]
     return sorted(files)
 
 
@@ -63,12 +66,14 @@ def scan(root: Path, classes: list[str] | None = None) -> tuple[list[Path], list
 def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> str | None:
     """A note when the images (the first `sample`) have sizes other than the model's input."""
     sizes: set[tuple[int, int]] = set()
-    for path in files[:sample]:
-        try:
-            with Image.open(path) as image:
-                sizes.add((image.height, image.width))
-        except OSError:
-            continue  # reported when the image is loaded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        for path in files[:sample]:
+            try:
+                with Image.open(path) as image:  # reads the header only
+                    sizes.add((image.height, image.width))
+            except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
+                continue  # reported when the image is loaded
     if sizes and sizes != {size}:
         shown = ", ".join(f"{h}x{w}" for h, w in sorted(sizes)[:5]) + (" ..." if len(sizes) > 5 else "")
         return f"images have {len(sizes)} different size(s) ({shown}); all are resized to {size[0]}x{size[1]}"
@@ -90,6 +95,21 @@ class FolderImages(torch.utils.data.Dataset):
         """(3, H, W) uint8; raises ImageError naming the file."""
         image = open_image(self.files[index]).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
         return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+
+    def check_readable(self, what: str) -> None:
+        """Refuse a set with no image that decodes: training on it would save an untrained model."""
+        if not self.files:
+            raise ValueError(f"{what}: there are none (every class needs two images to hold one out for "
+                             "validation, or give train/ and val/ sub-folders)")
+        first = None
+        for index in range(len(self.files)):
+            try:
+                self.load(index)
+                return
+            except ImageError as error:
+                first = first or str(error)
+        raise ValueError(f"{what}: none of the {len(self.files)} images can be read (the first: {first}); "
+                         "replace them with images Pillow opens (PNG, JPEG, ...)")
 
     def __getitems__(self, indices: list[int]) -> Batch:
         images, keep, skipped = [], [], []

@@ -143,6 +143,8 @@ def generate(n: int, *, seed: int = 0, size: int = 32, variant: str = "shapes", 
         raise ValueError(f"unknown built-in dataset variant {variant!r}; choose one of {sorted(VARIANTS)}")
     if size < 8:
         raise ValueError(f"built-in dataset images must be at least 8 pixels wide, got {size}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"the number of images must be a whole number >= 0, got {n!r}")
     images, labels = [], []
     for start in range(0, n, CHUNK):
         x, y = _draw(seed, split, start, min(CHUNK, n - start), size, variant)

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..models.config import POS_EMBEDS, STEMS
 
@@ -59,6 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already saved in --out")
+    _one_line_errors(parser)
+
+
+def _one_line_errors(parser: argparse.ArgumentParser) -> None:
+    """A mistyped flag gets one line that names it (exit code 2), not the usage of thirty flags above it."""
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
 
 
 def _setup_distributed() -> bool:
@@ -75,29 +84,58 @@ def _setup_distributed() -> bool:
     return True
 
 
+def _flag(field: str) -> str:
+    return f"--{field.replace('_', '-')}"
+
+
 def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(config, data, recipe) from the arguments, or from the saved run with --resume."""
+    """(config, data, recipe) from the arguments, or from the saved run with --resume; every check that
+    needs no data runs before the data are loaded. Errors name the flag (or the file) and the problem."""
+    from ..data.datasets import DataError
+    from .memory import pick_device
+    from .recipe import RecipeError
+
+    try:
+        dev = pick_device(args.device)
+    except ValueError as error:
+        raise ValueError(f"--device {error}") from None
+    try:
+        return _resumed(args, dev) if args.resume else _fresh(args, dev)
+    except (RecipeError, DataError) as error:
+        raise ValueError(f"{_flag(error.field)} {error.problem}") from None
+
+
+def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
+    from ..data.datasets import load_data
+    from .memory import check_training_memory
+    from .state import read_state
+
+    given = [_flag(flag) for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
+    given += [_flag(name) for name in ("pos_embed", "stem", "image_size", "init", "train_size", "val_size")
+              if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"--resume continues the run saved in {args.out} with its own settings; "
+                         f"drop {' '.join(given)}")
+    state = read_state(Path(args.out))
+    check_training_memory(state.config, max(1, state.recipe.batch_size // _world()), dev)
+    try:
+        data = load_data(**state.data)
+    except ValueError as error:
+        raise state.fail("data", f"names data that cannot be loaded: {error}") from None
+    return state.config, data, state.recipe
+
+
+def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
     from ..checkpoints.native import CONFIG_NAME
     from ..data.datasets import load_data
-    from ..models import ViTConfig
-    from ..models.presets import preset
+    from ..models import ConfigError
+    from .memory import check_training_memory
     from .recipe import Recipe
-    from .trainer import STATE_NAME, load_state
-
-    if args.resume:
-        given = [f"--{flag.replace('_', '-')}" for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
-        given += [f"--{name.replace('_', '-')}" for name in ("pos_embed", "stem", "image_size", "init")
-                  if getattr(args, name)]
-        if given:
-            raise ValueError(f"--resume continues the run saved in {args.out} with its own settings; "
-                             f"drop {' '.join(given)}")
-        state = load_state(Path(args.out))
-        spec = dict(state["data"])
-        recipe = Recipe.from_dict(state["recipe"])
-        data = load_data(spec.pop("dataset"), image_size=tuple(spec.pop("image_size")), **spec)
-        return ViTConfig.from_dict(state["config"]), data, recipe
+    from .state import STATE_NAME
 
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose another --out")
     if not args.overwrite and ((out / CONFIG_NAME).exists() or (out / STATE_NAME).exists()):
         raise ValueError(f"{out}: already holds a trained model; continue it with --resume, "
                          "replace it with --overwrite, or choose another --out")
@@ -105,11 +143,27 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.no_state:
         values["save_state"] = False
     recipe = Recipe(**values)
+    try:
+        config = _config(args, recipe)
+    except ConfigError as error:
+        given = [name for name in ("image_size", "pos_embed", "stem") if getattr(args, name) is not None]
+        model_flags = [f"--preset {args.preset}"] + [f"{_flag(name)} {getattr(args, name)}" for name in given]
+        raise ValueError(f"{' '.join(model_flags)}: {error}") from None
+    check_training_memory(config, max(1, recipe.batch_size // _world()), dev)
+    sizes = {k: getattr(args, k) for k in ("train_size", "val_size") if getattr(args, k) is not None}
+    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, **sizes)
+    return config.replace(num_classes=data.num_classes), data, recipe
+
+
+def _config(args: argparse.Namespace, recipe: Any) -> Any:
+    """The model config: the preset (or --init's checkpoint's) with the flags' overrides."""
+    from ..models.presets import preset
+
     overrides: dict[str, Any] = {}
     for name in ("pos_embed", "stem"):
         if getattr(args, name):
             overrides[name] = getattr(args, name)
-    if args.image_size:
+    if args.image_size is not None:
         overrides["image_size"] = args.image_size
     if recipe.distill:
         overrides["prefix_tokens"] = "cls+dist"
@@ -118,79 +172,43 @@ def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     if args.init:
         from ..checkpoints import load
 
-        config = load(args.init, device="cpu").config.replace(**overrides)
-    else:
-        config = preset(args.preset, **overrides)
-    sizes = {k: getattr(args, k) for k in ("train_size", "val_size") if getattr(args, k) is not None}
-    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, **sizes)
-    return config.replace(num_classes=data.num_classes), data, recipe
+        return load(args.init, device="cpu").config.replace(**overrides)
+    return preset(args.preset, **overrides)
+
+
+def _world() -> int:
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from .events import Control, Error, Finished, Notice, Started, Step, Validation
+    from .events import Control
     from .trainer import train
 
     distributed = _setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
         config, data, recipe = _build(args)
-        say = print if rank == 0 else (lambda *a, **k: None)
+        printer = _Printer(args, len(data.train), quiet=rank != 0)
         for note in data.notes:
-            say(f"note: {note}")
+            printer.say(f"note: {note}")
         control = Control()
 
         def on_sigint(signum: int, frame: Any) -> None:
             if control.stopped:  # a second Ctrl+C: stop now, keep the last checkpoint
                 raise KeyboardInterrupt
-            say("\nstopping after this step and saving a checkpoint (Ctrl+C again to quit at once)",
-                file=sys.stderr)
+            printer.say("\nstopping after this step and saving a checkpoint (Ctrl+C again to quit at once)",
+                        file=sys.stderr)
             control.stop()
 
         previous = signal.signal(signal.SIGINT, on_sigint)
-        bar = None
-        code = 0
         try:
-            events = train(config, data, recipe, args.out, resume=args.resume, init=args.init, control=control,
-                           device=args.device)
-            for event in events:
-                if rank != 0:
-                    continue
-                if isinstance(event, Started):
-                    unit = "s" if event.total_steps is None else "step"
-                    total = event.time_budget if event.total_steps is None else event.total_steps
-                    say(f"training {args.preset if not args.resume else 'saved run'}: {event.num_parameters:,} "
-                        f"parameters on {event.device} x{event.world_size}, {len(data.train):,} training images, "
-                        f"{event.steps_per_epoch} steps per epoch")
-                    initial = 0 if event.total_steps is None else event.start_step
-                    bar = tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
-                elif isinstance(event, Step) and bar is not None:
-                    # a timed run's bar counts seconds of training, a sized one steps
-                    bar.update((round(event.elapsed_s, 1) if bar.unit == "s" else event.step) - bar.n)
-                    bar.set_postfix_str(f"loss {event.loss:.3f} acc {event.accuracy:.1%} lr {event.lr:.2e} "
-                                        f"{event.images_per_s:.0f} img/s")
-                elif isinstance(event, Validation):
-                    _write(bar, f"step {event.step}: validation loss {event.loss:.4f}, accuracy {event.accuracy:.2%}")
-                elif isinstance(event, Notice):
-                    _write(bar, f"note: {event.message}")
-                elif isinstance(event, Error):
-                    _write(bar, f"vit-explorer train: error: {event.message}", sys.stderr)
-                    code = 1
-                elif isinstance(event, Finished):
-                    if bar is not None:
-                        bar.close()
-                        bar = None
-                    acc = f"{event.val_accuracy:.2%}" if event.val_accuracy is not None else "n/a"
-                    say(f"finished ({event.reason}) after {event.step} steps, {event.elapsed_s:.1f} s of training: "
-                        f"validation accuracy {acc}" + (f", loss {event.val_loss:.4f}" if event.val_loss else ""))
-                    if event.path is not None:
-                        say(f"saved to {event.path} (open it with: vit-explorer {event.path})")
+            for event in train(config, data, recipe, args.out, resume=args.resume, init=args.init, control=control,
+                               device=args.device):
+                printer.show(event)
         finally:
             signal.signal(signal.SIGINT, previous)
-            if bar is not None:
-                bar.close()
-        return code
+            printer.close()
+        return printer.code
     finally:
         if distributed:
             import torch.distributed as dist
@@ -198,8 +216,60 @@ def run(args: argparse.Namespace) -> int:
             dist.destroy_process_group()
 
 
-def _write(bar: Any, message: str, file: Any = None) -> None:
-    if bar is not None:
-        bar.write(message, file=file)
-    else:
-        print(message, file=file)
+class _Printer:
+    """Shows the trainer's events: a progress bar, validation lines, notes and errors (rank 0 only)."""
+
+    def __init__(self, args: argparse.Namespace, train_images: int, quiet: bool) -> None:
+        self.name = args.preset if not args.resume else "saved run"
+        self.train_images = train_images
+        self.quiet = quiet
+        self.bar: Any = None
+        self.code = 0  # 1 once training stopped on an error (NaN loss, out of memory, a full disk)
+
+    def say(self, message: str, file: Any = None) -> None:
+        if self.quiet:
+            return
+        if self.bar is not None:
+            self.bar.write(message, file=file)
+        else:
+            print(message, file=file)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def show(self, event: Any) -> None:
+        from tqdm import tqdm
+
+        from .events import Error, Finished, Notice, Started, Step, Validation
+
+        if self.quiet:
+            return
+        if isinstance(event, Started):
+            unit = "s" if event.total_steps is None else "step"
+            total = event.time_budget if event.total_steps is None else event.total_steps
+            self.say(f"training {self.name}: {event.num_parameters:,} parameters on {event.device} "
+                     f"x{event.world_size}, {self.train_images:,} training images, {event.steps_per_epoch} steps "
+                     "per epoch")
+            initial = 0 if event.total_steps is None else event.start_step
+            self.bar = tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
+        elif isinstance(event, Step) and self.bar is not None:
+            # a timed run's bar counts seconds of training, a sized one steps
+            self.bar.update((round(event.elapsed_s, 1) if self.bar.unit == "s" else event.step) - self.bar.n)
+            self.bar.set_postfix_str(f"loss {event.loss:.3f} acc {event.accuracy:.1%} lr {event.lr:.2e} "
+                                     f"{event.images_per_s:.0f} img/s")
+        elif isinstance(event, Validation):
+            self.say(f"step {event.step}: validation loss {event.loss:.4f}, accuracy {event.accuracy:.2%}")
+        elif isinstance(event, Notice):
+            self.say(f"note: {event.message}")
+        elif isinstance(event, Error):
+            self.say(f"vit-explorer train: error: {event.message}", sys.stderr)
+            self.code = 1
+        elif isinstance(event, Finished):
+            self.close()
+            acc = f"{event.val_accuracy:.2%}" if event.val_accuracy is not None else "n/a"
+            self.say(f"finished ({event.reason}) after {event.step} steps, {event.elapsed_s:.1f} s of training: "
+                     f"validation accuracy {acc}" + (f", loss {event.val_loss:.4f}" if event.val_loss else ""))
+            if event.path is not None:
+                self.say(f"saved to {event.path} (open it with: vit-explorer {event.path})")

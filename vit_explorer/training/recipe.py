@@ -1,4 +1,8 @@
-"""The training recipe: one typed dataclass of hyperparameters, recorded in every checkpoint."""
+"""The training recipe: one typed dataclass of hyperparameters, recorded in every checkpoint.
+
+Every value is checked on construction (type and range), so the CLI, the app and a resumed
+training state all get the same messages; a `RecipeError` names the field.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,47 @@ from typing import Any
 
 TASKS = ("classify", "mpp")
 DISTILL = (None, "hard", "soft")
+MAX_STEPS = 100_000_000  # a hundred million optimizer steps: weeks on the largest preset
+MAX_EPOCHS = 100_000.0
+MAX_TIME_BUDGET = 7 * 24 * 3600.0  # a week of training, in seconds
+MAX_BATCH = 65_536
+MAX_SEED = 2**31 - 1  # seeds are multiplied (seed * 1000 + rank, seed * 1_000_003 + chunk) and must stay int64
+INF = math.inf
+
+# field: (whole number?, low, high, interval); "[)" means low <= value < high. None is allowed only for
+# steps, epochs, time_budget (whichever sizes the run).
+RANGES: dict[str, tuple[bool, float, float, str]] = {
+    "steps": (True, 1, MAX_STEPS, "[]"),
+    "epochs": (False, 0, MAX_EPOCHS, "(]"),
+    "time_budget": (False, 0, MAX_TIME_BUDGET, "(]"),
+    "batch_size": (True, 1, MAX_BATCH, "[]"),
+    "lr": (False, 0, INF, "()"),
+    "min_lr_ratio": (False, 0, 1, "[]"),
+    "warmup": (False, 0, 1, "[)"),
+    "weight_decay": (False, 0, INF, "[)"),
+    "label_smoothing": (False, 0, 1, "[)"),
+    "grad_clip": (False, 0, INF, "[)"),
+    "seed": (True, 0, MAX_SEED, "[]"),
+    "log_every": (True, 1, INF, "[)"),
+    "eval_every": (False, 0, 1, "(]"),
+    "snapshot_every": (True, 1, INF, "[)"),
+    "checkpoint_every": (False, 0, INF, "[)"),
+    "mask_ratio": (False, 0, 1, "()"),
+    "teacher_steps": (True, 1, 1_000_000, "[]"),
+    "distill_alpha": (False, 0, 1, "[]"),
+    "distill_tau": (False, 0, 1_000, "(]"),
+}
+SIZED_BY = ("steps", "epochs", "time_budget")
+FLAGS = ("save_state", "compile", "amp")
+
+
+class RecipeError(ValueError):
+    """A recipe value of the wrong type or out of range; `field` names it, `problem` says what is allowed."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
 
 
 @dataclass
@@ -40,28 +85,28 @@ class Recipe:
     distill_tau: float = 1.0  # soft: temperature
 
     def __post_init__(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ValueError(message)
-
-        need(sum(x is not None for x in (self.steps, self.epochs, self.time_budget)) <= 1,
-             "give only one of steps, epochs and time budget")
+        given = [name for name in SIZED_BY if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise RecipeError(given[1], f"cannot go with {given[0]}: give only one of steps, epochs and time_budget")
         if self.steps is None and self.epochs is None and self.time_budget is None:
             self.time_budget = 120.0
-        need(self.steps is None or self.steps >= 1, f"steps must be at least 1, got {self.steps}")
-        need(self.epochs is None or self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
-        need(self.time_budget is None or self.time_budget > 0, f"time budget must be > 0, got {self.time_budget}")
-        need(self.batch_size >= 1, f"batch size must be at least 1, got {self.batch_size}")
-        need(self.lr > 0 and math.isfinite(self.lr), f"learning rate must be > 0, got {self.lr}")
-        need(0 <= self.warmup < 1, f"warm-up fraction must be in [0, 1), got {self.warmup}")
-        need(0 < self.eval_every <= 1, f"eval_every must be in (0, 1], got {self.eval_every}")
-        need(self.log_every >= 1 and self.snapshot_every >= 1, "log_every and snapshot_every must be >= 1")
-        need(self.task in TASKS, f"task must be one of {TASKS}, got {self.task!r}")
-        need(self.distill in DISTILL, f"distillation must be 'hard', 'soft' or none, got {self.distill!r}")
-        need(self.distill is None or self.teacher is not None, "distillation needs a teacher (a source or 'cnn')")
-        need(self.distill is None or self.task == "classify", "distillation applies to classification only")
-        need(0 < self.mask_ratio < 1, f"mask ratio must be in (0, 1), got {self.mask_ratio}")
-        need(self.distill_tau > 0 and 0 <= self.distill_alpha <= 1, "need tau > 0 and 0 <= alpha <= 1")
+        for name, rule in RANGES.items():
+            value = getattr(self, name)
+            if value is not None or name not in SIZED_BY:
+                setattr(self, name, _number(name, value, *rule))
+        for name in FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise RecipeError(name, f"must be true or false, got {getattr(self, name)!r}")
+        if self.task not in TASKS:
+            raise RecipeError("task", f"must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.distill not in DISTILL:
+            raise RecipeError("distill", f"must be 'hard', 'soft' or none, got {self.distill!r}")
+        if self.teacher is not None and not (isinstance(self.teacher, str) and self.teacher.strip()):
+            raise RecipeError("teacher", f"must be a source vit-explorer opens or 'cnn', got {self.teacher!r}")
+        if self.distill is not None and self.teacher is None:
+            raise RecipeError("teacher", "is needed for distillation (a source vit-explorer opens, or 'cnn')")
+        if self.distill is not None and self.task != "classify":
+            raise RecipeError("distill", "applies to classification only, not to task 'mpp'")
 
     def lr_at(self, progress: float) -> float:
         """Linear warm-up to `lr`, then cosine decay to lr * min_lr_ratio; progress in [0, 1]."""
@@ -79,3 +124,21 @@ class Recipe:
     def from_dict(cls, data: dict[str, Any]) -> Recipe:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _number(name: str, value: Any, whole: bool, low: float, high: float, interval: str) -> int | float:
+    """`value` as an int (whole) or a float, or a RecipeError saying what is allowed."""
+    bounds = ", ".join(str(int(b)) if math.isfinite(b) and b == int(b) else str(b) for b in (low, high))
+    problem = f"must be {'a whole number' if whole else 'a number'} in {interval[0]}{bounds}{interval[1]}, got "
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+        raise RecipeError(name, problem + shown)
+    try:
+        number = int(value) if whole else float(value)
+    except OverflowError:  # an int too large for a float
+        raise RecipeError(name, problem + shown) from None
+    above = number > low if interval[0] == "(" else number >= low
+    below = number < high if interval[1] == ")" else number <= high
+    if not (above and below and math.isfinite(number)):
+        raise RecipeError(name, problem + shown)
+    return number

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoints.preprocess import Preprocess
+from ..data.datasets import TrainingData, normalize, random_crop_flip
+from .batches import Batches, evaluate
+from .events import Event, Notice
+from .recipe import Recipe
 
 
 class SmallCNN(nn.Module):
@@ -52,3 +59,32 @@ class Teacher(nn.Module):
             pixels = F.interpolate(pixels, size=self.teacher.size, mode="bilinear", antialias=True,
                                    align_corners=False)
         return self.model((pixels - t_mean) / t_std).float()  # (B, classes)
+
+
+def train_cnn_teacher(data: TrainingData, recipe: Recipe, dev: torch.device) -> Iterator[Event | SmallCNN]:
+    """Train the built-in CNN teacher on full batches (every process identically); yields notices, then it."""
+    yield Notice(f"training the built-in CNN teacher for {recipe.teacher_steps} steps")
+    torch.manual_seed(recipe.seed + 17)
+    cnn = SmallCNN(data.num_classes).to(dev)
+    opt = torch.optim.AdamW(cnn.parameters(), lr=2e-3, weight_decay=0.05)
+    batches = Batches(data, min(recipe.batch_size, len(data.train)), recipe.seed + 17, 0, 1)
+    gen = torch.Generator().manual_seed(recipe.seed + 17)
+    it, epoch = batches.epoch(0, 0), 0
+    for step in range(recipe.teacher_steps):
+        try:
+            images, labels, _ = next(it)
+        except StopIteration:
+            epoch += 1
+            it = batches.epoch(epoch, 0)
+            images, labels, _ = next(it)
+        if data.augment:
+            images = random_crop_flip(images, gen)
+        for group in opt.param_groups:
+            group["lr"] = 2e-3 * 0.5 * (1 + math.cos(math.pi * step / recipe.teacher_steps))
+        loss = F.cross_entropy(cnn(normalize(images.to(dev), data.preprocessing)), labels.to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    _, acc = evaluate(lambda x: cnn(x), data, recipe, dev, 0, 1)
+    yield Notice(f"CNN teacher: validation accuracy {acc:.1%}")
+    yield cnn.eval()

@@ -2,6 +2,13 @@
 consume. The consumer stops it with `Control.stop()` (a checkpoint is written first) or by
 closing the generator, and pauses it with `Control.pause()`.
 
+A run is one `RunState` (the model, optimizer, generators, counters and the window of steps since
+the last report) set up once and then advanced by small named steps: `_setup`, `_optimize` (one
+optimizer step), `_log` (close the window: NaN check, report, maybe validate and save),
+`_validate`, `_snapshot` and `_save`. `train` reads top to bottom as the loop that calls them.
+Around it: memory.py checks the device and the memory a step needs, state.py reads and checks a
+saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
+
 Determinism: the model is initialised from `recipe.seed`; epoch e visits the training set in the
 order of `DistributedSampler(seed=recipe.seed).set_epoch(e)` (the same permutation for any number
 of processes), and crops and masks come from one generator whose state is saved. A run sized in
@@ -14,7 +21,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,38 +30,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
 
 from ..analysis.pe import pe_similarity
-from ..checkpoints.native import save_native, write_atomic
 from ..data.datasets import TrainingData, normalize, random_crop_flip
+from ..data.folder import Batch
 from ..models import VisionTransformer, ViTConfig
 from . import losses
+from .batches import Batches, evaluate
+from .checkpoint import remove_leftovers, write_checkpoint
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
-from .recipe import Recipe
-from .teacher import SmallCNN, Teacher
+from .memory import check_training_memory, pick_device
+from .recipe import MAX_STEPS, Recipe
+from .state import STATE_NAME, TrainingState, check_description, check_module, check_optimizer, read_state
+from .teacher import SmallCNN, Teacher, train_cnn_teacher
 
-STATE_NAME = "training_state.pt"
-
-
-def pick_device(device: str | None = None) -> torch.device:
-    """The requested device, else this process's GPU under torchrun, else cuda:0, else the CPU."""
-    if device:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
-
-
-def load_state(out: Path) -> dict[str, Any]:
-    """The training state saved in `out` (for --resume), with a clear error when there is none."""
-    path = Path(out) / STATE_NAME
-    if not path.is_file():
-        raise ValueError(f"{path}: no training state to resume from (was the run started with this --out?)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - any unpickling failure means the file is unusable
-        raise ValueError(f"{path}: cannot read the training state ({error})") from None
+__all__ = ["STATE_NAME", "RunState", "TrainStep", "train"]  # STATE_NAME: the training state's file name
 
 
 class TrainStep(nn.Module):
@@ -75,113 +66,56 @@ class TrainStep(nn.Module):
         return self.mpp_head(tokens)  # (B, N, 512)
 
 
-def _param_groups(modules: list[nn.Module], weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay for biases, norms, tokens and position tables (1-D or named so)."""
-    decay, no_decay = [], []
-    for module in modules:
-        for name, p in module.named_parameters():
-            if not p.requires_grad:
-                continue
-            if p.ndim <= 1 or name.endswith("_token") or "pos_embed" in name:
-                no_decay.append(p)
-            else:
-                decay.append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+@dataclass
+class RunState:
+    """One run: what `_setup` builds, and the counters the steps advance."""
 
+    config: ViTConfig
+    data: TrainingData
+    recipe: Recipe
+    out: Path | None  # the native checkpoint folder; None keeps nothing on disk
+    dev: torch.device
+    distributed: bool
+    rank: int
+    world: int
+    model: VisionTransformer
+    mpp_head: nn.Linear | None  # the masked-patch-prediction head (task "mpp")
+    teacher: Teacher | None  # the distillation teacher
+    net: TrainStep  # model (+ MPP head) as one module: what validation runs for MPP
+    run_net: nn.Module  # net, wrapped by DistributedDataParallel and torch.compile when asked
+    optimizer: torch.optim.Optimizer
+    batches: Batches
+    gen: torch.Generator  # crops and masks (saved, so a resume draws the same ones)
+    total: int | None  # steps of the run; None when it is sized by a time budget
+    budget: float | None  # seconds of training when total is None
+    start_step: int  # > 0 when resumed
+    step: int  # optimizer steps done
+    elapsed: float  # seconds of training (validation, saving and pauses not counted)
+    history: list[list[float]] = field(default_factory=list)  # [step, loss, accuracy] of every Step event
+    val: tuple[float, float] | None = None  # the last validation's (loss, accuracy)
+    saved_step: int | None = None  # the step of the last checkpoint written (or resumed from)
+    next_eval: float = 0.0  # the progress at which to validate next
+    last_save: float = 0.0  # time.monotonic() of the last checkpoint
+    epoch: int = -1  # the epoch `batch_iter` serves
+    batch_iter: Iterator[Batch] | None = None
+    lr: float = 0.0  # the learning rate of the last step
+    clock: float = 0.0  # training time as last agreed at the top of the loop
+    window: torch.Tensor | None = None  # (3,) loss sum, correct, count since the last Step event
+    window_images: int = 0
+    window_start: float = 0.0  # time.perf_counter() when the window's training time began
 
-def _identity(batch: Any) -> Any:
-    return batch
+    @property
+    def modules(self) -> list[nn.Module]:
+        return [self.model] + ([self.mpp_head] if self.mpp_head is not None else [])
 
+    @property
+    def mpp(self) -> tuple[int, float] | None:
+        """(patch size, mask ratio) for masked patch prediction, else None."""
+        return (self.config.patch_size, self.recipe.mask_ratio) if self.mpp_head is not None else None
 
-class _Batches:
-    """Batches of an epoch in the seeded sampler order, from a position inside the epoch."""
-
-    def __init__(self, data: TrainingData, batch: int, seed: int, rank: int, world: int) -> None:
-        self.sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                          drop_last=True)
-        self.dataset = data.train
-        self.batch = batch
-        self.steps_per_epoch = len(self.sampler) // batch
-        self.workers = 0 if hasattr(data.train, "images") else min(4, os.cpu_count() or 1)
-
-    def epoch(self, epoch: int, start: int) -> Iterator[Any]:
-        self.sampler.set_epoch(epoch)
-        order = list(self.sampler)
-        chunks = [order[i * self.batch:(i + 1) * self.batch] for i in range(start, self.steps_per_epoch)]
-        # its own generator: a DataLoader otherwise draws its worker seed from the global RNG (dropout's)
-        return iter(DataLoader(self.dataset, batch_sampler=chunks, collate_fn=_identity, num_workers=self.workers,
-                               generator=torch.Generator().manual_seed(epoch)))
-
-
-def _train_cnn_teacher(data: TrainingData, recipe: Recipe, dev: torch.device) -> Iterator[Event | SmallCNN]:
-    """Train the built-in CNN teacher on full batches (every process identically); yields notices, then it."""
-    yield Notice(f"training the built-in CNN teacher for {recipe.teacher_steps} steps")
-    torch.manual_seed(recipe.seed + 17)
-    cnn = SmallCNN(data.num_classes).to(dev)
-    opt = torch.optim.AdamW(cnn.parameters(), lr=2e-3, weight_decay=0.05)
-    batches = _Batches(data, min(recipe.batch_size, len(data.train)), recipe.seed + 17, 0, 1)
-    gen = torch.Generator().manual_seed(recipe.seed + 17)
-    it, epoch = batches.epoch(0, 0), 0
-    for step in range(recipe.teacher_steps):
-        try:
-            images, labels, _ = next(it)
-        except StopIteration:
-            epoch += 1
-            it = batches.epoch(epoch, 0)
-            images, labels, _ = next(it)
-        if data.augment:
-            images = random_crop_flip(images, gen)
-        for group in opt.param_groups:
-            group["lr"] = 2e-3 * 0.5 * (1 + math.cos(math.pi * step / recipe.teacher_steps))
-        loss = F.cross_entropy(cnn(normalize(images.to(dev), data.preprocessing)), labels.to(dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    _, acc = _evaluate(lambda x: cnn(x), data, recipe, dev, 0, 1)
-    yield Notice(f"CNN teacher: validation accuracy {acc:.1%}")
-    yield cnn.eval()
-
-
-@torch.no_grad()
-def _evaluate(forward: Any, data: TrainingData, recipe: Recipe, dev: torch.device, rank: int, world: int,
-              mpp: tuple[int, float] | None = None) -> tuple[float, float]:
-    """(mean loss, accuracy) on the validation set, summed over processes. mpp = (patch size, ratio)."""
-    sampler = DistributedSampler(data.val, num_replicas=world, rank=rank, shuffle=False, drop_last=False)
-    loader = DataLoader(data.val, sampler=sampler, batch_size=max(1, recipe.batch_size // world),
-                        collate_fn=_identity, num_workers=0, generator=torch.Generator())
-    gen = torch.Generator().manual_seed(recipe.seed + 2)  # the same masks at every validation
-    totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, count
-    for images, labels, _ in loader:
-        if not len(labels):
-            continue
-        x = normalize(images.to(dev), data.preprocessing)
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda" and recipe.amp):
-            if mpp is None:
-                logits = forward(x).float()
-                y = labels.to(dev)
-            else:
-                mask = losses.random_patch_mask(len(labels), x.shape[2] * x.shape[3] // mpp[0] ** 2, mpp[1], gen)
-                logits = forward(x, mask.to(dev), gen).float()[mask.to(dev)]  # (M, 512)
-                y = losses.mpp_targets(images, mpp[0])[mask].to(dev)
-        totals += torch.tensor([F.cross_entropy(logits, y, reduction="sum").item(),
-                                (logits.argmax(-1) == y).sum().item(), y.numel()], dtype=torch.float64)
-    if world > 1:
-        reduced = totals.to(dev)
-        dist.all_reduce(reduced)
-        totals = reduced.cpu()
-    count = max(totals[2].item(), 1.0)
-    return totals[0].item() / count, totals[1].item() / count
-
-
-def _init_from(model: VisionTransformer, source: str) -> list[str]:
-    """Copy the weights of a checkpoint whose names and shapes match; the names that did not."""
-    from ..checkpoints import load
-
-    state = load(source, device="cpu").model.state_dict()
-    own = model.state_dict()
-    usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
-    model.load_state_dict(usable, strict=False)
-    return sorted(set(own) - set(usable))
+    def progress(self, clock: float) -> float:
+        """The fraction of the run done after `self.step` steps and `clock` seconds of training."""
+        return self.step / self.total if self.total is not None else clock / self.budget
 
 
 def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.PathLike[str] | None = None, *,
@@ -195,27 +129,88 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
     Under torch.distributed (torchrun) it trains with DistributedDataParallel; only rank 0 writes.
     """
     control = control or Control()
+    run = yield from _setup(config, data, recipe, out, resume, init, device)
+    yield Started(run.total, run.batches.steps_per_epoch, run.step, str(run.dev), run.world,
+                  sum(p.numel() for m in run.modules for p in m.parameters()), run.budget)
+    yield from _snapshot(run)
+    run.model.train()
+    run.lr = recipe.lr_at(run.progress(run.elapsed))
+    run.window_start = time.perf_counter()
+    while True:
+        stop, progress = _agree(run, control)
+        if progress >= 1.0 or stop:
+            reason = "stopped" if stop and progress < 1.0 else ("time budget" if run.budget else "completed")
+            break
+        if control.paused:
+            paused_at = time.perf_counter()
+            control.wait_while_paused()
+            run.window_start += time.perf_counter() - paused_at  # a pause is not training time
+            continue
+        images, labels, skipped = _next_batch(run)
+        for message in skipped:
+            yield Notice(f"skipped an unreadable image: {message}")
+        _set_lr(run, recipe.lr_at(progress))
+        if len(labels) and (error := _optimize(run, images, labels)):
+            yield Error(run.step, error)
+            return
+        run.step += 1
+        # a step-sized run ends on a step count every process knows; a timed one stops at the loop top
+        if run.step % recipe.log_every == 0 or (run.total is not None and run.step >= run.total):
+            if error := (yield from _log(run)):
+                yield Error(run.step, error)
+                return
+        if run.step % recipe.snapshot_every == 0:
+            yield from _snapshot(run)
+    yield from _finish(run, reason)
+
+
+def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.PathLike[str] | None, resume: bool,
+           init: str | None, device: str | None) -> Generator[Event, None, RunState]:
+    """Check the setup, build (or restore) model, teacher and optimizer; yields notices, returns the run."""
     out_dir = Path(out) if out is not None else None
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     dev = pick_device(device)
-    if recipe.batch_size % world:
-        raise ValueError(f"batch size {recipe.batch_size} does not split over {world} processes")
-    if config.num_classes != data.num_classes and recipe.task == "classify":
-        raise ValueError(f"the model has {config.num_classes} classes but the dataset {data.num_classes}")
-    if recipe.distill and not (config.distilled and config.dist_head):
-        raise ValueError("distillation trains through a distillation token and its head: "
-                         "use prefix_tokens='cls+dist' with dist_head=True")
-    local_batch = recipe.batch_size // world
-    batches = _Batches(data, local_batch, recipe.seed, rank, world)
-    spe = batches.steps_per_epoch
-    if spe < 1:
+    _check_setup(config, data, recipe, world)
+    check_training_memory(config, recipe.batch_size // world, dev)
+    batches, total = _length(data, recipe, rank, world)
+    state = _saved_run(out_dir, config) if resume and out_dir is not None else None
+    model, mpp_head = yield from _model(config, recipe, init, state, dev)
+    teacher = (yield from _teacher(data, recipe, dev, state)) if recipe.distill else None
+    net = TrainStep(model, mpp_head)
+    optimizer = torch.optim.AdamW(_param_groups(net, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
+                                  fused=dev.type == "cuda")
+    run = RunState(config, data, recipe, out_dir, dev, distributed, rank, world, model, mpp_head, teacher, net, net,
+                   optimizer, batches, torch.Generator().manual_seed(recipe.seed * 1000 + 1 + rank), total,
+                   recipe.time_budget if total is None else None, 0, 0, 0.0)
+    if state is not None:
+        _restore(run, state)
+    run.run_net = _wrap(run)
+    run.next_eval = (math.floor(run.progress(run.elapsed) / recipe.eval_every) + 1) * recipe.eval_every
+    run.window = torch.zeros(3, dtype=torch.float64, device=dev)
+    if out_dir is not None and rank == 0:
+        yield from _prepare_folder(out_dir)
+    run.last_save = time.monotonic()
+    return run
+
+
+def _length(data: TrainingData, recipe: Recipe, rank: int, world: int) -> tuple[Batches, int | None]:
+    """This process's batches, and the run's length in steps (None when a time budget sizes it)."""
+    batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world)
+    if batches.steps_per_epoch < 1:
         raise ValueError(f"the training set has {len(data.train)} images, fewer than one batch of "
                          f"{recipe.batch_size}; use a smaller --batch-size")
-    state = load_state(out_dir) if resume and out_dir is not None else None
-    if state is not None and ViTConfig.from_dict(state["config"]) != config:  # compare as configs: defaults may grow
-        raise ValueError(f"{out_dir}: the saved run has a different model config; resume with the saved one")
+    total = recipe.steps if recipe.steps is not None else (
+        math.ceil(recipe.epochs * batches.steps_per_epoch) if recipe.epochs is not None else None)
+    if total is not None and total > MAX_STEPS:
+        raise ValueError(f"--epochs {recipe.epochs:g} makes {total:,} steps of {batches.steps_per_epoch:,} per "
+                         f"epoch, more than {MAX_STEPS:,}; use fewer --epochs")
+    return batches, total
 
+
+def _model(config: ViTConfig, recipe: Recipe, init: str | None, state: TrainingState | None, dev: torch.device
+           ) -> Generator[Event, None, tuple[VisionTransformer, nn.Linear | None]]:
+    """The model (seeded, or started from `init`'s weights) and the MPP head, on the device."""
     torch.manual_seed(recipe.seed)
     model = VisionTransformer(config)
     mpp_head = nn.Linear(config.embed_dim, losses.MPP_CLASSES) if recipe.task == "mpp" else None
@@ -225,253 +220,321 @@ def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.P
     model.to(dev)
     if mpp_head is not None:
         mpp_head.to(dev)
+    return model, mpp_head
 
-    teacher: Teacher | None = None
-    if recipe.distill:
-        if recipe.teacher == "cnn":
-            cnn = SmallCNN(data.num_classes).to(dev)
-            if state is not None and "teacher" in state:
-                cnn.load_state_dict(state["teacher"])
-            else:
-                for item in _train_cnn_teacher(data, recipe, dev):
-                    if isinstance(item, SmallCNN):
-                        cnn = item
-                    else:
-                        yield item
-            teacher = Teacher(cnn, data.preprocessing, data.preprocessing)
+
+def _saved_run(out: Path, config: ViTConfig) -> TrainingState:
+    """The checked training state to resume from, which must hold this config (and agree with the folder's)."""
+    state = read_state(out)
+    if state.config != config:  # compare as configs: defaults may grow
+        raise ValueError(f"{out}: the saved run has a different model config; resume with the saved one")
+    check_description(state)
+    return state
+
+
+def _prepare_folder(out: Path) -> Iterator[Event]:
+    """Make sure `out` can be written, and remove what interrupted checkpoint writes left in it."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"{out}: cannot create the output folder ({error.strerror or error})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"{out}: the output folder is not writable; choose another --out")
+    removed = remove_leftovers(out)
+    if removed:
+        yield Notice(f"removed what an interrupted checkpoint write left in {out}: {', '.join(removed)}")
+
+
+def _check_setup(config: ViTConfig, data: TrainingData, recipe: Recipe, world: int) -> None:
+    """Refuse a model, dataset and recipe that do not go together."""
+    if recipe.batch_size % world:
+        raise ValueError(f"batch size {recipe.batch_size} does not split over {world} processes")
+    if config.num_classes != data.num_classes and recipe.task == "classify":
+        raise ValueError(f"the model has {config.num_classes} classes but the dataset {data.num_classes}")
+    if recipe.distill and not (config.distilled and config.dist_head):
+        raise ValueError("distillation trains through a distillation token and its head: "
+                         "use prefix_tokens='cls+dist' with dist_head=True")
+
+
+def _init_from(model: VisionTransformer, source: str) -> list[str]:
+    """Copy the weights of a checkpoint whose names and shapes match; the names that did not."""
+    from ..checkpoints import load
+
+    state = load(source, device="cpu").model.state_dict()
+    own = model.state_dict()
+    usable = {k: v for k, v in state.items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(usable, strict=False)
+    return sorted(set(own) - set(usable))
+
+
+def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: TrainingState | None
+             ) -> Generator[Event, None, Teacher]:
+    """The distillation teacher: the saved or a freshly trained CNN, or a checkpoint that `load` opens."""
+    if recipe.teacher == "cnn":
+        cnn = SmallCNN(data.num_classes).to(dev)
+        if state is not None and state.teacher is not None:
+            check_module(state, "teacher", cnn)
+            cnn.load_state_dict(state.teacher)
         else:
-            from ..checkpoints import load
+            for item in train_cnn_teacher(data, recipe, dev):
+                if isinstance(item, SmallCNN):
+                    cnn = item
+                else:
+                    yield item
+        return Teacher(cnn, data.preprocessing, data.preprocessing)
+    from ..checkpoints import load
 
-            loaded = load(recipe.teacher, device=str(dev))
-            if len(loaded.labels) != data.num_classes:
-                raise ValueError(f"teacher {recipe.teacher} has {len(loaded.labels)} classes; "
-                                 f"the dataset has {data.num_classes}")
-            teacher = Teacher(loaded.model, data.preprocessing, loaded.preprocessing)
+    loaded = load(recipe.teacher, device=str(dev))
+    if len(loaded.labels) != data.num_classes:
+        raise ValueError(f"teacher {recipe.teacher} has {len(loaded.labels)} classes; "
+                         f"the dataset has {data.num_classes}")
+    return Teacher(loaded.model, data.preprocessing, loaded.preprocessing)
 
-    net = TrainStep(model, mpp_head)
-    modules = [model] + ([mpp_head] if mpp_head is not None else [])
-    optimizer = torch.optim.AdamW(_param_groups(modules, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
-                                  fused=dev.type == "cuda")
-    gen = torch.Generator().manual_seed(recipe.seed * 1000 + 1 + rank)  # crops and masks
-    step, elapsed = 0, 0.0
-    history: list[list[float]] = []  # [step, loss, accuracy] of every Step event: the loss curve
-    if state is not None:
-        model.load_state_dict(state["model"])
-        if mpp_head is not None:
-            mpp_head.load_state_dict(state["mpp_head"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, elapsed = int(state["step"]), float(state["elapsed"])
-        history = [list(row) for row in state.get("history", [])]
-        torch.set_rng_state(state["rng"]["torch"])
-        if rank == 0:
-            gen.set_state(state["rng"]["generator"])
-        else:  # only rank 0's generator is saved; the others restart theirs from the step
-            gen.manual_seed(recipe.seed * 1000 + 1 + rank + 7919 * step)
-        if dev.type == "cuda" and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], dev)
 
-    run_net: nn.Module = net
-    if distributed:
-        run_net = nn.parallel.DistributedDataParallel(net, device_ids=[dev.index] if dev.type == "cuda" else None,
-                                                      find_unused_parameters=mpp_head is not None)
-    if recipe.compile:
-        run_net = torch.compile(run_net)
-
-    total = recipe.steps if recipe.steps is not None else (
-        math.ceil(recipe.epochs * spe) if recipe.epochs is not None else None)
-    budget = recipe.time_budget if total is None else None
-
-    def progress(step: int, elapsed: float) -> float:
-        return step / total if total is not None else elapsed / budget
-
-    mpp = (config.patch_size, recipe.mask_ratio) if mpp_head is not None else None
-    amp = dev.type == "cuda" and recipe.amp
-    yield Started(total, spe, step, str(dev), world, sum(p.numel() for m in modules for p in m.parameters()),
-                  budget)
-
-    val: tuple[float, float] | None = None
-    next_eval = (math.floor(progress(step, elapsed) / recipe.eval_every) + 1) * recipe.eval_every
-    last_save = time.monotonic()
-    saved_step = step if state is not None else None
-    window = torch.zeros(3, dtype=torch.float64, device=dev)  # loss sum, correct, count since the last Step
-    window_images = 0
-
-    def save() -> Iterator[Event]:
-        nonlocal last_save, saved_step
-        last_save = time.monotonic()
-        if rank != 0 or out_dir is None:
-            return
-        metrics = {"val_loss": val[0], "val_accuracy": val[1]} if val else {}
-        if recipe.save_state:
-            rng = {"torch": torch.get_rng_state(), "generator": gen.get_state()}
-            if dev.type == "cuda":
-                rng["cuda"] = torch.cuda.get_rng_state(dev)
-            blob = {"config": config.to_dict(), "recipe": recipe.to_dict(), "data": data.spec, "step": step,
-                    "elapsed": elapsed, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "rng": rng, "history": history}
-            if mpp_head is not None:
-                blob["mpp_head"] = mpp_head.state_dict()
-            if teacher is not None and isinstance(teacher.model, SmallCNN):
-                blob["teacher"] = teacher.model.state_dict()
-            write_atomic(out_dir / STATE_NAME, lambda tmp: torch.save(blob, tmp))
-        extra = {"training": {"data": data.spec, "step": step, "epoch": step / spe, "recipe": recipe.to_dict(),
-                              "elapsed_s": elapsed, **metrics, "history": history}}
-        save_native(out_dir, model, data.labels, data.preprocessing, extra)
-        saved_step = step
-        yield CheckpointSaved(step, out_dir)
-
-    def validate() -> Iterator[Event]:
-        nonlocal val
-        model.eval()
-        fwd = net if mpp is not None else model
-        val = _evaluate(fwd, data, recipe, dev, rank, world, mpp)
-        model.train()
-        yield Validation(step, *val)
-
-    def snapshot() -> Iterator[Event]:
-        with torch.no_grad():
-            sim = pe_similarity(model).patches  # (gh, gw, gh, gw), None without an additive PE
-        if sim is not None:
-            yield PESnapshot(step, sim)
-
-    def log() -> Iterator[Event]:
-        """Close the window of steps since the last Step event: sync, NaN check, report, maybe validate/save."""
-        nonlocal elapsed, window_start, window_images, next_eval, nan_message
-        totals = window.clone()
-        if distributed:
-            dist.all_reduce(totals)
-        loss_sum, correct, count = totals.tolist()  # waits for the device: the window's time is now real
-        span = time.perf_counter() - window_start
-        elapsed += span
-        if distributed:  # rank 0's clock decides, so every process validates at the same steps
-            clock = torch.tensor([elapsed], dtype=torch.float64, device=dev)
-            dist.broadcast(clock, 0)
-            elapsed = float(clock.item())
-        if not math.isfinite(loss_sum):
-            kept = (f"the last good checkpoint (step {saved_step}) in {out_dir} is kept"
-                    if saved_step is not None else "no checkpoint was written")
-            nan_message = (f"the loss became {'NaN' if math.isnan(loss_sum) else 'infinite'} by step {step} "
-                           f"(learning rate {lr:.3g}); training stopped and {kept}. "
-                           "Try a lower --lr or a smaller --batch-size.")
-            return
-        if count:
-            if total is not None:
-                eta = (total - step) * elapsed / max(step - (int(state["step"]) if state else 0), 1)
-            else:
-                eta = max(budget - elapsed, 0.0)
-            history.append([step, loss_sum / count, correct / count])
-            yield Step(step, step / spe, loss_sum / count, correct / count, lr, window_images / max(span, 1e-9),
-                       eta, elapsed)
-        window.zero_()
-        window_images = 0
-        # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one
-        if progress(step, elapsed) >= next_eval and progress(step, elapsed) < 1.0:
-            next_eval = (math.floor(progress(step, elapsed) / recipe.eval_every) + 1) * recipe.eval_every
-            yield from validate()
-            yield from save()
-        elif time.monotonic() - last_save >= recipe.checkpoint_every and progress(step, elapsed) < 1.0:
-            yield from save()
-        window_start = time.perf_counter()  # validation and saving are not training time
-
-    yield from snapshot()
-    model.train()
-    epoch, it = step // spe, batches.epoch(step // spe, step % spe)
-    reason = "completed"
-    nan_message: str | None = None
-    lr = recipe.lr_at(progress(step, elapsed))
-    window_start = time.perf_counter()
-    while True:
-        # every process must agree on stopping and (time budget) on the learning rate: rank 0 decides
-        stop = control.stopped
-        clock = elapsed + time.perf_counter() - window_start
-        if distributed:
-            flags = torch.tensor([float(stop), clock], dtype=torch.float64, device=dev)
-            dist.broadcast(flags, 0)
-            stop, clock = bool(flags[0].item()), float(flags[1].item())
-        p = progress(step, clock)
-        if p >= 1.0 or stop:
-            reason = "stopped" if stop and p < 1.0 else ("time budget" if budget else "completed")
-            break
-        if control.paused:
-            paused_at = time.perf_counter()
-            control.wait_while_paused()
-            window_start += time.perf_counter() - paused_at  # a pause is not training time
+def _param_groups(net: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: no decay for biases, norms, tokens and position tables (1-D or named so)."""
+    decay, no_decay = [], []
+    for name, p in net.named_parameters():
+        if not p.requires_grad:
             continue
+        if p.ndim <= 1 or name.endswith("_token") or "pos_embed" in name:
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
-        if step // spe != epoch:
-            epoch = step // spe
-            it = batches.epoch(epoch, 0)
-        images, labels, skipped = next(it)
-        for message in skipped:
-            yield Notice(f"skipped an unreadable image: {message}")
-        lr = recipe.lr_at(p)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        if len(labels):
-            if data.augment:
-                images = random_crop_flip(images, gen)
-            x = normalize(images.to(dev, non_blocking=True), data.preprocessing)
-            y = labels.to(dev, non_blocking=True)
-            mask = None
-            if mpp is not None:
-                mask = losses.random_patch_mask(len(labels), config.num_patches, recipe.mask_ratio, gen)
-                y = losses.mpp_targets(images, config.patch_size).to(dev)  # (B, N)
-            try:
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                    out = run_net(x, None if mask is None else mask.to(dev), gen)
-                    if mpp is not None:
-                        logits = out.float()[mask.to(dev)]  # (M, 512), corrupted patches only
-                        y = y[mask.to(dev)]
-                        loss = F.cross_entropy(logits, y)
-                    else:
-                        heads = {k: v.float() for k, v in out.items()}
-                        logits = sum(heads.values()) / len(heads)
-                        if teacher is not None:
-                            t_logits = teacher(x)
-                            if recipe.distill == "hard":
-                                loss = losses.hard_distillation_loss(heads["cls"], heads["dist"], t_logits, y,
-                                                                     recipe.label_smoothing)
-                            else:
-                                loss = losses.soft_distillation_loss(heads["cls"], heads["dist"], t_logits, y,
-                                                                     recipe.distill_alpha, recipe.distill_tau,
-                                                                     recipe.label_smoothing)
-                        else:
-                            loss = sum(F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing)
-                                       for h in heads.values()) / len(heads)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if recipe.grad_clip > 0:
-                    nn.utils.clip_grad_norm_([p for m in modules for p in m.parameters()], recipe.grad_clip)
-                optimizer.step()
-            except torch.cuda.OutOfMemoryError:
-                yield Error(step, f"CUDA out of memory at batch size {recipe.batch_size} ({local_batch} per process) "
-                                  f"on {dev}; try --batch-size {max(1, recipe.batch_size // 2)}")
-                return
-            window += torch.stack([loss.detach().double() * y.numel(),
-                                   (logits.detach().argmax(-1) == y).sum().double(),
-                                   torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
-            window_images += len(labels) * world
-        step += 1
 
-        # a step-sized run ends on a step count every process knows; a timed one stops at the loop top
-        if step % recipe.log_every == 0 or (total is not None and step >= total):
-            yield from log()
-            if nan_message:
-                yield Error(step, nan_message)
-                return
-        if step % recipe.snapshot_every == 0:
-            yield from snapshot()
+def _restore(run: RunState, state: TrainingState) -> None:
+    """Continue from a checked training state: weights, optimizer, counters and random states."""
+    check_module(state, "model", run.model)
+    run.model.load_state_dict(state.model)
+    if run.mpp_head is not None:
+        check_module(state, "mpp_head", run.mpp_head)
+        run.mpp_head.load_state_dict(state.mpp_head)
+    check_optimizer(state, run.optimizer)
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in run.optimizer.param_groups]
+    run.optimizer.load_state_dict(state.optimizer)
+    for group, ours in zip(run.optimizer.param_groups, settings, strict=True):
+        group.update(ours)  # equal maths (checked); fused/foreach/capturable follow this machine, not the saved one
+    run.step, run.elapsed = state.step, state.elapsed
+    run.start_step = run.saved_step = run.step
+    run.history = state.history
+    torch.set_rng_state(state.rng["torch"])
+    if run.rank == 0:
+        run.gen.set_state(state.rng["generator"])
+    else:  # only rank 0's generator is saved; the others restart theirs from the step
+        run.gen.manual_seed(run.recipe.seed * 1000 + 1 + run.rank + 7919 * run.step)
+    if run.dev.type == "cuda" and "cuda" in state.rng:
+        try:
+            torch.cuda.set_rng_state(state.rng["cuda"], run.dev)
+        except (RuntimeError, TypeError):
+            raise state.fail("rng.cuda", "is not a CUDA random-number state for this GPU") from None
 
-    if window_images:  # steps since the last Step event (a timed or stopped run)
-        yield from log()
-        if nan_message:
-            yield Error(step, nan_message)
+
+def _wrap(run: RunState) -> nn.Module:
+    """The module the training step calls: DDP under torchrun, compiled when the recipe asks."""
+    wrapped: nn.Module = run.net
+    if run.distributed:
+        wrapped = nn.parallel.DistributedDataParallel(
+            run.net, device_ids=[run.dev.index] if run.dev.type == "cuda" else None,
+            find_unused_parameters=run.mpp_head is not None)
+    if run.recipe.compile:
+        wrapped = torch.compile(wrapped)
+    return wrapped
+
+
+def _agree(run: RunState, control: Control) -> tuple[bool, float]:
+    """(stop?, progress) as rank 0 sees them: every process must agree on stopping and (time budget) on the
+    learning rate."""
+    stop = control.stopped
+    clock = run.elapsed + time.perf_counter() - run.window_start
+    if run.distributed:
+        flags = torch.tensor([float(stop), clock], dtype=torch.float64, device=run.dev)
+        dist.broadcast(flags, 0)
+        stop, clock = bool(flags[0].item()), float(flags[1].item())
+    run.clock = clock
+    return stop, run.progress(clock)
+
+
+def _next_batch(run: RunState) -> Batch:
+    """The next training batch, starting a new epoch (or the resumed one, mid-way) when due."""
+    spe = run.batches.steps_per_epoch
+    if run.batch_iter is None or run.step // spe != run.epoch:
+        run.epoch = run.step // spe
+        run.batch_iter = run.batches.epoch(run.epoch, run.step % spe)
+    return next(run.batch_iter)
+
+
+def _set_lr(run: RunState, lr: float) -> None:
+    run.lr = lr
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+
+
+def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str | None:
+    """One optimizer step on a batch, added to the window; a message if the device ran out of memory."""
+    recipe, dev = run.recipe, run.dev
+    if run.data.augment:
+        images = random_crop_flip(images, run.gen)
+    x = normalize(images.to(dev, non_blocking=True), run.data.preprocessing)
+    y = labels.to(dev, non_blocking=True)
+    mask = None
+    if run.mpp is not None:
+        mask = losses.random_patch_mask(len(labels), run.config.num_patches, recipe.mask_ratio, run.gen).to(dev)
+        y = losses.mpp_targets(images, run.config.patch_size).to(dev)  # (B, N)
+    try:
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda" and recipe.amp):
+            logits, y, loss = _forward_loss(run, x, y, mask)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if recipe.grad_clip > 0:
+            nn.utils.clip_grad_norm_(list(run.net.parameters()), recipe.grad_clip)
+        run.optimizer.step()
+    except (MemoryError, RuntimeError) as error:
+        # CUDA's OutOfMemoryError, or the CPU allocator's failure: a plain RuntimeError, told by its message
+        out_of_memory = isinstance(error, (MemoryError, torch.cuda.OutOfMemoryError))
+        if not out_of_memory and "can't allocate memory" not in str(error):
+            raise
+        return (f"out of memory at batch size {recipe.batch_size} ({recipe.batch_size // run.world} per "
+                f"process) on {dev}; try --batch-size {max(1, recipe.batch_size // 2)}")
+    run.window += torch.stack([loss.detach().double() * y.numel(), (logits.detach().argmax(-1) == y).sum().double(),
+                               torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
+    run.window_images += len(labels) * run.world
+    return None
+
+
+def _forward_loss(run: RunState, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits, targets, loss) of one training forward: MPP on corrupted patches, or classification
+    (distilled when there is a teacher) with the heads' logits averaged."""
+    recipe = run.recipe
+    out = run.run_net(x, mask, run.gen)
+    if mask is not None:
+        return out.float()[mask], y[mask], F.cross_entropy(out.float()[mask], y[mask])  # (M, 512), (M,)
+    heads = {k: v.float() for k, v in out.items()}
+    logits = sum(heads.values()) / len(heads)
+    if run.teacher is None:
+        loss = sum(F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing) for h in heads.values()) / len(heads)
+    elif recipe.distill == "hard":
+        loss = losses.hard_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.label_smoothing)
+    else:
+        loss = losses.soft_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.distill_alpha,
+                                             recipe.distill_tau, recipe.label_smoothing)
+    return logits, y, loss
+
+
+def _log(run: RunState) -> Generator[Event, None, str | None]:
+    """Close the window of steps since the last Step event: sync, NaN check, report, maybe validate and
+    save. Returns why training must stop (a NaN loss), else None."""
+    totals = run.window.clone()
+    if run.distributed:
+        dist.all_reduce(totals)
+    loss_sum, correct, count = totals.tolist()  # waits for the device: the window's time is now real
+    span = time.perf_counter() - run.window_start
+    run.elapsed += span
+    if run.distributed:  # rank 0's clock decides, so every process validates at the same steps
+        clock = torch.tensor([run.elapsed], dtype=torch.float64, device=run.dev)
+        dist.broadcast(clock, 0)
+        run.elapsed = float(clock.item())
+    if not math.isfinite(loss_sum):
+        kept = (f"the last good checkpoint (step {run.saved_step}) in {run.out} is kept"
+                if run.saved_step is not None else "no checkpoint was written")
+        return (f"the loss became {'NaN' if math.isnan(loss_sum) else 'infinite'} by step {run.step} "
+                f"(learning rate {run.lr:.3g}); training stopped and {kept}. "
+                "Try a lower --lr or a smaller --batch-size.")
+    if count:
+        if run.total is not None:
+            eta = (run.total - run.step) * run.elapsed / max(run.step - run.start_step, 1)
+        else:
+            eta = max(run.budget - run.elapsed, 0.0)
+        run.history.append([run.step, loss_sum / count, correct / count])
+        yield Step(run.step, run.step / run.batches.steps_per_epoch, loss_sum / count, correct / count, run.lr,
+                   run.window_images / max(span, 1e-9), eta, run.elapsed)
+    run.window.zero_()
+    run.window_images = 0
+    # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one
+    progress, every = run.progress(run.elapsed), run.recipe.eval_every
+    if progress >= run.next_eval and progress < 1.0:
+        run.next_eval = (math.floor(progress / every) + 1) * every
+        yield from _validate(run)
+        if error := (yield from _save(run)):
+            return error
+    elif time.monotonic() - run.last_save >= run.recipe.checkpoint_every and progress < 1.0:
+        if error := (yield from _save(run)):
+            return error
+    run.window_start = time.perf_counter()  # validation and saving are not training time
+    return None
+
+
+def _validate(run: RunState) -> Iterator[Event]:
+    run.model.eval()
+    forward = run.net if run.mpp is not None else run.model
+    run.val = evaluate(forward, run.data, run.recipe, run.dev, run.rank, run.world, run.mpp)
+    run.model.train()
+    yield Validation(run.step, *run.val)
+
+
+def _snapshot(run: RunState) -> Iterator[Event]:
+    with torch.no_grad():
+        sim = pe_similarity(run.model).patches  # (gh, gw, gh, gw), None without an additive PE
+    if sim is not None:
+        yield PESnapshot(run.step, sim)
+
+
+def _save(run: RunState) -> Generator[Event, None, str | None]:
+    """Write the checkpoint (rank 0): the native model folder and the training state for --resume.
+    Returns why training must stop (the files cannot be written), else None."""
+    run.last_save = time.monotonic()
+    if run.rank != 0 or run.out is None:
+        return None
+    metrics = {"val_loss": run.val[0], "val_accuracy": run.val[1]} if run.val else {}
+    extra = {"training": {"data": run.data.spec, "step": run.step, "epoch": run.step / run.batches.steps_per_epoch,
+                          "recipe": run.recipe.to_dict(), "elapsed_s": run.elapsed, **metrics,
+                          "history": run.history}}
+    try:
+        write_checkpoint(run.out, run.model, run.data.labels, run.data.preprocessing, extra,
+                         _state_blob(run) if run.recipe.save_state else None, replaces_run=run.saved_step is None)
+    except OSError as error:
+        if run.saved_step is None:
+            kept = "nothing was written and the folder is as it was. Free some space or choose another --out"
+        else:
+            kept = (f"its checkpoint of step {run.saved_step} is kept. Free some space, then "
+                    + ("continue with --resume" if run.recipe.save_state else "train again"))
+        return (f"cannot write the checkpoint of step {run.step} to {run.out} ({error.strerror or error}); "
+                f"training stopped and {kept}")
+    run.saved_step = run.step
+    yield CheckpointSaved(run.step, run.out)
+    return None
+
+
+def _state_blob(run: RunState) -> dict[str, Any]:
+    """What training_state.pt holds: enough to continue the run exactly."""
+    rng = {"torch": torch.get_rng_state(), "generator": run.gen.get_state()}
+    if run.dev.type == "cuda":
+        rng["cuda"] = torch.cuda.get_rng_state(run.dev)
+    blob = {"config": run.config.to_dict(), "recipe": run.recipe.to_dict(), "data": run.data.spec, "step": run.step,
+            "elapsed": run.elapsed, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            "rng": rng, "history": run.history}
+    if run.mpp_head is not None:
+        blob["mpp_head"] = run.mpp_head.state_dict()
+    if run.teacher is not None and isinstance(run.teacher.model, SmallCNN):
+        blob["teacher"] = run.teacher.model.state_dict()
+    return blob
+
+
+def _finish(run: RunState, reason: str) -> Iterator[Event]:
+    """Report the steps since the last Step event, then a final snapshot, validation and checkpoint."""
+    if run.window_images:  # steps since the last Step event (a timed or stopped run)
+        if error := (yield from _log(run)):
+            yield Error(run.step, error)
             return
     else:
-        elapsed = max(elapsed, clock)
-    yield from snapshot()
-    yield from validate()
-    yield from save()
-    model.eval()
-    yield Finished(step, reason, elapsed, val[0] if val else None, val[1] if val else None,
-                   out_dir if out_dir is not None and rank == 0 else None, model)
+        run.elapsed = max(run.elapsed, run.clock)
+    yield from _snapshot(run)
+    yield from _validate(run)
+    if error := (yield from _save(run)):
+        yield Error(run.step, error)
+        return
+    run.model.eval()
+    yield Finished(run.step, reason, run.elapsed, run.val[0] if run.val else None, run.val[1] if run.val else None,
+                   run.out if run.out is not None and run.rank == 0 else None, run.model)
