@@ -191,27 +191,41 @@ def timm_preprocess(pretrained_cfg: Any, where: str = "timm pretrained_cfg", pre
 
 
 # ------------------------------------------------------------------------------------ timm config.json
-# model_args that must keep timm's default: another value changes the architecture away from the one
-# this reader builds, and some of those changes (pooling) do not show in the weights
-TIMM_FIXED_ARGS: dict[str, Any] = {"class_token": True, "no_embed_class": False, "reg_tokens": 0, "pre_norm": False,
-                                   "fc_norm": False, "qk_norm": False, "dynamic_img_pad": False, "final_norm": True,
-                                   "proj_bias": True, "pos_embed": "learn", "global_pool": "token"}
+# timm's keyword arguments (model_args) that vit-explorer reads, by kind; timm_format decides which of
+# them each model class takes. Any other argument is refused: it may change the architecture in a way
+# the weights do not show.
 TIMM_SIZE_ARGS = {"patch_size": (1, MAX_SIDE), "in_chans": (1, 64), "num_classes": (0, MAX_CLASSES),
                   "embed_dim": (1, MAX_WIDTH), "depth": (1, MAX_DEPTH), "num_heads": (1, MAX_HEADS),
-                  "depth_token_only": (1, MAX_DEPTH)}
+                  "depth_token_only": (1, MAX_DEPTH), "reg_tokens": (0, 256), "num_reg_tokens": (0, 256)}
 TIMM_RATIO_ARGS = ("mlp_ratio", "mlp_ratio_token_only")
+TIMM_FLAG_ARGS = ("qkv_bias", "class_token", "no_embed_class", "pre_norm", "use_abs_pos_emb", "use_rel_pos_bias",
+                  "use_rot_pos_emb", "swiglu_mlp", "scale_mlp", "qkv_fused", "use_pre_transformer_norm")
+TIMM_AUTO_FLAG_ARGS = ("fc_norm", "use_fc_norm")  # null: timm decides from global_pool
+TIMM_CHOICE_ARGS = {"global_pool": ("token", "avg", "map"), "act_layer": ("gelu", "gelu_tanh", "quick_gelu")}
+TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape")
+# model_args that must keep timm's default: other values build architectures vit-explorer does not have
+TIMM_FIXED_ARGS: dict[str, Any] = {"qk_norm": False, "dynamic_img_pad": False, "final_norm": True, "proj_bias": True,
+                                   "pos_embed": "learn", "use_shared_rel_pos_bias": False, "scale_attn_inner": False,
+                                   "use_post_norm": False, "attn_type": "eva", "rope_type": "cat",
+                                   "rope_grid_indexing": "ij", "rope_rotate_half": False,
+                                   "attn_only_layer_scale": False, "pool_include_prefix": False,
+                                   "scale_attn_norm": False, "scale_mlp_norm": False, "swiglu_align_to": 0}
 TIMM_IGNORED_ARGS = ("dynamic_img_size", "strict_img_size", "fix_init", "weight_init", "drop_rate", "pos_drop_rate",
-                     "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate")  # no effect at eval
+                     "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+                     "head_init_scale")  # no effect at eval
+TIMM_ARGS = (*TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, *TIMM_FLAG_ARGS, *TIMM_AUTO_FLAG_ARGS, *TIMM_CHOICE_ARGS,
+             *TIMM_PAIR_ARGS, "init_values", "rope_temperature")
 
 
 @dataclass(frozen=True)
 class TimmConfig:
-    architecture: str  # the timm model name, e.g. "vit_small_patch16_224.augreg_in21k"
-    model_args: dict[str, Any]  # validated; only sizes, mlp ratios, qkv_bias, init_values and img_size remain
+    architecture: str  # the timm model name, e.g. "vit_small_patch16_384.augreg_in21k"
+    model_args: dict[str, Any]  # validated, only architecture arguments (TIMM_ARGS) remain
     num_classes: dict[str, int]  # every field that declares the number of classes -> its value
     num_features: int | None
     label_names: dict[int, str]
     pretrained_cfg: dict[str, Any]  # read by timm_preprocess once the model's size is known
+    global_pool: str | None = None  # the top-level field, checked against the architecture's pooling
 
 
 def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
@@ -224,7 +238,7 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
     name = arch if arch is not None else f.text("architecture", None)
     if not name:
         raise CheckpointError(f"{where}: no 'architecture' (timm model name); give arch=... (--arch)")
-    f.text("global_pool", "token", choices=("token",))
+    global_pool = f.text("global_pool", None, choices=TIMM_CHOICE_ARGS["global_pool"])
     num_classes = {}
     for fields in (f, f.section("model_args"), pretrained):
         if fields.has("num_classes") and not (legacy and fields is pretrained):
@@ -235,39 +249,46 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
             labels = index_labels(fields, "label_names")
     return TimmConfig(architecture=name, model_args=parse_model_args(f.section("model_args")),
                       num_classes=num_classes, num_features=f.integer("num_features", None, high=MAX_WIDTH),
-                      label_names=labels, pretrained_cfg=pretrained.data)
+                      label_names=labels, pretrained_cfg=pretrained.data, global_pool=global_pool)
 
 
 def parse_model_args(f: Fields) -> dict[str, Any]:
-    args: dict[str, Any] = {}
     for key, allowed in TIMM_FIXED_ARGS.items():
         value = f.data.get(key, allowed)
-        if key == "fc_norm" and value is None:  # timm: None = "only for average pooling"
-            continue
         if type(value) is not type(allowed) or value != allowed:
             raise CheckpointError(f"{f.where}: {f.name(key)} = {describe(value)} is not supported; vit-explorer "
-                                  f"builds timm's ViT, DeiT and CaiT with {key} = {allowed!r}")
+                                  f"builds timm's models with {key} = {allowed!r}")
+    args: dict[str, Any] = {}
     for key, (low, high) in TIMM_SIZE_ARGS.items():
         if f.has(key):
             args[key] = f.integer(key, low=low, high=high)
     for key in TIMM_RATIO_ARGS:
         if f.has(key):
             args[key] = f.number(key, low=0.0, high=64.0, low_open=True)
-    if f.has("img_size"):
-        args["img_size"] = f.size2("img_size", high=16 * MAX_SIDE)
-    if f.has("qkv_bias"):
-        args["qkv_bias"] = f.flag("qkv_bias")
+    for key in TIMM_FLAG_ARGS:
+        if f.has(key):
+            args[key] = f.flag(key)
+    for key in TIMM_AUTO_FLAG_ARGS:
+        if f.data.get(key) is not None:
+            args[key] = f.flag(key)
+    for key, choices in TIMM_CHOICE_ARGS.items():
+        if f.has(key):
+            args[key] = f.text(key, choices=choices)
+    for key in TIMM_PAIR_ARGS:
+        if f.has(key):
+            args[key] = f.size2(key, high=16 * MAX_SIDE)
     if f.data.get("init_values") is not None:
         args["init_values"] = f.number("init_values", low=0.0, high=1e3, low_open=True)
+    if f.has("rope_temperature"):
+        args["rope_temperature"] = f.number("rope_temperature", low=0.0, high=1e9, low_open=True)
     for key in TIMM_IGNORED_ARGS:  # checked all the same: a string for a flag means an edited file
         if key == "weight_init":
             f.text(key, "")
-        elif key.endswith("rate"):
+        elif key.endswith(("rate", "scale")):
             f.number(key, 0.0, low=0.0, high=1.0)
         else:
             f.flag(key, False)
-    f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, "img_size", "qkv_bias", "init_values",
-                      *TIMM_IGNORED_ARGS])
+    f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_ARGS, *TIMM_IGNORED_ARGS])
     return args
 
 
