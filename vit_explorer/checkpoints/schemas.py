@@ -51,23 +51,43 @@ def index_labels(f: Fields, key: str) -> dict[int, str]:
 
 # ------------------------------------------------------------------------------ Hugging Face config.json
 HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
-                    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel")}
+                    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel"),
+                    "vit_mae": ("ViTMAEModel", "ViTMAEForPreTraining"),
+                    "dinov2": ("Dinov2Model",),
+                    "dinov2_with_registers": ("Dinov2WithRegistersModel",),
+                    "clip_vision_model": ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
+                    "clip": ("CLIPModel",),
+                    "siglip_vision_model": ("SiglipVisionModel",),
+                    "siglip": ("SiglipModel",),
+                    "beit": ("BeitForImageClassification", "BeitModel")}
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
+# transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
+HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
+HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh"}
+HF_DEFAULT_EPS = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "clip_vision_model": 1e-5,
+                  "siglip_vision_model": 1e-6}  # the others: 1e-12
 
 
 @dataclass(frozen=True)
 class HFConfig:
-    model_type: str  # "vit" or "deit"
+    model_type: str  # the image tower's: a CLIPModel's is "clip_vision_model"
     architecture: str  # the first of `architectures`; "" when none is named (the weights decide the heads)
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    intermediate_size: int
+    intermediate_size: int  # the MLP's hidden width (SwiGLU: of each branch)
     image_size: tuple[int, int]
     patch_size: int
     num_channels: int
     qkv_bias: bool
     layer_norm_eps: float
     id2label: dict[int, str]
+    mlp: str = "gelu"  # ViTConfig.mlp
+    register_tokens: int = 0  # DINOv2 with registers
+    layer_scale: float | None = None  # DINOv2's layerscale_value, BEiT's layer_scale_init_value
+    projection_dim: int = 0  # CLIP's joint space (used when the weights have the projection)
+    pool: str = "cls"  # ViTConfig.pool: BEiT's mean pooling, SigLIP's attention-pool head
+    position: str = "learned"  # ViTConfig.pos_embed: BEiT's relative position bias, or none
 
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
@@ -81,21 +101,59 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
     if architecture and architecture not in HF_ARCHITECTURES[model_type]:
         f.fail("architectures", f"one of {', '.join(HF_ARCHITECTURES[model_type])} for model_type {model_type!r}",
                architectures)
-    f.text("hidden_act", "gelu", choices=("gelu",))  # transformers' exact GELU, which ours is
+    kind = TOWERS.get(model_type, model_type)
+    tower = f.section("vision_config", required=True) if model_type in TOWERS else f
+    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"), choices=tuple(HF_ACTIVATIONS))
+    width = tower.integer("hidden_size", high=MAX_WIDTH)
+    family = _hf_family_fields(tower, kind, width)
     return HFConfig(
-        model_type=model_type,
+        model_type=kind,
         architecture=architecture,
-        hidden_size=f.integer("hidden_size", high=MAX_WIDTH),
-        num_hidden_layers=f.integer("num_hidden_layers", high=MAX_DEPTH),
-        num_attention_heads=f.integer("num_attention_heads", high=MAX_HEADS),
-        intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH),
-        image_size=f.size2("image_size", (224, 224), high=16 * MAX_SIDE),
-        patch_size=f.integer("patch_size", 16, high=MAX_SIDE),
-        num_channels=f.integer("num_channels", 3, high=64),
-        qkv_bias=f.flag("qkv_bias", True),
-        layer_norm_eps=f.number("layer_norm_eps", 1e-12, low=0.0, high=1.0, low_open=True),
+        hidden_size=width,
+        num_hidden_layers=tower.integer("num_hidden_layers", high=MAX_DEPTH),
+        num_attention_heads=tower.integer("num_attention_heads", high=MAX_HEADS),
+        image_size=tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
+        patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
+        num_channels=tower.integer("num_channels", 3, high=64),
+        qkv_bias=tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2",
+                                                           "dinov2_with_registers") else True,
+        layer_norm_eps=tower.number("layer_norm_eps", HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0,
+                                    low_open=True),
         id2label=index_labels(f, "id2label"),
+        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type == "clip" else
+        tower.integer("projection_dim", 0, low=0, high=MAX_WIDTH),
+        **{**family, "mlp": family.get("mlp", HF_ACTIVATIONS[act])},
     )
+
+
+def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
+    """The fields that only some model types have, as HFConfig's."""
+    if kind in ("dinov2", "dinov2_with_registers"):
+        hidden = int(width * f.number("mlp_ratio", 4.0, low=0.0, high=64.0, low_open=True))
+        swiglu = f.flag("use_swiglu_ffn", False)
+        if swiglu:  # transformers' Dinov2SwiGLUFFN: two thirds of the width, rounded up to a multiple of 8
+            hidden = (int(hidden * 2 / 3) + 7) // 8 * 8
+        return dict(intermediate_size=hidden, mlp="swiglu" if swiglu else "gelu",
+                    layer_scale=f.number("layerscale_value", 1.0, low=0.0, high=1e3, low_open=True),
+                    register_tokens=f.integer("num_register_tokens", 4, low=0, high=256)
+                    if kind == "dinov2_with_registers" else 0)
+    fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
+    if kind == "siglip_vision_model":
+        fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
+    if kind == "beit":
+        if f.flag("use_shared_relative_position_bias", False):
+            f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "
+                   "by all blocks is not supported)", True)
+        absolute = f.flag("use_absolute_position_embeddings", False)
+        relative = f.flag("use_relative_position_bias", False)
+        if absolute and relative:
+            f.fail("use_relative_position_bias", "false when use_absolute_position_embeddings is true (vit-explorer "
+                   "has an absolute table or a relative bias, not both)", True)
+        scale = f.number("layer_scale_init_value", 0.1, low=0.0, high=1e3)
+        fields.update(position="rel_bias" if relative else "learned" if absolute else "none",
+                      layer_scale=scale if scale > 0 else None,
+                      pool="gap" if f.flag("use_mean_pooling", True) else "cls")
+    return fields
 
 
 # --------------------------------------------------------------------- Hugging Face preprocessor_config.json

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..models import ConfigError, ViTConfig
+from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
 from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
@@ -227,16 +228,10 @@ def _mlp(args: dict[str, Any], d: int) -> dict[str, Any]:
     """Our MLP fields from timm's: activation, SwiGLU (packed in VisionTransformer, in halves in Eva), sub-LN."""
     ratio = args.get("mlp_ratio", 4.0)
     if args.get("mlp_layer") == "swiglu_packed":  # one fc1 holds both branches
-        return dict(mlp="swiglu", mlp_ratio=mlp_ratio(d, int(d * ratio) // 2))
+        return dict(mlp="swiglu", mlp_ratio=mlp_ratio_for(d, int(d * ratio) // 2))
     if args.get("swiglu_mlp"):
         return dict(mlp="swiglu", mlp_ratio=ratio, mlp_norm=args.get("scale_mlp", False))
     return dict(mlp=args.get("act_layer", "gelu"), mlp_ratio=ratio, mlp_norm=args.get("scale_mlp", False))
-
-
-def mlp_ratio(d: int, hidden: int) -> float:
-    """A ratio r with int(d * r) == hidden (hidden / d can fall just short in floating point)."""
-    ratio = hidden / d
-    return ratio if int(d * ratio) == hidden else (hidden + 0.5) / d
 
 
 def _position(name: TimmName, args: dict[str, Any]) -> dict[str, Any]:

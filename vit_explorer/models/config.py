@@ -41,6 +41,12 @@ class ConfigError(ValueError):
     """A configuration that cannot build a model; the message says what to change."""
 
 
+def mlp_ratio_for(width: int, hidden: int) -> float:
+    """An mlp_ratio r with int(width * r) == hidden (hidden / width can fall just short in floating point)."""
+    ratio = hidden / width
+    return ratio if int(width * ratio) == hidden else (hidden + 0.5) / width
+
+
 @dataclass
 class ViTConfig:
     """Everything needed to build a `VisionTransformer`; presets live in `presets.py`."""
