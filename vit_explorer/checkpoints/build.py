@@ -98,7 +98,7 @@ def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
         if misshaped:
             shown = ", ".join(misshaped[:12]) + (", ..." if len(misshaped) > 12 else "")
             parts.append(f"{len(misshaped)} mis-shaped keys: {shown}")
-        declares = f" that {declared_by} declares" if declared_by else ""
+        declares = f" that {declared_by} declares" if declared_by and not explain else ""  # explain names it
         raise CheckpointError(f"{where}: weights do not match the architecture{declares}; " + "; ".join(parts))
 
 
