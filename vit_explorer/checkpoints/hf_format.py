@@ -201,10 +201,8 @@ def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
         "qkv_bias": config.qkv_bias,
     }
     if dinov2:
-        swiglu = config.mlp == "swiglu"  # HF sizes its SwiGLU as 2/3 of int(width * mlp_ratio), rounded up to 8
-        hidden = config.mlp_hidden * 3 // 2 if swiglu else config.mlp_hidden
         hf.update(model_type="dinov2_with_registers" if config.reg_tokens else "dinov2",
-                  mlp_ratio=mlp_ratio_for(config.embed_dim, hidden), use_swiglu_ffn=swiglu,
+                  mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp == "swiglu",
                   layerscale_value=config.layer_scale_init, drop_path_rate=0.0)
         hf.update(num_register_tokens=config.reg_tokens) if config.reg_tokens else hf.update(use_mask_token=True)
         return hf, hf_processor_config(preprocessing, "BitImageProcessor")
@@ -228,8 +226,8 @@ def _hf_cannot(config: ViTConfig, dinov2: bool) -> list[str]:
         reasons.append("LayerScale")
     if config.mlp != "gelu" and not (dinov2 and config.mlp == "swiglu"):
         reasons.append(f"the MLP {config.mlp!r}")
-    if config.mlp == "swiglu" and (config.mlp_hidden % 8 or config.mlp_hidden * 3 % 2):
-        reasons.append(f"a SwiGLU width {config.mlp_hidden} that HF's rounding (to a multiple of 8) cannot give")
+    if dinov2 and _dinov2_mlp_ratio(config) is None:
+        reasons.append(f"an MLP width {config.mlp_hidden} that no whole mlp_ratio gives")
     for name, why in (("mlp_norm", "a norm inside the MLP"), ("pre_norm", "a pre-norm"), ("fc_norm", "fc_norm"),
                       ("proj_dim", "a projection"), ("reg_tokens" if not dinov2 else "", "register tokens")):
         if name and getattr(config, name):
@@ -247,6 +245,17 @@ def _hf_cannot(config: ViTConfig, dinov2: bool) -> list[str]:
     return reasons
 
 
+def _dinov2_mlp_ratio(config: ViTConfig) -> int | None:
+    """The whole mlp_ratio (transformers' Dinov2Config takes an int) that gives this model's MLP width:
+    width x mlp_ratio, or for SwiGLU two thirds of it rounded up to a multiple of 8; None if none does."""
+    d, hidden = config.embed_dim, config.mlp_hidden
+    for ratio in range(1, 65):
+        width = d * ratio
+        if (width if config.mlp != "swiglu" else (int(width * 2 / 3) + 7) // 8 * 8) == hidden:
+            return ratio
+    return None
+
+
 def hf_weights(config: ViTConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Our state dict as `hf_architecture(config)` names it. DINOv2 always has a [MASK] token and a
     position row for [CLS]: a model without them gets zeros (what ours uses in their place)."""
@@ -261,10 +270,12 @@ def hf_weights(config: ViTConfig, state: dict[str, torch.Tensor]) -> dict[str, t
     if not config.pos_embed_prefix:  # timm's DINOv2 with registers: no [CLS] row
         pe = state["pos_embed"]
         state["pos_embed"] = torch.cat([pe.new_zeros(1, 1, pe.shape[-1]), pe], dim=1)
-    if config.mlp == "swiglu":  # HF packs the gate and value halves into weights_in
+    if config.mlp == "swiglu":  # HF packs the gate and value halves into weights_in; fc2 is weights_out
         for key in [k for k in state if ".mlp.fc1_g." in k]:
             half = key.replace(".fc1_g.", ".fc1_x.")
             state[key.replace(".fc1_g.", ".weights_in.")] = torch.cat([state.pop(key), state.pop(half)])
+            out = key.replace(".fc1_g.", ".fc2.")
+            state[out.replace(".fc2.", ".weights_out.")] = state.pop(out)
     return native_to_hf(state, "dinov2", "")
 
 

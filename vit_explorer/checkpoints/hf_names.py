@@ -174,6 +174,7 @@ _TO_HF_MODEL = {
 _TO_HF_BLOCK = {
     "dinov2": {"attn.proj.{p}": "attention.output.dense.{p}", "mlp.fc1.{p}": "mlp.fc1.{p}",
                "mlp.fc2.{p}": "mlp.fc2.{p}", "mlp.weights_in.{p}": "mlp.weights_in.{p}",
+               "mlp.weights_out.{p}": "mlp.weights_out.{p}",
                "norm1.{p}": "norm1.{p}", "norm2.{p}": "norm2.{p}",
                "ls1.gamma": "layer_scale1.lambda1", "ls2.gamma": "layer_scale2.lambda1"},
     "vit": {"attn.proj.{p}": "attention.output.dense.{p}", "mlp.fc1.{p}": "intermediate.dense.{p}",
