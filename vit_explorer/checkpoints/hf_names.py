@@ -14,7 +14,6 @@ registers, CLIP and SigLIP vision towers, BEiT), in both directions. What is not
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 import torch
 
@@ -129,11 +128,11 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 out[f"blocks.{index}.{mapped}" if mapped else key] = value
         elif inside and name.startswith("head.attention.in_proj_"):  # SigLIP: [q | k | v] of the pooling head
             param = name.rsplit("_", 1)[1]
-            q, kv = value.split([value.shape[0] // 3, 2 * value.shape[0] // 3])
-            out[f"attn_pool.q.{param}"], out[f"attn_pool.kv.{param}"] = q, kv
+            width = value.shape[0] // 3
+            out[f"attn_pool.q.{param}"], out[f"attn_pool.kv.{param}"] = value[:width], value[width:]
         else:
             mapped = _rename(name, _MODEL)
-            out[mapped or key] = _SHAPES.get(mapped or "", lambda t: t)(value)
+            out[mapped or key] = _as_tokens(value) if mapped in ("cls_token", "mask_token", "pos_embed") else value
     for (index, param), parts in qkv.items():
         out.update(_fuse(prefix, index, param, parts))
     return out
@@ -143,9 +142,6 @@ def _as_tokens(t: torch.Tensor) -> torch.Tensor:
     """(D,) or (N, D) -> (1, N, D), as our tokens and tables are."""
     return t.reshape(1, -1, t.shape[-1]) if t.dim() in (1, 2) else t
 
-
-_SHAPES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"cls_token": _as_tokens, "mask_token": _as_tokens,
-                                                               "pos_embed": _as_tokens}
 
 
 def _fuse(prefix: str, index: str, param: str, parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -32,7 +32,7 @@ CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 HALF = (0.5, 0.5, 0.5)
 
 
-def _sizes(**table: tuple[int, ...]) -> dict[str, dict[str, Any]]:
+def _sizes(**table: tuple[float, ...]) -> dict[str, dict[str, Any]]:
     """size word -> (width, heads, depth[, mlp_ratio]) as timm keyword arguments"""
     keys = ("embed_dim", "num_heads", "depth", "mlp_ratio")
     return {word: dict(zip(keys, values, strict=False)) for word, values in table.items()}

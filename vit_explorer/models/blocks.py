@@ -78,7 +78,8 @@ class Mlp(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+        return out
 
 
 class SwiGLU(nn.Module):
@@ -96,8 +97,9 @@ class SwiGLU(nn.Module):
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x))
-        return self.drop2(self.fc2(self.norm(x)))
+        hidden: torch.Tensor = self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x))
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(hidden)))
+        return out
 
 
 def make_mlp(config: ViTConfig, ratio: float) -> nn.Module:
@@ -145,7 +147,7 @@ class Attention(nn.Module):
 
     def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, "q_bias"):
-            return self.qkv(x)
+            return F.linear(x, self.qkv.weight, self.qkv.bias)
         bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
         return F.linear(x, self.qkv.weight, bias)
 

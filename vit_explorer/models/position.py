@@ -189,9 +189,9 @@ class Scheme:
         `num_parameters` for all blocks together)."""
         return {}
 
-    def attention_bias(self, attn: nn.Module, config: ViTConfig, grid: tuple[int, int],
+    def attention_bias(self, block: nn.Module, config: ViTConfig, grid: tuple[int, int],
                        num_prefix: int) -> torch.Tensor | None:
-        """The bias one attention module adds to its logits, (heads, T, T); None if none."""
+        """The bias one self-attention block adds to its attention logits, (heads, T, T); None if none."""
         return None
 
 
@@ -310,9 +310,10 @@ class RelativeBias(Scheme):
         rows = self.table_rows(config.grid_size)
         return {"relative_position_bias_table": nn.Parameter(torch.zeros(rows, config.num_heads))}
 
-    def attention_bias(self, attn: nn.Module, config: ViTConfig, grid: tuple[int, int],
+    def attention_bias(self, block: nn.Module, config: ViTConfig, grid: tuple[int, int],
                        num_prefix: int) -> torch.Tensor:
-        table = resample_offsets(attn.relative_position_bias_table, config.grid_size, grid)  # (rows, heads)
+        built = block.get_parameter("attn.relative_position_bias_table")  # (rows, heads) for the built grid
+        table = resample_offsets(built, config.grid_size, grid)
         index = relative_index(tuple(grid), num_prefix).to(table.device)
         return table[index].permute(2, 0, 1)  # (heads, T, T)
 

@@ -278,7 +278,7 @@ class VisionTransformer(nn.Module):
         attentions: list[torch.Tensor | None] = []
         for i, (block, head_mask) in enumerate(zip(self.blocks, head_masks, strict=True)):
             block_rows = rows if i in explicit else None
-            bias = self.pos_scheme.attention_bias(block.attn, self.config, layout.grid, layout.num_prefix_tokens)
+            bias = self.pos_scheme.attention_bias(block, self.config, layout.grid, layout.num_prefix_tokens)
             x, probs = block(x, rope=rope, bias=bias, num_prefix=layout.num_prefix_tokens, head_mask=head_mask,
                              rows=block_rows)
             if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
