@@ -67,6 +67,15 @@ def _mae() -> torch.nn.Module:
     return ViTMAEModel(ViTMAEConfig(**TINY, intermediate_size=96, mask_ratio=0.0))
 
 
+def _mae_pretraining() -> torch.nn.Module:
+    """What the hub holds for MAE (facebook/vit-mae-base): the encoder and its decoder; we read the encoder."""
+    from transformers import ViTMAEConfig, ViTMAEForPreTraining
+
+    return ViTMAEForPreTraining(ViTMAEConfig(**TINY, intermediate_size=96, mask_ratio=0.0, decoder_hidden_size=32,
+                                             decoder_num_hidden_layers=1, decoder_num_attention_heads=2,
+                                             decoder_intermediate_size=64))
+
+
 def _beit() -> torch.nn.Module:
     from transformers import BeitConfig, BeitForImageClassification
 
@@ -76,7 +85,7 @@ def _beit() -> torch.nn.Module:
 
 def _tower(model: torch.nn.Module) -> torch.nn.Module:
     """The image encoder that hidden states and attentions come from."""
-    for name in ("vision_model", "beit"):
+    for name in ("vision_model", "beit", "vit"):
         if hasattr(model, name):
             return getattr(model, name)
     return model
@@ -98,7 +107,7 @@ def _features(model: torch.nn.Module, out: Any) -> torch.Tensor:
 CASES: dict[str, Callable[[], torch.nn.Module]] = {
     "dinov2": _dinov2, "dinov2_swiglu": lambda: _dinov2(use_swiglu_ffn=True), "dinov2_reg": _dinov2_reg,
     "clip": _clip, "clip_model": _clip_model, "siglip": _siglip, "siglip_model": _siglip_model, "mae": _mae,
-    "beit": _beit,
+    "mae_pretraining": _mae_pretraining, "beit": _beit,
 }
 
 
@@ -123,11 +132,11 @@ def hf_run(model: torch.nn.Module, x: torch.Tensor, case: str) -> dict[str, Any]
     kwargs: dict[str, Any] = dict(output_hidden_states=True, output_attentions=True)
     if x.shape[-2:] != (32, 32) and case != "beit":  # BEiT's relative bias follows any size by itself
         kwargs["interpolate_pos_encoding"] = True
-    if case == "mae":  # no random masking: with mask ratio 0 and ordered noise every patch stays in place
+    if case.startswith("mae"):  # no random masking: with mask ratio 0 and ordered noise every patch stays in place
         kwargs["noise"] = torch.arange(x.shape[-2] * x.shape[-1] // 64, dtype=torch.float32).expand(len(x), -1)
     tower = _tower(model)
     with torch.no_grad():
-        out = (model if case not in ("clip_model", "siglip_model") else tower)(x, **kwargs)
+        out = (tower if case in ("clip_model", "siglip_model", "mae_pretraining") else model)(x, **kwargs)
         features = _features(model, out)
     return dict(features=features, hidden=out.hidden_states, attn=out.attentions)
 

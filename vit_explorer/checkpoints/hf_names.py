@@ -1,7 +1,8 @@
 """Parameter names: Hugging Face transformers' vision transformers <-> ours (timm's).
 
-One table of renames serves every family HF writes (ViT, DeiT, ViTMAE, DINOv2 with and without
-registers, CLIP and SigLIP vision towers, BEiT), in both directions. What is not a rename:
+Reading: one table of renames serves every family HF writes (ViT, DeiT, ViTMAE, DINOv2 with and
+without registers, CLIP and SigLIP vision towers, BEiT). Writing (`convert --to hf`): the ViT/DeiT
+and DINOv2 names, per family. What is not a rename:
 - HF keeps query, key and value as three Linear layers; ours fuse them into `qkv` (BEiT's key has
   no bias: its query and value biases become our `q_bias` and `v_bias`);
 - DINOv2's packed SwiGLU `weights_in` holds the gate and value halves (our `fc1_g`, `fc1_x`);
