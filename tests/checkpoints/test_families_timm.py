@@ -143,3 +143,16 @@ def test_a_family_the_loader_does_not_know_is_named(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match=r"'vit_base_patch16_rope_reg1_gap_256' is not supported; supported "
                                               r"names: .*dinov2.*siglip.*eva02"):
         load(tmp_path)
+
+
+@pytest.mark.parametrize("case", ["dinov2_reg", "dinov2_swiglu", "clip", "siglip", "beit", "eva02_base"])
+def test_each_family_round_trips_through_the_native_format(hub, tmp_path: Path, case: str) -> None:
+    from vit_explorer.checkpoints import convert
+
+    _, folder = hub(case)
+    loaded = load(folder)
+    again = load(convert(loaded, "native", tmp_path / "native"))
+    assert again.kind == "native" and again.config == loaded.config
+    x = torch.randn(2, 3, 24, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
