@@ -53,7 +53,11 @@ def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]
 
 
 def hf_architecture(config: ViTConfig) -> str:
-    """The transformers class that has exactly this model's tokens and heads."""
+    """The transformers class whose tokens and heads this model's are (`hf_files` says what else differs)."""
+    if config.pre_norm:
+        return "CLIPVisionModelWithProjection" if config.proj_dim else "CLIPVisionModel"
+    if config.pool == "map":
+        return "SiglipVisionModel"
     if config.reg_tokens:
         return "Dinov2WithRegistersModel"
     if config.layer_scale_init is not None:
@@ -61,6 +65,11 @@ def hf_architecture(config: ViTConfig) -> str:
     if not config.distilled:
         return "ViTForImageClassification"
     return "DeiTForImageClassificationWithTeacher" if config.dist_head else "DeiTForImageClassification"
+
+
+def hf_family(architecture: str) -> str:
+    """'vit' (ViT and DeiT), 'dinov2', 'clip' or 'siglip': whose parameter names hf_names writes."""
+    return next((f for f in ("dinov2", "clip", "siglip") if architecture.lower().startswith(f)), "vit")
 
 
 # names of our dimensions in an HF config.json, for messages
@@ -177,71 +186,81 @@ def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torc
 def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json, preprocessor_config.json) for the transformers class `hf_architecture` names (ViT,
-    DeiT with one or two heads, DINOv2 with or without registers); CheckpointError naming everything
-    that class cannot express."""
-    dinov2 = hf_architecture(config).startswith("Dinov2")
-    reasons = _hf_cannot(config, dinov2)
+    DeiT with one or two heads, DINOv2 with or without registers, CLIP's and SigLIP's image towers);
+    CheckpointError naming everything that class cannot express."""
+    architecture = hf_architecture(config)
+    family = hf_family(architecture)
+    reasons = _hf_cannot(config, family)
     if reasons:
-        kind = "DINOv2" if dinov2 else "ViT/DeiT"
-        raise CheckpointError(f"this model cannot be written in the Hugging Face {kind} format (vit-explorer writes "
-                              f"ViT, DeiT and DINOv2): it has " + "; ".join(reasons))
+        raise CheckpointError(f"this model cannot be written in the Hugging Face format as {architecture} "
+                              "(vit-explorer writes ViT, DeiT, DINOv2, CLIP and SigLIP image towers): it has "
+                              + "; ".join(reasons))
     hf: dict[str, Any] = {
-        "architectures": [hf_architecture(config)],
+        "architectures": [architecture],
         "hidden_size": config.embed_dim,
         "num_hidden_layers": config.depth,
         "num_attention_heads": config.num_heads,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-        "initializer_range": 0.02,
+        "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh"}.get(config.mlp, config.mlp),
         "layer_norm_eps": config.layer_norm_eps,
         "image_size": config.image_size[0],
         "patch_size": config.patch_size,
         "num_channels": config.in_chans,
-        "qkv_bias": config.qkv_bias,
     }
-    if dinov2:
+    if family == "dinov2":
         hf.update(model_type="dinov2_with_registers" if config.reg_tokens else "dinov2",
-                  mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp == "swiglu",
-                  layerscale_value=config.layer_scale_init, drop_path_rate=0.0)
+                  mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp == "swiglu", hidden_act="gelu",
+                  layerscale_value=config.layer_scale_init or 1.0, qkv_bias=config.qkv_bias, drop_path_rate=0.0)
         hf.update(num_register_tokens=config.reg_tokens) if config.reg_tokens else hf.update(use_mask_token=True)
         return hf, hf_processor_config(preprocessing, "BitImageProcessor")
+    if family in ("clip", "siglip"):
+        hf.update(model_type=f"{family}_vision_model", intermediate_size=config.mlp_hidden)
+        hf.update(projection_dim=config.proj_dim) if family == "clip" else hf.update(vision_use_head=True)
+        return hf, hf_processor_config(preprocessing, {"clip": "CLIPImageProcessor", "siglip": "SiglipImageProcessor"}
+                                       [family])
     hf.update(model_type="deit" if config.distilled else "vit", intermediate_size=config.mlp_hidden,
+              qkv_bias=config.qkv_bias, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
               encoder_stride=config.patch_size, id2label={str(i): name for i, name in enumerate(labels)},
               label2id={name: i for i, name in enumerate(labels)})
     return hf, hf_processor_config(preprocessing, "DeiTImageProcessor" if config.distilled else "ViTImageProcessor")
 
 
-def _hf_cannot(config: ViTConfig, dinov2: bool) -> list[str]:
-    reasons = []
+# what each written family has, as (ours, its value there); everything else must be absent
+_HF_HAS = {
+    "vit": dict(prefix_tokens=("cls", "cls+dist"), pool=("cls",), mlp=("gelu",), pre_norm=(False,)),
+    "dinov2": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "swiglu"), pre_norm=(False,)),
+    "clip": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "quick_gelu"), pre_norm=(True,)),
+    "siglip": dict(prefix_tokens=("none",), pool=("map",), mlp=("gelu", "gelu_tanh", "quick_gelu"),
+                   pre_norm=(False,)),
+}
+
+
+def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
+    reasons = [f"{name}={getattr(config, name)!r}" for name, allowed in _HF_HAS[family].items()
+               if getattr(config, name) not in allowed]
     if config.stem != "patchify":
         reasons.append("a convolutional stem")
-    if config.pos_embed != "learned" or not (config.pos_embed_prefix or dinov2):
-        reasons.append(f"position embedding {config.pos_embed!r} (HF has learned 1D with prefix rows only)")
-    if config.pool != "cls" or config.prefix_tokens == "none":
-        reasons.append(f"pooling {config.pool!r} (HF's ViT, DeiT and DINOv2 read [CLS])")
+    if config.pos_embed != "learned" or not (config.pos_embed_prefix or family in ("dinov2", "siglip")):
+        reasons.append(f"position embedding {config.pos_embed!r} (these have learned 1D with prefix rows only)")
     if config.class_attn_depth or config.talking_heads:
         reasons.append("CaiT class attention / talking heads")
-    if config.layer_scale_init is not None and not dinov2:
+    if config.layer_scale_init is not None and family != "dinov2":
         reasons.append("LayerScale")
-    if config.mlp != "gelu" and not (dinov2 and config.mlp == "swiglu"):
-        reasons.append(f"the MLP {config.mlp!r}")
-    if dinov2 and _dinov2_mlp_ratio(config) is None:
+    if family == "dinov2" and _dinov2_mlp_ratio(config) is None:
         reasons.append(f"an MLP width {config.mlp_hidden} that no whole mlp_ratio gives")
-    for name, why in (("mlp_norm", "a norm inside the MLP"), ("pre_norm", "a pre-norm"), ("fc_norm", "fc_norm"),
-                      ("proj_dim", "a projection"), ("reg_tokens" if not dinov2 else "", "register tokens")):
-        if name and getattr(config, name):
+    for name, why in (("mlp_norm", "a norm inside the MLP"), ("fc_norm", "fc_norm"),
+                      ("reg_tokens", "register tokens"), ("proj_dim", "a projection")):
+        if getattr(config, name) and (name, family) not in (("reg_tokens", "dinov2"), ("proj_dim", "clip")):
             reasons.append(why)
-    if not config.k_bias:
-        reasons.append("no key bias")
-    if int(config.embed_dim * config.mlp_ratio) != config.embed_dim * config.mlp_ratio and not dinov2:
+    if not (config.k_bias and (config.qkv_bias or family in ("vit", "dinov2"))):
+        reasons.append("query, key or value without a bias")
+    if family == "vit" and config.embed_dim * config.mlp_ratio != config.mlp_hidden:
         reasons.append(f"mlp_ratio {config.mlp_ratio} (not a whole hidden width)")
     if config.image_size[0] != config.image_size[1]:
         reasons.append(f"a non-square image size {config.image_size} (HF assumes a square PE grid)")
-    if config.distilled and (dinov2 or not config.num_classes):
-        reasons.append("a distillation token" + ("" if dinov2 else " without classifier heads"))
-    if dinov2 and config.num_classes:
-        reasons.append("a classifier (HF's Dinov2Model has none)")
+    if config.distilled and not config.num_classes:
+        reasons.append("a distillation token without classifier heads")
+    if family != "vit" and config.num_classes:
+        reasons.append(f"a classifier (HF's {family} image models have none)")
     return reasons
 
 
@@ -257,19 +276,33 @@ def _dinov2_mlp_ratio(config: ViTConfig) -> int | None:
 
 
 def hf_weights(config: ViTConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Our state dict as `hf_architecture(config)` names it. DINOv2 always has a [MASK] token and a
-    position row for [CLS]: a model without them gets zeros (what ours uses in their place)."""
+    """Our state dict as `hf_architecture(config)` names it. DINOv2 always has a [MASK] token, LayerScale
+    and a position row for [CLS]: a model without them gets zeros and ones (what ours uses in their place)."""
     architecture = hf_architecture(config)
-    if not architecture.startswith("Dinov2"):
-        # a learned [MASK] is for masked-image modelling; the classification models have no slot for it
-        state = {k: v for k, v in state.items() if k != "mask_token"}
+    family = hf_family(architecture)
+    state = dict(state)
+    if family != "dinov2":  # a learned [MASK] is for masked-image modelling; these models have no slot for it
+        state.pop("mask_token", None)
+    if family == "vit":
         prefix = "deit." if architecture.startswith("DeiT") else "vit."
         return native_to_hf(state, "vit", prefix, teacher=architecture.endswith("WithTeacher"))
-    state = dict(state)
-    state.setdefault("mask_token", torch.zeros(1, 1, config.embed_dim))
+    if family == "clip":  # CLIP's class embedding is (D,), its position table an nn.Embedding's (T, D)
+        state["cls_token"], state["pos_embed"] = state["cls_token"].reshape(-1), state["pos_embed"][0]
+        return native_to_hf(state, "clip", "vision_model.")
+    if family == "siglip":  # the pooling head packs [q | k | v] in one in_proj
+        state["pos_embed"] = state["pos_embed"][0]
+        for param in ("weight", "bias"):
+            state[f"attn_pool.in_proj.{param}"] = torch.cat([state.pop(f"attn_pool.q.{param}"),
+                                                             state.pop(f"attn_pool.kv.{param}")])
+        return native_to_hf(state, "siglip", "")
+    d = config.embed_dim
+    state["mask_token"] = state.get("mask_token", torch.zeros(1, 1, d)).reshape(1, d)
+    for i in range(config.depth):
+        for gamma in ("ls1.gamma", "ls2.gamma"):
+            state.setdefault(f"blocks.{i}.{gamma}", torch.ones(d))
     if not config.pos_embed_prefix:  # timm's DINOv2 with registers: no [CLS] row
         pe = state["pos_embed"]
-        state["pos_embed"] = torch.cat([pe.new_zeros(1, 1, pe.shape[-1]), pe], dim=1)
+        state["pos_embed"] = torch.cat([pe.new_zeros(1, 1, d), pe], dim=1)
     if config.mlp == "swiglu":  # HF packs the gate and value halves into weights_in; fc2 is weights_out
         for key in [k for k in state if ".mlp.fc1_g." in k]:
             half = key.replace(".fc1_g.", ".fc1_x.")

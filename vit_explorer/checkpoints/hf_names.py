@@ -1,8 +1,8 @@
 """Parameter names: Hugging Face transformers' vision transformers <-> ours (timm's).
 
 Reading: one table of renames serves every family HF writes (ViT, DeiT, ViTMAE, DINOv2 with and
-without registers, CLIP and SigLIP vision towers, BEiT). Writing (`convert --to hf`): the ViT/DeiT
-and DINOv2 names, per family. What is not a rename:
+without registers, CLIP and SigLIP vision towers, BEiT). Writing (`convert --to hf`): the ViT/DeiT,
+DINOv2, CLIP and SigLIP names, per family. What is not a rename:
 - HF keeps query, key and value as three Linear layers; ours fuse them into `qkv` (BEiT's key has
   no bias: its query and value biases become our `q_bias` and `v_bias`);
 - DINOv2's packed SwiGLU `weights_in` holds the gate and value halves (our `fc1_g`, `fc1_x`);
@@ -158,56 +158,69 @@ def _fuse(prefix: str, index: str, param: str, parts: dict[str, torch.Tensor]) -
 
 
 # ------------------------------------------------------------------------------------------ ours -> HF
-# the HF names of each family, by our names (the inverse of the tables above, per family)
+# the HF names of each family, by our names; the few tensors whose shape or packing differs are
+# brought to HF's form by hf_format.hf_weights first (e.g. SigLIP's attn_pool.in_proj)
+_EMBEDDINGS = {"cls_token": "embeddings.cls_token", "mask_token": "embeddings.mask_token",
+               "pos_embed": "embeddings.position_embeddings",
+               "patch_embed.proj.{p}": "embeddings.patch_embeddings.projection.{p}", "norm.{p}": "layernorm.{p}"}
+_TOWER = {"pos_embed": "embeddings.position_embedding.weight", "patch_embed.proj.{p}": "embeddings.patch_embedding.{p}",
+          "norm.{p}": "post_layernorm.{p}"}
+_TOWER_BLOCK = {"attn.proj.{p}": "self_attn.out_proj.{p}", "mlp.fc1.{p}": "mlp.fc1.{p}", "mlp.fc2.{p}": "mlp.fc2.{p}",
+                "norm1.{p}": "layer_norm1.{p}", "norm2.{p}": "layer_norm2.{p}"}
 _TO_HF_MODEL = {
-    "dinov2": {"cls_token": "embeddings.cls_token", "mask_token": "embeddings.mask_token",
-               "reg_token": "embeddings.register_tokens", "pos_embed": "embeddings.position_embeddings",
-               "patch_embed.proj.{p}": "embeddings.patch_embeddings.projection.{p}", "norm.{p}": "layernorm.{p}"},
-    "vit": {"cls_token": "embeddings.cls_token", "dist_token": "embeddings.distillation_token",
-            "mask_token": "embeddings.mask_token", "pos_embed": "embeddings.position_embeddings",
-            "patch_embed.proj.{p}": "embeddings.patch_embeddings.projection.{p}", "norm.{p}": "layernorm.{p}",
-            "head.{p}": "classifier.{p}", "head_dist.{p}": "distillation_classifier.{p}"},
+    "vit": {**_EMBEDDINGS, "dist_token": "embeddings.distillation_token"},
+    "dinov2": {**_EMBEDDINGS, "reg_token": "embeddings.register_tokens"},
+    "clip": {**_TOWER, "cls_token": "embeddings.class_embedding", "norm_pre.{p}": "pre_layrnorm.{p}"},
+    "siglip": {**_TOWER, "attn_pool.latent": "head.probe", "attn_pool.in_proj.{p}": "head.attention.in_proj_{p}",
+               "attn_pool.proj.{p}": "head.attention.out_proj.{p}", "attn_pool.norm.{p}": "head.layernorm.{p}",
+               "attn_pool.mlp.fc1.{p}": "head.mlp.fc1.{p}", "attn_pool.mlp.fc2.{p}": "head.mlp.fc2.{p}"},
 }
 _TO_HF_BLOCK = {
+    "vit": {"attn.proj.{p}": "attention.output.dense.{p}", "mlp.fc1.{p}": "intermediate.dense.{p}",
+            "mlp.fc2.{p}": "output.dense.{p}", "norm1.{p}": "layernorm_before.{p}",
+            "norm2.{p}": "layernorm_after.{p}"},
     "dinov2": {"attn.proj.{p}": "attention.output.dense.{p}", "mlp.fc1.{p}": "mlp.fc1.{p}",
                "mlp.fc2.{p}": "mlp.fc2.{p}", "mlp.weights_in.{p}": "mlp.weights_in.{p}",
                "mlp.weights_out.{p}": "mlp.weights_out.{p}",
                "norm1.{p}": "norm1.{p}", "norm2.{p}": "norm2.{p}",
                "ls1.gamma": "layer_scale1.lambda1", "ls2.gamma": "layer_scale2.lambda1"},
-    "vit": {"attn.proj.{p}": "attention.output.dense.{p}", "mlp.fc1.{p}": "intermediate.dense.{p}",
-            "mlp.fc2.{p}": "output.dense.{p}", "norm1.{p}": "layernorm_before.{p}",
-            "norm2.{p}": "layernorm_after.{p}"},
+    "clip": _TOWER_BLOCK,
+    "siglip": _TOWER_BLOCK,
 }
-_QKV_TO_HF = ("attention.attention.query", "attention.attention.key", "attention.attention.value")
+_TO_HF_OUTSIDE = {"head.{p}": "classifier.{p}", "head_dist.{p}": "distillation_classifier.{p}",
+                  "proj.weight": "visual_projection.weight"}
+_LAYERS = {"vit": "encoder.layer", "dinov2": "encoder.layer", "clip": "encoder.layers", "siglip": "encoder.layers"}
+_QKV_TO_HF = {"vit": ("attention.attention.query", "attention.attention.key", "attention.attention.value"),
+              "clip": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")}
 
 
 def native_to_hf(state: dict[str, torch.Tensor], family: str, prefix: str, teacher: bool = False
                  ) -> dict[str, torch.Tensor]:
     """Our keys -> the keys of an HF `family` ('vit' for ViT/DeiT, 'dinov2' for DINOv2 with or without
-    registers) under the backbone `prefix` ('vit.', 'deit.' or ''); `teacher`: DeiT's two classifiers
-    are named cls_classifier and distillation_classifier."""
+    registers, 'clip', 'siglip') under the backbone `prefix` ('vit.', 'deit.', 'vision_model.' or '');
+    `teacher`: DeiT's two classifiers are named cls_classifier and distillation_classifier."""
     model = _compile(list(_TO_HF_MODEL[family].items()))
+    outside = _compile(list(_TO_HF_OUTSIDE.items()))
     block = _compile(list(_TO_HF_BLOCK[family].items()))
+    qkv_names = _QKV_TO_HF["clip" if family in ("clip", "siglip") else "vit"]
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
         if key.startswith("blocks."):
             _, index, rest = key.split(".", 2)
-            layer = f"{prefix}encoder.layer.{index}."
+            layer = f"{prefix}{_LAYERS[family]}.{index}."
             module, _, param = rest.rpartition(".")
             if module == "attn.qkv":
-                for part, chunk in zip(_QKV_TO_HF, value.chunk(3, dim=0), strict=True):
+                for part, chunk in zip(qkv_names, value.chunk(3, dim=0), strict=True):
                     out[f"{layer}{part}.{param}"] = chunk.contiguous()
                 continue
             mapped = _rename(rest, block)
             if mapped is None:
                 raise CheckpointError(f"parameter {key} has no Hugging Face {family} counterpart")
             out[layer + mapped] = value
-            continue
-        mapped = _rename(key, model)
-        if mapped is None:
-            raise CheckpointError(f"parameter {key} has no Hugging Face {family} counterpart")
-        if mapped.startswith(("classifier", "distillation_classifier")):
+        elif (mapped := _rename(key, model)) is not None:
+            out[prefix + mapped] = value
+        elif (mapped := _rename(key, outside)) is not None:
             out[("cls_" if teacher and mapped.startswith("classifier") else "") + mapped] = value
         else:
-            out[prefix + mapped] = value.reshape(1, -1) if key == "mask_token" and family == "dinov2" else value
+            raise CheckpointError(f"parameter {key} has no Hugging Face {family} counterpart")
     return out
