@@ -208,7 +208,7 @@ for key in ("embed_dim", "depth", "num_heads", "patch_size", "in_chans", "num_cl
 for raw in ["[0, 0]", "1e9", "[32]", '"32"', "32.5"]:
     field_case("timm-config", "timm", "config.json", "model_args.img_size", raw)
 for key, raw in (("global_pool", '"avg"'), ("class_token", "false"), ("reg_tokens", "4"), ("fc_norm", "true"),
-                 ("no_embed_class", "true"), ("qk_norm", "true"), ("pre_norm", "true"), ("act_layer", '"gelu_tanh"'),
+                 ("no_embed_class", "true"), ("qk_norm", "true"), ("pre_norm", "true"), ("act_layer", '"relu"'),
                  ("qkv_bias", '"false"'), ("init_values", "NaN"), ("init_values", '"1e-5"'), ("mlp_ratio", "0"),
                  ("mlp_ratio", "1e400"), ("dynamic_img_size", '"yes"'), ("drop_rate", "2"), ("pos_embed", '"none"'),
                  ("reg_tokens", "false"), ("norm_layer", '"rmsnorm"')):

@@ -22,7 +22,16 @@ INVALID = [
     (dict(image_size=(16, 16, 3)), "image_size must be (H, W)"),
     (dict(stem="resnet"), "stem must be one of ('patchify', 'conv')"),
     (dict(prefix_tokens="dist"), "prefix_tokens must be one of"),
-    (dict(pool="max"), "pool must be one of ('cls', 'gap')"),
+    (dict(pool="max"), "pool must be one of ('cls', 'gap', 'map')"),
+    (dict(mlp="relu"), "mlp must be one of"),
+    (dict(fc_norm=True), "it needs pool='gap'"),
+    (dict(pool="map", mlp="swiglu"), "choose mlp='gelu'"),
+    (dict(proj_dim=8), "set num_classes=0 or proj_dim=0"),
+    (dict(reg_tokens=-1), "reg_tokens and proj_dim must be >= 0"),
+    (dict(reg_tokens=2, class_attn_depth=1, pos_embed_prefix=False), "set reg_tokens=0 or class_attn_depth=0"),
+    (dict(qkv_bias=False, k_bias=False), "it needs qkv_bias=True"),
+    (dict(rope_ref_grid=(4, 4)), "has no RoPE: set it to ()"),
+    (dict(pos_embed="rope", rope_ref_grid=(4,)), "rope_ref_grid must be () or (rows, cols)"),
     (dict(pos_embed="alibi"), "pos_embed must be one of"),
     (dict(embed_dim=18, num_heads=4), "embed_dim 18 must be divisible by num_heads 4"),
     (dict(prefix_tokens="none", pool="cls"), "set prefix_tokens='cls' or pool='gap'"),
@@ -84,18 +93,21 @@ def test_bad_inputs_to_the_model_are_named() -> None:
 
 OPTION_GRID = list(itertools.product(
     STEMS, POS_EMBEDS,
-    [(v["prefix_tokens"], v["pool"], 2 * v["class_attn_depth"]) for v in TOKEN_LAYOUTS.values()],
+    [(v["prefix_tokens"], v["pool"], 2 * v["class_attn_depth"], v.get("reg_tokens", 0))
+     for v in TOKEN_LAYOUTS.values()],
 ))
 
 
 @pytest.mark.parametrize("stem,pe,layout", OPTION_GRID)
-def test_estimate_parameters_is_exact(stem: str, pe: str, layout: tuple[str, str, int]) -> None:
-    prefix, pool, class_attn = layout
+def test_estimate_parameters_is_exact(stem: str, pe: str, layout: tuple[str, str, int, int]) -> None:
+    prefix, pool, class_attn, reg_tokens = layout
+    modern = dict(mlp="quick_gelu" if pool == "map" else "swiglu", mlp_norm=True, k_bias=False, pre_norm=True,
+                  fc_norm=pool == "gap", num_classes=0, proj_dim=8, layer_scale_init=0.1)
     for extra in (dict(), dict(mask_token=True, layer_scale_init=1e-5, talking_heads=True, qkv_bias=False,
-                               num_classes=0, mlp_ratio=3.0, class_attn_mlp_ratio=2.0)):
+                               num_classes=0, mlp_ratio=3.0, class_attn_mlp_ratio=2.0), modern):
         cfg = ViTConfig(**{**TINY, "image_size": (16, 24), "depth": 2, **extra}, stem=stem, pos_embed=pe,
                         prefix_tokens=prefix, pool=pool, class_attn_depth=class_attn,
-                        pos_embed_prefix=not class_attn)
+                        pos_embed_prefix=not class_attn, reg_tokens=reg_tokens)
         assert cfg.estimate_parameters() == count_parameters(VisionTransformer(cfg)), extra
 
 

@@ -19,23 +19,25 @@ from vit_explorer.models.config import POS_EMBEDS, STEMS, TOKEN_LAYOUTS
 from vit_explorer.models.position import rope_angles
 
 PES = POS_EMBEDS
-# (prefix_tokens, pool, class_attn_depth): every valid way to arrange the tokens, from the config's table
-LAYOUTS = tuple((v["prefix_tokens"], v["pool"], v["class_attn_depth"]) for v in TOKEN_LAYOUTS.values())
+# (prefix_tokens, pool, class_attn_depth, reg_tokens): every valid way to arrange the tokens, from the config's table
+LAYOUTS = tuple((v["prefix_tokens"], v["pool"], v["class_attn_depth"], v.get("reg_tokens", 0))
+                for v in TOKEN_LAYOUTS.values())
 MASKINGS = ("none", "replace", "bert")
 IMAGE = (16, 24)  # rectangular on purpose: a 4x6 grid at patch 4
 STRUCTURE = list(itertools.product(STEMS, PES, LAYOUTS))
 
 
 def _ids(case: tuple) -> str:
-    stem, pe, (prefix, pool, ca) = case
-    return f"{stem}-{pe}-{prefix}-{pool}" + ("-cait" if ca else "")
+    stem, pe, (prefix, pool, ca, reg) = case
+    return f"{stem}-{pe}-{prefix}-{pool}" + ("-cait" if ca else "") + (f"-reg{reg}" if reg else "")
 
 
-def make_config(stem: str, pe: str, layout: tuple[str, str, int], depth: int = 1, **extra) -> ViTConfig:
-    prefix, pool, class_attn = layout
+def make_config(stem: str, pe: str, layout: tuple, depth: int = 1, **extra) -> ViTConfig:
+    """layout: (prefix_tokens, pool, class_attn_depth[, reg_tokens])"""
+    prefix, pool, class_attn, *reg = layout
     return ViTConfig(image_size=IMAGE, patch_size=4, num_classes=5, embed_dim=16, depth=depth, num_heads=2,
                      mlp_ratio=2.0, stem=stem, pos_embed=pe, prefix_tokens=prefix, pool=pool,
-                     class_attn_depth=class_attn, pos_embed_prefix=not class_attn, **extra)
+                     class_attn_depth=class_attn, pos_embed_prefix=not class_attn, reg_tokens=sum(reg), **extra)
 
 
 def patch_mask(batch: int, n: int) -> torch.Tensor:
@@ -82,7 +84,7 @@ def brute_attention(model: VisionTransformer, i: int, x: torch.Tensor, grid: tup
     y = F.layer_norm(x, (d,), block.norm1.weight, block.norm1.bias, cfg.layer_norm_eps)
     qkv = y @ block.attn.qkv.weight.T + block.attn.qkv.bias  # (B, T, 3D): [q | k | v], heads inside each
     q, k = (qkv[..., j * d:(j + 1) * d].reshape(b, t, h, hd).transpose(1, 2) for j in (0, 1))  # (B, H, T, hd)
-    if cfg.pos_embed == "rope":  # rotate each (even, odd) pair of patch tokens as a complex number
+    if cfg.pos_embed in ("rope", "learned+rope"):  # rotate each (even, odd) pair of patch tokens as a complex number
         turn = torch.polar(torch.ones(()), rope_angles(grid, hd, cfg.rope_theta))  # (N, hd/2)
         p = t - grid[0] * grid[1]
 
@@ -92,6 +94,8 @@ def brute_attention(model: VisionTransformer, i: int, x: torch.Tensor, grid: tup
 
         q, k = rotate(q), rotate(k)
     scores = torch.einsum("bhqc,bhkc->bhqk", q, k) / math.sqrt(hd)
+    if cfg.pos_embed == "rel_bias":
+        scores = scores + brute_relative_bias(block.attn.relative_position_bias_table, grid, t - grid[0] * grid[1])
     if cfg.talking_heads:
         wl, bl = block.attn.proj_l.weight, block.attn.proj_l.bias
         scores = torch.einsum("bhqk,gh->bgqk", scores, wl) + bl[None, :, None, None]
@@ -100,6 +104,24 @@ def brute_attention(model: VisionTransformer, i: int, x: torch.Tensor, grid: tup
         ww, bw = block.attn.proj_w.weight, block.attn.proj_w.bias
         probs = torch.einsum("bhqk,gh->bgqk", probs, ww) + bw[None, :, None, None]
     return probs
+
+
+def brute_relative_bias(table: torch.Tensor, grid: tuple[int, int], p: int) -> torch.Tensor:
+    """BEiT's bias (H, T, T) entry by entry: patch pairs read the row of their (row, col) offset in a
+    (2gh-1) x (2gw-1) table; pairs with a prefix token the last three rows (prefix->patch,
+    patch->prefix, prefix->prefix)."""
+    gh, gw = grid
+    n_rel, t = (2 * gh - 1) * (2 * gw - 1), p + gh * gw
+    bias = torch.empty(table.shape[1], t, t)
+    for i in range(t):
+        for j in range(t):
+            if i < p or j < p:
+                row = n_rel + (2 if i < p and j < p else 0 if i < p else 1)
+            else:
+                (ri, ci), (rj, cj) = divmod(i - p, gw), divmod(j - p, gw)
+                row = (ri - rj + gh - 1) * (2 * gw - 1) + (ci - cj + gw - 1)
+            bias[:, i, j] = table[row]
+    return bias
 
 
 def brute_class_attention(model: VisionTransformer, j: int, cls: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:

@@ -13,9 +13,13 @@ _EMBED_LAYERS = {  # first name component -> layer name in the embedding stage (
     "patch_embed": "patch embedding",
     "cls_token": "[CLS] token",
     "dist_token": "distillation token",
+    "reg_token": "register tokens",
     "mask_token": "[MASK] token",
     "pos_embed": "position embedding",  # every scheme's parameters are named pos_embed* (models/position.py)
+    "norm_pre": "pre-norm",
 }
+_HEAD_LAYERS = {"norm": "final norm", "fc_norm": "final norm", "attn_pool": "attention-pool head",
+                "proj": "projection", "head": "classifier", "head_dist": "distillation classifier"}
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,8 @@ def _place(name: str) -> tuple[str, str]:
         return "encoder", f"block {parts[1]}"
     if parts[0] == "class_blocks":
         return "class attention", f"class-attention block {parts[1]}"
-    if parts[0] == "norm":
-        return "head", "final norm"
-    if parts[0] == "head_dist":
-        return "head", "distillation classifier"
-    if parts[0] == "head":
-        return "head", "classifier"
+    if parts[0] in _HEAD_LAYERS:
+        return "head", _HEAD_LAYERS[parts[0]]
     raise ValueError(f"parameter {name!r} does not belong to a known stage of the model")
 
 
@@ -89,7 +89,8 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
 
     Element-wise work (softmax, LayerNorm, GELU, additions) is left out, as torch's FlopCounterMode
     and most papers do. CaiT's self-attention blocks see only the patches; its class-attention
-    blocks run one query ([CLS]) against [CLS] + patches.
+    blocks run one query ([CLS]) against [CLS] + patches; an attention-pool head one latent query
+    against the patches.
     """
     h, w = image_size or config.image_size
     p = config.patch_size
@@ -109,8 +110,9 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
         macs["embeddings"] = stem + n * c_in * d  # the final 1x1 projection
 
     t = n + config.num_prefix_tokens
-    hidden = int(d * config.mlp_ratio)
-    block = t * d * 3 * d + 2 * t * t * d + t * d * d + 2 * t * d * hidden  # qkv, QK^T and AV, proj, MLP
+    hidden = config.mlp_hidden
+    mlp_layers = 3 if config.mlp == "swiglu" else 2  # SwiGLU: gate, value and output layers
+    block = t * d * 3 * d + 2 * t * t * d + t * d * d + mlp_layers * t * d * hidden  # qkv, QK^T and AV, proj, MLP
     if config.talking_heads:
         block += 2 * t * t * config.num_heads**2  # head mixing before and after the softmax
     macs["encoder"] = config.depth * block
@@ -118,9 +120,11 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
     if config.class_attn_depth:
         u = n + 1
         hidden_ca = int(d * config.class_attn_mlp_ratio)
-        ca = d * d + 2 * u * d * d + 2 * u * d + d * d + 2 * d * hidden_ca  # q, k and v, attention, proj, MLP
+        ca = d * d + 2 * u * d * d + 2 * u * d + d * d + mlp_layers * d * hidden_ca  # q, k and v, attention, proj, MLP
         macs["class attention"] = config.class_attn_depth * ca
 
     heads = 2 if config.distilled and config.dist_head else 1
-    macs["head"] = heads * d * config.num_classes
+    macs["head"] = heads * d * config.num_classes + d * config.proj_dim
+    if config.pool == "map":  # the latent's query, keys and values of the patches, attention, proj, MLP
+        macs["head"] += d * d + 2 * n * d * d + 2 * n * d + d * d + 2 * d * hidden
     return {stage: 2 * m for stage, m in macs.items()}

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..models.config import PREFIX_NAMES
 from ..models.vit import VisionTransformer
 
 
@@ -45,11 +44,14 @@ def pe_similarity(model: VisionTransformer, grid: tuple[int, int] | None = None)
     patch_pe = pe[k:]  # (N, D)
     sim = cosine_matrix(patch_pe, patch_pe).reshape(grid[0], grid[1], grid[0], grid[1])  # (gh, gw, gh, gw)
     prefix, notes = {}, []
-    names = PREFIX_NAMES[cfg.prefix_tokens][:k]
+    names = model.prefix_names[:k]
     for name, row in zip(names[:learned], pe[:learned], strict=True):
         prefix[name] = cosine_matrix(row[None], patch_pe)[0].reshape(grid).cpu().numpy()  # (gh, gw)
     for name in names[learned:]:
-        notes.append(f"[{name.upper()}] has no position embedding in the {cfg.pos_embed} scheme")
+        if not name.startswith("reg"):
+            notes.append(f"[{name.upper()}] has no position embedding in the {cfg.pos_embed} scheme")
+    if cfg.reg_tokens:
+        notes.append(f"register tokens ({cfg.reg_tokens}) never have a position embedding")
     if k == 0 and cfg.prefix_tokens != "none":
         notes.append("the position embedding covers the patches only"
                      + (" ([CLS] joins after it, as in CaiT)" if cfg.class_attn_depth else ""))

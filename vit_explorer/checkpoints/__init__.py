@@ -19,7 +19,7 @@ from .devices import resolve_device
 from .errors import CheckpointError, CheckpointWarning
 from .files import write_atomic, write_folder
 from .formats import read
-from .hf_format import hf_files, native_to_hf
+from .hf_format import hf_files, hf_weights
 from .loaded import LoadedModel
 from .native import CONFIG_NAME, save_native
 from .preprocess import Preprocess
@@ -74,8 +74,8 @@ def save(loaded: LoadedModel, out_dir: str | os.PathLike[str]) -> Path:
 
 
 def convert(loaded: LoadedModel, to: str, out_dir: str | os.PathLike[str]) -> Path:
-    """Write `loaded` as a native folder (to='native') or a Hugging Face ViT/DeiT folder (to='hf')
-    that transformers' `from_pretrained` loads to the same logits.
+    """Write `loaded` as a native folder (to='native') or a Hugging Face ViT, DeiT or DINOv2 folder
+    (to='hf') that transformers' `from_pretrained` loads to the same outputs.
 
     The folder is written whole or not at all (through a temporary sibling renamed at the end), and
     must be new or empty: converting must never overwrite weights, mix the files of two models, or
@@ -93,9 +93,7 @@ def convert(loaded: LoadedModel, to: str, out_dir: str | os.PathLike[str]) -> Pa
     from safetensors.torch import save_file
 
     hf, processor = hf_files(loaded.config, loaded.labels, loaded.preprocessing)
-    # a learned [MASK] is for masked-image modelling; the classification models have no slot for it
-    state = {k: v.detach().cpu().contiguous() for k, v in loaded.model.state_dict().items() if k != "mask_token"}
-    state = native_to_hf(state, hf["architectures"][0])
+    state = hf_weights(loaded.config, {k: v.detach().cpu().contiguous() for k, v in loaded.model.state_dict().items()})
 
     def write(folder: Path) -> None:
         write_atomic(folder / "model.safetensors", lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 
 from ..models import VisionTransformer, ViTConfig
+from ..models.position import SCHEMES
 from .errors import CheckpointError
 
 
@@ -37,7 +38,8 @@ def weight_dims(state: Mapping[str, torch.Tensor]) -> dict[str, tuple[int, str]]
         return f"{key} {tuple(state[key].shape)}"
 
     found: dict[str, tuple[int, str]] = {}
-    for dim, key, axis in (("width", "norm.weight", 0), ("mlp_width", "blocks.0.mlp.fc1.weight", 0),
+    for dim, key, axis in (("width", "norm.weight", 0), ("width", "fc_norm.weight", 0),
+                           ("mlp_width", "blocks.0.mlp.fc1.weight", 0), ("mlp_width", "blocks.0.mlp.fc1_g.weight", 0),
                            ("class_mlp_width", "class_blocks.0.mlp.fc1.weight", 0),
                            ("pos_rows", "pos_embed", 1), ("heads", "blocks.0.attn.proj_l.weight", 0)):
         if key in state and state[key].dim() > axis:
@@ -60,8 +62,8 @@ def config_dims(config: ViTConfig) -> dict[str, int]:
             "num_classes": config.num_classes}
     if config.stem == "patchify":
         dims.update(patch_size=config.patch_size, in_chans=config.in_chans)
-    if config.pos_embed == "learned":
-        dims["pos_rows"] = config.num_patches + (config.num_prefix_tokens if config.pos_embed_prefix else 0)
+    if config.pos_embed in ("learned", "learned+rope"):
+        dims["pos_rows"] = config.num_patches + SCHEMES[config.pos_embed].prefix_rows(config)
     if config.talking_heads:
         dims["heads"] = config.num_heads
     if config.class_attn_depth:
@@ -79,8 +81,10 @@ def dims_disagreement(config: ViTConfig, state: Mapping[str, torch.Tensor], decl
     return f"{declared_by} declares " + "; ".join(parts) if parts else ""
 
 
-def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], where: str, explain: str = "") -> None:
-    """Compare keys and shapes with the model; name every missing, unexpected and mis-shaped key."""
+def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], where: str, explain: str = "",
+                     declared_by: str = "") -> None:
+    """Compare keys and shapes with the model; name every missing, unexpected and mis-shaped key (and,
+    given `declared_by`, what declares the architecture)."""
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -94,7 +98,8 @@ def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
         if misshaped:
             shown = ", ".join(misshaped[:12]) + (", ..." if len(misshaped) > 12 else "")
             parts.append(f"{len(misshaped)} mis-shaped keys: {shown}")
-        raise CheckpointError(f"{where}: weights do not match the architecture; " + "; ".join(parts))
+        declares = f" that {declared_by} declares" if declared_by and not explain else ""  # explain names it
+        raise CheckpointError(f"{where}: weights do not match the architecture{declares}; " + "; ".join(parts))
 
 
 def build_model(config: ViTConfig, state: dict[str, torch.Tensor], where: str, declared_by: str = "the config",
@@ -108,7 +113,7 @@ def build_model(config: ViTConfig, state: dict[str, torch.Tensor], where: str, d
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     with torch.device("meta"):
         model = VisionTransformer(config)
-    check_state_dict(model, state, where, dims_disagreement(config, state, declared_by, names or {}))
+    check_state_dict(model, state, where, dims_disagreement(config, state, declared_by, names or {}), declared_by)
     model.load_state_dict(state, assign=True)
     # buffers that are not saved (the zero [MASK] when there is no learned one) were on meta
     for name, buf in list(model.named_buffers()):

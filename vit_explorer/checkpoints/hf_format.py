@@ -1,10 +1,14 @@
-"""Hugging Face ViT / DeiT checkpoints (`save_pretrained` folders) <-> the native model.
+"""Hugging Face checkpoints (`save_pretrained` folders) <-> the native model: ViT, DeiT, ViTMAE (the
+encoder), DINOv2 (with registers), CLIP and SigLIP image towers (alone or in the two-tower model),
+BEiT. Parameter names are mapped in hf_names.py.
 
 DeiTForImageClassificationWithTeacher has a class and a distillation head (averaged, like ours);
 DeiTForImageClassification keeps the distillation token but classifies from [CLS] only (dist_head=False).
+Features-only models (ViTModel, Dinov2Model, CLIPVisionModel, ViTMAEModel, ...) give their pooled
+output: the normed [CLS] (ViT's pooler layer aside), CLIP's projected embedding, SigLIP's pooling head.
 
 Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
-imports transformers. HF keeps q, k, v as separate Linear layers; ours (timm's) fuse them into qkv.
+imports transformers.
 """
 
 from __future__ import annotations
@@ -15,134 +19,57 @@ from typing import Any
 import torch
 
 from ..models import ConfigError, ViTConfig
+from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
 from .files import read_json
+from .hf_names import hf_to_native, native_to_hf
 from .labels import generic_labels
-from .preprocess import Preprocess
+from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import HFConfig, hf_preprocess, parse_hf_config
 from .source import Checkpoint, Declared, Source
 from .weights import find_weights
 
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+
 
 def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
-    """transformers' processor defaults for a folder without preprocessor_config.json, scaled from
-    their 224 to the model's own input size (ViT: resize; DeiT: resize to 256/224 of it, then crop)."""
+    """transformers' image-processor defaults for a folder without preprocessor_config.json, scaled
+    from their 224 to the model's own input size: ViT, ViTMAE and SigLIP resize; DeiT and BEiT resize
+    to 256/224 of it, then crop; DINOv2 and CLIP resize the shortest edge (DINOv2: to 256/224), then crop."""
     h, w = size
-    if model_type == "vit":
-        return dict(size={"height": h, "width": w}, resample=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    return dict(size={"height": h * 256 // 224, "width": w * 256 // 224}, resample=3, do_center_crop=True,
-                crop_size={"height": h, "width": w}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-
-
-_LAYER = {  # HF name inside encoder.layer.{i}. -> ours inside blocks.{i}.
-    "attention.output.dense": "attn.proj",
-    "intermediate.dense": "mlp.fc1",
-    "output.dense": "mlp.fc2",
-    "layernorm_before": "norm1",
-    "layernorm_after": "norm2",
-}
-# transformers 5 names the same modules differently in memory (`layers.{i}.`) than in saved files
-_LAYER_V5 = {
-    "attention.o_proj": "attn.proj",
-    "mlp.fc1": "mlp.fc1",
-    "mlp.fc2": "mlp.fc2",
-    "layernorm_before": "norm1",
-    "layernorm_after": "norm2",
-}
-_QKV = {"attention.attention.query": "query", "attention.attention.key": "key", "attention.attention.value": "value",
-        "attention.q_proj": "query", "attention.k_proj": "key", "attention.v_proj": "value"}
-_HEADS = {"classifier": "head", "cls_classifier": "head", "distillation_classifier": "head_dist"}
-_LAYER_TO_HF = {ours: theirs for theirs, ours in _LAYER.items()}
-_TOKENS_TO_HF = {"cls_token": "cls_token", "dist_token": "distillation_token", "pos_embed": "position_embeddings"}
-
-
-def base_prefix(state: dict[str, torch.Tensor]) -> str:
-    """'vit.', 'deit.' or '' (a bare ViTModel/DeiTModel) - where the backbone's keys start."""
-    for prefix in ("vit.", "deit."):
-        if any(k.startswith(prefix + "embeddings.") for k in state):
-            return prefix
-    return ""
-
-
-def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Rename HF keys to ours and fuse query/key/value into qkv. Keys it does not know are kept
-    under their HF names (so the architecture check reports them as unexpected); the pooler of a
-    bare ViTModel is dropped (our backbone returns the normed [CLS] without it)."""
-    prefix = base_prefix(state)
-    out: dict[str, torch.Tensor] = {}
-    qkv: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
-    for key, value in state.items():
-        name = key[len(prefix):] if key.startswith(prefix) else key
-        if name.startswith("pooler."):
-            continue
-        if name.startswith("embeddings."):
-            rest = name[len("embeddings."):]
-            mapped = {"cls_token": "cls_token", "distillation_token": "dist_token", "mask_token": "mask_token",
-                      "position_embeddings": "pos_embed"}.get(rest)
-            if rest.startswith("patch_embeddings.projection."):
-                mapped = "patch_embed.proj." + rest.rsplit(".", 1)[1]
-            out[mapped or key] = value
-        elif name.startswith(("encoder.layer.", "layers.")):
-            table = _LAYER if name.startswith("encoder.") else _LAYER_V5
-            index, rest = name.removeprefix("encoder.layer.").removeprefix("layers.").split(".", 1)
-            module, _, param = rest.rpartition(".")
-            if module in _QKV:
-                qkv.setdefault((int(index), param), {})[_QKV[module]] = value
-            elif module in table:
-                out[f"blocks.{index}.{table[module]}.{param}"] = value
-            else:
-                out[key] = value
-        elif name.startswith("layernorm."):
-            out["norm." + name.split(".", 1)[1]] = value
-        elif name.split(".", 1)[0] in _HEADS and "." in name:
-            head, param = name.split(".", 1)
-            out[f"{_HEADS[head]}.{param}"] = value
-        else:
-            out[key] = value
-    for (block, param), parts in qkv.items():
-        if set(parts) == {"query", "key", "value"}:
-            out[f"blocks.{block}.attn.qkv.{param}"] = torch.cat([parts["query"], parts["key"], parts["value"]], 0)
-        else:  # incomplete: leave the pieces for the check to name
-            for part, value in parts.items():
-                out[f"{prefix}encoder.layer.{block}.attention.attention.{part}.{param}"] = value
-    return out
+    half = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    if model_type in ("vit", "vit_mae"):
+        return dict(size={"height": h, "width": w}, resample=2, **half)
+    if model_type == "siglip_vision_model":
+        return dict(size={"height": h, "width": w}, resample=3, **half)
+    crop = dict(do_center_crop=True, crop_size={"height": h, "width": w}, resample=3)
+    if model_type in ("dinov2", "dinov2_with_registers"):
+        return dict(size={"shortest_edge": h * 256 // 224}, image_mean=list(IMAGENET_MEAN),
+                    image_std=list(IMAGENET_STD), **crop)
+    if model_type == "clip_vision_model":
+        return dict(size={"shortest_edge": h}, image_mean=CLIP_MEAN, image_std=CLIP_STD, **crop)
+    return dict(size={"height": h * 256 // 224, "width": w * 256 // 224}, **half, **crop)
 
 
 def hf_architecture(config: ViTConfig) -> str:
-    """The transformers class that has exactly this model's tokens and heads."""
+    """The transformers class whose tokens and heads this model's are (`hf_files` says what else differs)."""
+    if config.pre_norm:
+        return "CLIPVisionModelWithProjection" if config.proj_dim else "CLIPVisionModel"
+    if config.pool == "map":
+        return "SiglipVisionModel"
+    if config.reg_tokens:
+        return "Dinov2WithRegistersModel"
+    if config.layer_scale_init is not None:
+        return "Dinov2Model"
     if not config.distilled:
         return "ViTForImageClassification"
     return "DeiTForImageClassificationWithTeacher" if config.dist_head else "DeiTForImageClassification"
 
 
-def native_to_hf(state: dict[str, torch.Tensor], architecture: str) -> dict[str, torch.Tensor]:
-    """Our keys -> the keys of `architecture` (one of `hf_architecture`'s answers)."""
-    prefix = "deit." if architecture.startswith("DeiT") else "vit."
-    with_teacher = architecture == "DeiTForImageClassificationWithTeacher"
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if key.startswith("blocks."):
-            _, index, rest = key.split(".", 2)
-            module, _, param = rest.rpartition(".")
-            layer = f"{prefix}encoder.layer.{index}."
-            if module == "attn.qkv":
-                for part, chunk in zip(("query", "key", "value"), value.chunk(3, dim=0), strict=True):
-                    out[f"{layer}attention.attention.{part}.{param}"] = chunk.contiguous()
-            else:
-                out[f"{layer}{_LAYER_TO_HF[module]}.{param}"] = value
-        elif key.startswith("patch_embed.proj."):
-            out[f"{prefix}embeddings.patch_embeddings.projection.{key.rsplit('.', 1)[1]}"] = value
-        elif key in _TOKENS_TO_HF:
-            out[f"{prefix}embeddings.{_TOKENS_TO_HF[key]}"] = value
-        elif key.startswith("norm."):
-            out[f"{prefix}layernorm.{key.split('.', 1)[1]}"] = value
-        elif key.startswith("head."):
-            out[("cls_classifier." if with_teacher else "classifier.") + key.split(".", 1)[1]] = value
-        elif key.startswith("head_dist."):
-            out["distillation_classifier." + key.split(".", 1)[1]] = value
-        else:
-            raise CheckpointError(f"parameter {key} has no Hugging Face ViT/DeiT counterpart")
-    return out
+def hf_family(architecture: str) -> str:
+    """'vit' (ViT and DeiT), 'dinov2', 'clip' or 'siglip': whose parameter names hf_names writes."""
+    return next((f for f in ("dinov2", "clip", "siglip") if architecture.lower().startswith(f)), "vit")
 
 
 # names of our dimensions in an HF config.json, for messages
@@ -150,13 +77,18 @@ HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "
             "patch_size": "patch_size", "in_chans": "num_channels",
             "pos_rows": "position-table rows ((image_size / patch_size)^2 plus [CLS] and distillation tokens)",
             "num_classes": "classes (architectures and id2label)"}
-CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher")
+CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",
+               "BeitForImageClassification")
+WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
+# HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
+ANTIALIASED = ("dinov2_with_registers",)
 
 
 def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
     """Our config from an HF config.json: its fields decide every size. The weights decide only what
-    the config does not say (a classifier's classes; heads and [MASK] when `architectures` is absent)."""
-    d, intermediate = hf.hidden_size, hf.intermediate_size
+    the config does not say (a classifier's classes, a [MASK] token; heads and CLIP's projection when
+    `architectures` is absent)."""
+    d, kind = hf.hidden_size, hf.model_type
     # DeiTForImageClassification: a distillation token, one classifier on [CLS]. The architecture
     # decides (so a teacher checkpoint missing its distillation head is reported, not loaded as
     # another model); without one, the weights do.
@@ -166,12 +98,17 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
         if head and "head.weight" not in state:
             raise CheckpointError(f"{where} declares {hf.architecture}, a classifier, but the weights have none "
                                   f"(no {'cls_' if 'WithTeacher' in hf.architecture else ''}classifier.weight)")
+        projection = hf.architecture in WITH_PROJECTION
     else:
         one_head = "head.weight" in state and "head_dist.weight" not in state
         head = "head.weight" in state
+        projection = "proj.weight" in state
+    if projection and not hf.projection_dim:
+        raise CheckpointError(f"{where}: projection_dim must be given for {hf.architecture or 'a model with a '}"
+                              "projection (visual_projection)")
     classes = int(state["head.weight"].shape[0]) if head and state["head.weight"].dim() == 2 else 0
     try:
-        config = ViTConfig(
+        return ViTConfig(
             image_size=hf.image_size,
             patch_size=hf.patch_size,
             in_chans=hf.num_channels,
@@ -179,19 +116,25 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             embed_dim=d,
             depth=hf.num_hidden_layers,
             num_heads=hf.num_attention_heads,
-            mlp_ratio=intermediate / d,
+            mlp_ratio=mlp_ratio_for(d, hf.intermediate_size),
+            mlp=hf.mlp,
             qkv_bias=hf.qkv_bias,
-            prefix_tokens="cls+dist" if hf.model_type == "deit" else "cls",  # DeiTModel always has both tokens
-            dist_head=not (hf.model_type == "deit" and one_head),
+            k_bias=kind != "beit",  # BEiT's keys have no bias
+            pre_norm=kind == "clip_vision_model",
+            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind == "siglip_vision_model" else "cls",
+            dist_head=not (kind == "deit" and one_head),  # DeiTModel always has both tokens
+            reg_tokens=hf.register_tokens,
+            pool=hf.pool,
+            fc_norm=hf.pool == "gap" and kind == "beit",  # BEiT's pooler norms the mean; SigLIP's norm comes first
+            proj_dim=hf.projection_dim if projection else 0,
+            pos_embed=hf.position,
             mask_token="mask_token" in state,
-            pe_resample_antialias=False,  # HF's interpolate_pos_encoding: bicubic, no antialias
+            pe_resample_antialias=kind in ANTIALIASED,
+            layer_scale_init=hf.layer_scale,
             layer_norm_eps=hf.layer_norm_eps,
         )
     except ConfigError as error:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
-    if int(config.embed_dim * config.mlp_ratio) != intermediate:
-        raise CheckpointError(f"{where}: intermediate_size {intermediate} is not a whole multiple of hidden_size {d}")
-    return config
 
 
 def labels_from_hf(hf: HFConfig, num_classes: int, where: str) -> list[str]:
@@ -234,57 +177,139 @@ def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torc
     config = config_from_hf(hf, state, declared.described_by)
     labels = labels_from_hf(hf, config.num_classes, declared.described_by)
     details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
-    return Checkpoint(config, state, labels, preprocessing, details, HF_NAMES,
+    names = HF_NAMES if hf.model_type not in ("dinov2", "dinov2_with_registers") else \
+        {**HF_NAMES, "mlp_width": "MLP width (hidden_size x mlp_ratio)"}
+    return Checkpoint(config, state, labels, preprocessing, details, names,
                       str(Path(declared.described_by).parent / "preprocessor_config.json"))
 
 
 def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
              ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(config.json, preprocessor_config.json) for a ViTForImageClassification or, distilled,
-    DeiTForImageClassification[WithTeacher] folder; CheckpointError for what HF cannot express."""
-    reasons = []
-    if config.stem != "patchify":
-        reasons.append("a convolutional stem")
-    if config.pos_embed != "learned" or not config.pos_embed_prefix:
-        reasons.append(f"position embedding {config.pos_embed!r} (HF has learned 1D with prefix rows only)")
-    if config.pool != "cls" or config.prefix_tokens == "none":
-        reasons.append("global average pooling")
-    if config.class_attn_depth or config.talking_heads:
-        reasons.append("CaiT class attention / talking heads")
-    if config.layer_scale_init is not None:
-        reasons.append("LayerScale")
-    if int(config.embed_dim * config.mlp_ratio) != config.embed_dim * config.mlp_ratio:
-        reasons.append(f"mlp_ratio {config.mlp_ratio} (not a whole hidden width)")
-    if config.image_size[0] != config.image_size[1]:
-        reasons.append(f"a non-square image size {config.image_size} (HF assumes a square PE grid)")
-    if config.distilled and not config.num_classes:
-        reasons.append("a distilled model without classifier heads")
+    """(config.json, preprocessor_config.json) for the transformers class `hf_architecture` names (ViT,
+    DeiT with one or two heads, DINOv2 with or without registers, CLIP's and SigLIP's image towers);
+    CheckpointError naming everything that class cannot express."""
+    architecture = hf_architecture(config)
+    family = hf_family(architecture)
+    reasons = _hf_cannot(config, family)
     if reasons:
-        raise CheckpointError("this model cannot be written in the Hugging Face ViT/DeiT format: it has "
+        raise CheckpointError(f"this model cannot be written in the Hugging Face format as {architecture} "
+                              "(vit-explorer writes ViT, DeiT, DINOv2, CLIP and SigLIP image towers): it has "
                               + "; ".join(reasons))
-    distilled = config.distilled
-    hf = {
-        "architectures": [hf_architecture(config)],
-        "model_type": "deit" if distilled else "vit",
+    hf: dict[str, Any] = {
+        "architectures": [architecture],
         "hidden_size": config.embed_dim,
         "num_hidden_layers": config.depth,
         "num_attention_heads": config.num_heads,
-        "intermediate_size": int(config.embed_dim * config.mlp_ratio),
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-        "initializer_range": 0.02,
+        "hidden_act": {"gelu_tanh": "gelu_pytorch_tanh"}.get(config.mlp, config.mlp),
         "layer_norm_eps": config.layer_norm_eps,
         "image_size": config.image_size[0],
         "patch_size": config.patch_size,
         "num_channels": config.in_chans,
-        "qkv_bias": config.qkv_bias,
-        "encoder_stride": config.patch_size,
-        "id2label": {str(i): name for i, name in enumerate(labels)},
-        "label2id": {name: i for i, name in enumerate(labels)},
     }
-    processor = hf_processor_config(preprocessing, "DeiTImageProcessor" if distilled else "ViTImageProcessor")
-    return hf, processor
+    if family == "dinov2":
+        hf.update(model_type="dinov2_with_registers" if config.reg_tokens else "dinov2",
+                  mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp == "swiglu", hidden_act="gelu",
+                  layerscale_value=config.layer_scale_init or 1.0, qkv_bias=config.qkv_bias, drop_path_rate=0.0)
+        hf.update(num_register_tokens=config.reg_tokens) if config.reg_tokens else hf.update(use_mask_token=True)
+        return hf, hf_processor_config(preprocessing, "BitImageProcessor")
+    if family in ("clip", "siglip"):
+        hf.update(model_type=f"{family}_vision_model", intermediate_size=config.mlp_hidden)
+        hf.update(projection_dim=config.proj_dim) if family == "clip" else hf.update(vision_use_head=True)
+        return hf, hf_processor_config(preprocessing, {"clip": "CLIPImageProcessor", "siglip": "SiglipImageProcessor"}
+                                       [family])
+    hf.update(model_type="deit" if config.distilled else "vit", intermediate_size=config.mlp_hidden,
+              qkv_bias=config.qkv_bias, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+              encoder_stride=config.patch_size, id2label={str(i): name for i, name in enumerate(labels)},
+              label2id={name: i for i, name in enumerate(labels)})
+    return hf, hf_processor_config(preprocessing, "DeiTImageProcessor" if config.distilled else "ViTImageProcessor")
+
+
+# what each written family has, as (ours, its value there); everything else must be absent
+_HF_HAS = {
+    "vit": dict(prefix_tokens=("cls", "cls+dist"), pool=("cls",), mlp=("gelu",), pre_norm=(False,)),
+    "dinov2": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "swiglu"), pre_norm=(False,)),
+    "clip": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "quick_gelu"), pre_norm=(True,)),
+    "siglip": dict(prefix_tokens=("none",), pool=("map",), mlp=("gelu", "gelu_tanh", "quick_gelu"),
+                   pre_norm=(False,)),
+}
+
+
+def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
+    reasons = [f"{name}={getattr(config, name)!r}" for name, allowed in _HF_HAS[family].items()
+               if getattr(config, name) not in allowed]
+    if config.stem != "patchify":
+        reasons.append("a convolutional stem")
+    if config.pos_embed != "learned" or not (config.pos_embed_prefix or family in ("dinov2", "siglip")):
+        reasons.append(f"position embedding {config.pos_embed!r} (these have learned 1D with prefix rows only)")
+    if config.class_attn_depth or config.talking_heads:
+        reasons.append("CaiT class attention / talking heads")
+    if config.layer_scale_init is not None and family != "dinov2":
+        reasons.append("LayerScale")
+    if family == "dinov2" and _dinov2_mlp_ratio(config) is None:
+        reasons.append(f"an MLP width {config.mlp_hidden} that no whole mlp_ratio gives")
+    for name, why in (("mlp_norm", "a norm inside the MLP"), ("fc_norm", "fc_norm"),
+                      ("reg_tokens", "register tokens"), ("proj_dim", "a projection")):
+        if getattr(config, name) and (name, family) not in (("reg_tokens", "dinov2"), ("proj_dim", "clip")):
+            reasons.append(why)
+    if not (config.k_bias and (config.qkv_bias or family in ("vit", "dinov2"))):
+        reasons.append("query, key or value without a bias")
+    if family == "vit" and config.embed_dim * config.mlp_ratio != config.mlp_hidden:
+        reasons.append(f"mlp_ratio {config.mlp_ratio} (not a whole hidden width)")
+    if config.image_size[0] != config.image_size[1]:
+        reasons.append(f"a non-square image size {config.image_size} (HF assumes a square PE grid)")
+    if config.distilled and not config.num_classes:
+        reasons.append("a distillation token without classifier heads")
+    if family != "vit" and config.num_classes:
+        reasons.append(f"a classifier (HF's {family} image models have none)")
+    return reasons
+
+
+def _dinov2_mlp_ratio(config: ViTConfig) -> int | None:
+    """The whole mlp_ratio (transformers' Dinov2Config takes an int) that gives this model's MLP width:
+    width x mlp_ratio, or for SwiGLU two thirds of it rounded up to a multiple of 8; None if none does."""
+    d, hidden = config.embed_dim, config.mlp_hidden
+    for ratio in range(1, 65):
+        width = d * ratio
+        if (width if config.mlp != "swiglu" else (int(width * 2 / 3) + 7) // 8 * 8) == hidden:
+            return ratio
+    return None
+
+
+def hf_weights(config: ViTConfig, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Our state dict as `hf_architecture(config)` names it. DINOv2 always has a [MASK] token, LayerScale
+    and a position row for [CLS]: a model without them gets zeros and ones (what ours uses in their place)."""
+    architecture = hf_architecture(config)
+    family = hf_family(architecture)
+    state = dict(state)
+    if family != "dinov2":  # a learned [MASK] is for masked-image modelling; these models have no slot for it
+        state.pop("mask_token", None)
+    if family == "vit":
+        prefix = "deit." if architecture.startswith("DeiT") else "vit."
+        return native_to_hf(state, "vit", prefix, teacher=architecture.endswith("WithTeacher"))
+    if family == "clip":  # CLIP's class embedding is (D,), its position table an nn.Embedding's (T, D)
+        state["cls_token"], state["pos_embed"] = state["cls_token"].reshape(-1), state["pos_embed"][0]
+        return native_to_hf(state, "clip", "vision_model.")
+    if family == "siglip":  # the pooling head packs [q | k | v] in one in_proj
+        state["pos_embed"] = state["pos_embed"][0]
+        for param in ("weight", "bias"):
+            state[f"attn_pool.in_proj.{param}"] = torch.cat([state.pop(f"attn_pool.q.{param}"),
+                                                             state.pop(f"attn_pool.kv.{param}")])
+        return native_to_hf(state, "siglip", "")
+    d = config.embed_dim
+    state["mask_token"] = state.get("mask_token", torch.zeros(1, 1, d)).reshape(1, d)
+    for i in range(config.depth):
+        for gamma in ("ls1.gamma", "ls2.gamma"):
+            state.setdefault(f"blocks.{i}.{gamma}", torch.ones(d))
+    if not config.pos_embed_prefix:  # timm's DINOv2 with registers: no [CLS] row
+        pe = state["pos_embed"]
+        state["pos_embed"] = torch.cat([pe.new_zeros(1, 1, d), pe], dim=1)
+    if config.mlp == "swiglu":  # HF packs the gate and value halves into weights_in; fc2 is weights_out
+        for key in [k for k in state if ".mlp.fc1_g." in k]:
+            half = key.replace(".fc1_g.", ".fc1_x.")
+            state[key.replace(".fc1_g.", ".weights_in.")] = torch.cat([state.pop(key), state.pop(half)])
+            out = key.replace(".fc1_g.", ".fc2.")
+            state[out.replace(".fc2.", ".weights_out.")] = state.pop(out)
+    return native_to_hf(state, "dinov2", "")
 
 
 def hf_processor_config(pre: Preprocess, processor_type: str) -> dict[str, Any]:

@@ -51,23 +51,43 @@ def index_labels(f: Fields, key: str) -> dict[int, str]:
 
 # ------------------------------------------------------------------------------ Hugging Face config.json
 HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
-                    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel")}
+                    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel"),
+                    "vit_mae": ("ViTMAEModel", "ViTMAEForPreTraining"),
+                    "dinov2": ("Dinov2Model",),
+                    "dinov2_with_registers": ("Dinov2WithRegistersModel",),
+                    "clip_vision_model": ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
+                    "clip": ("CLIPModel",),
+                    "siglip_vision_model": ("SiglipVisionModel",),
+                    "siglip": ("SiglipModel",),
+                    "beit": ("BeitForImageClassification", "BeitModel")}
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
+# transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
+HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
+HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh"}
+HF_DEFAULT_EPS = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "clip_vision_model": 1e-5,
+                  "siglip_vision_model": 1e-6}  # the others: 1e-12
 
 
 @dataclass(frozen=True)
 class HFConfig:
-    model_type: str  # "vit" or "deit"
+    model_type: str  # the image tower's: a CLIPModel's is "clip_vision_model"
     architecture: str  # the first of `architectures`; "" when none is named (the weights decide the heads)
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int
-    intermediate_size: int
+    intermediate_size: int  # the MLP's hidden width (SwiGLU: of each branch)
     image_size: tuple[int, int]
     patch_size: int
     num_channels: int
     qkv_bias: bool
     layer_norm_eps: float
     id2label: dict[int, str]
+    mlp: str = "gelu"  # ViTConfig.mlp
+    register_tokens: int = 0  # DINOv2 with registers
+    layer_scale: float | None = None  # DINOv2's layerscale_value, BEiT's layer_scale_init_value
+    projection_dim: int = 0  # CLIP's joint space (used when the weights have the projection)
+    pool: str = "cls"  # ViTConfig.pool: BEiT's mean pooling, SigLIP's attention-pool head
+    position: str = "learned"  # ViTConfig.pos_embed: BEiT's relative position bias, or none
 
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
@@ -81,21 +101,59 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
     if architecture and architecture not in HF_ARCHITECTURES[model_type]:
         f.fail("architectures", f"one of {', '.join(HF_ARCHITECTURES[model_type])} for model_type {model_type!r}",
                architectures)
-    f.text("hidden_act", "gelu", choices=("gelu",))  # transformers' exact GELU, which ours is
+    kind = TOWERS.get(model_type, model_type)
+    tower = f.section("vision_config", required=True) if model_type in TOWERS else f
+    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"), choices=tuple(HF_ACTIVATIONS))
+    width = tower.integer("hidden_size", high=MAX_WIDTH)
+    family = _hf_family_fields(tower, kind, width)
     return HFConfig(
-        model_type=model_type,
+        model_type=kind,
         architecture=architecture,
-        hidden_size=f.integer("hidden_size", high=MAX_WIDTH),
-        num_hidden_layers=f.integer("num_hidden_layers", high=MAX_DEPTH),
-        num_attention_heads=f.integer("num_attention_heads", high=MAX_HEADS),
-        intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH),
-        image_size=f.size2("image_size", (224, 224), high=16 * MAX_SIDE),
-        patch_size=f.integer("patch_size", 16, high=MAX_SIDE),
-        num_channels=f.integer("num_channels", 3, high=64),
-        qkv_bias=f.flag("qkv_bias", True),
-        layer_norm_eps=f.number("layer_norm_eps", 1e-12, low=0.0, high=1.0, low_open=True),
+        hidden_size=width,
+        num_hidden_layers=tower.integer("num_hidden_layers", high=MAX_DEPTH),
+        num_attention_heads=tower.integer("num_attention_heads", high=MAX_HEADS),
+        image_size=tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
+        patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
+        num_channels=tower.integer("num_channels", 3, high=64),
+        qkv_bias=tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2",
+                                                           "dinov2_with_registers") else True,
+        layer_norm_eps=tower.number("layer_norm_eps", HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0,
+                                    low_open=True),
         id2label=index_labels(f, "id2label"),
+        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type == "clip" else
+        tower.integer("projection_dim", 0, low=0, high=MAX_WIDTH),
+        **{**family, "mlp": family.get("mlp", HF_ACTIVATIONS[act])},
     )
+
+
+def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
+    """The fields that only some model types have, as HFConfig's."""
+    if kind in ("dinov2", "dinov2_with_registers"):
+        hidden = int(width * f.number("mlp_ratio", 4.0, low=0.0, high=64.0, low_open=True))
+        swiglu = f.flag("use_swiglu_ffn", False)
+        if swiglu:  # transformers' Dinov2SwiGLUFFN: two thirds of the width, rounded up to a multiple of 8
+            hidden = (int(hidden * 2 / 3) + 7) // 8 * 8
+        return dict(intermediate_size=hidden, mlp="swiglu" if swiglu else "gelu",
+                    layer_scale=f.number("layerscale_value", 1.0, low=0.0, high=1e3, low_open=True),
+                    register_tokens=f.integer("num_register_tokens", 4, low=0, high=256)
+                    if kind == "dinov2_with_registers" else 0)
+    fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
+    if kind == "siglip_vision_model":
+        fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
+    if kind == "beit":
+        if f.flag("use_shared_relative_position_bias", False):
+            f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "
+                   "by all blocks is not supported)", True)
+        absolute = f.flag("use_absolute_position_embeddings", False)
+        relative = f.flag("use_relative_position_bias", False)
+        if absolute and relative:
+            f.fail("use_relative_position_bias", "false when use_absolute_position_embeddings is true (vit-explorer "
+                   "has an absolute table or a relative bias, not both)", True)
+        scale = f.number("layer_scale_init_value", 0.1, low=0.0, high=1e3)
+        fields.update(position="rel_bias" if relative else "learned" if absolute else "none",
+                      layer_scale=scale if scale > 0 else None,
+                      pool="gap" if f.flag("use_mean_pooling", True) else "cls")
+    return fields
 
 
 # --------------------------------------------------------------------- Hugging Face preprocessor_config.json
@@ -191,27 +249,41 @@ def timm_preprocess(pretrained_cfg: Any, where: str = "timm pretrained_cfg", pre
 
 
 # ------------------------------------------------------------------------------------ timm config.json
-# model_args that must keep timm's default: another value changes the architecture away from the one
-# this reader builds, and some of those changes (pooling) do not show in the weights
-TIMM_FIXED_ARGS: dict[str, Any] = {"class_token": True, "no_embed_class": False, "reg_tokens": 0, "pre_norm": False,
-                                   "fc_norm": False, "qk_norm": False, "dynamic_img_pad": False, "final_norm": True,
-                                   "proj_bias": True, "pos_embed": "learn", "global_pool": "token"}
+# timm's keyword arguments (model_args) that vit-explorer reads, by kind; timm_format decides which of
+# them each model class takes. Any other argument is refused: it may change the architecture in a way
+# the weights do not show.
 TIMM_SIZE_ARGS = {"patch_size": (1, MAX_SIDE), "in_chans": (1, 64), "num_classes": (0, MAX_CLASSES),
                   "embed_dim": (1, MAX_WIDTH), "depth": (1, MAX_DEPTH), "num_heads": (1, MAX_HEADS),
-                  "depth_token_only": (1, MAX_DEPTH)}
+                  "depth_token_only": (1, MAX_DEPTH), "reg_tokens": (0, 256), "num_reg_tokens": (0, 256)}
 TIMM_RATIO_ARGS = ("mlp_ratio", "mlp_ratio_token_only")
+TIMM_FLAG_ARGS = ("qkv_bias", "class_token", "no_embed_class", "pre_norm", "use_abs_pos_emb", "use_rel_pos_bias",
+                  "use_rot_pos_emb", "swiglu_mlp", "scale_mlp", "qkv_fused", "use_pre_transformer_norm")
+TIMM_AUTO_FLAG_ARGS = ("fc_norm", "use_fc_norm")  # null: timm decides from global_pool
+TIMM_CHOICE_ARGS = {"global_pool": ("token", "avg", "map"), "act_layer": ("gelu", "gelu_tanh", "quick_gelu")}
+TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape")
+# model_args that must keep timm's default: other values build architectures vit-explorer does not have
+TIMM_FIXED_ARGS: dict[str, Any] = {"qk_norm": False, "dynamic_img_pad": False, "final_norm": True, "proj_bias": True,
+                                   "pos_embed": "learn", "use_shared_rel_pos_bias": False, "scale_attn_inner": False,
+                                   "use_post_norm": False, "attn_type": "eva", "rope_type": "cat",
+                                   "rope_grid_indexing": "ij", "rope_rotate_half": False,
+                                   "attn_only_layer_scale": False, "pool_include_prefix": False,
+                                   "scale_attn_norm": False, "scale_mlp_norm": False, "swiglu_align_to": 0}
 TIMM_IGNORED_ARGS = ("dynamic_img_size", "strict_img_size", "fix_init", "weight_init", "drop_rate", "pos_drop_rate",
-                     "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate")  # no effect at eval
+                     "patch_drop_rate", "proj_drop_rate", "attn_drop_rate", "drop_path_rate",
+                     "head_init_scale")  # no effect at eval
+TIMM_ARGS = (*TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, *TIMM_FLAG_ARGS, *TIMM_AUTO_FLAG_ARGS, *TIMM_CHOICE_ARGS,
+             *TIMM_PAIR_ARGS, "init_values", "rope_temperature")
 
 
 @dataclass(frozen=True)
 class TimmConfig:
-    architecture: str  # the timm model name, e.g. "vit_small_patch16_224.augreg_in21k"
-    model_args: dict[str, Any]  # validated; only sizes, mlp ratios, qkv_bias, init_values and img_size remain
+    architecture: str  # the timm model name, e.g. "vit_small_patch16_384.augreg_in21k"
+    model_args: dict[str, Any]  # validated, only architecture arguments (TIMM_ARGS) remain
     num_classes: dict[str, int]  # every field that declares the number of classes -> its value
     num_features: int | None
     label_names: dict[int, str]
     pretrained_cfg: dict[str, Any]  # read by timm_preprocess once the model's size is known
+    global_pool: str | None = None  # the top-level field, checked against the architecture's pooling
 
 
 def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
@@ -224,7 +296,7 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
     name = arch if arch is not None else f.text("architecture", None)
     if not name:
         raise CheckpointError(f"{where}: no 'architecture' (timm model name); give arch=... (--arch)")
-    f.text("global_pool", "token", choices=("token",))
+    global_pool = f.text("global_pool", None, choices=TIMM_CHOICE_ARGS["global_pool"])
     num_classes = {}
     for fields in (f, f.section("model_args"), pretrained):
         if fields.has("num_classes") and not (legacy and fields is pretrained):
@@ -235,39 +307,46 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
             labels = index_labels(fields, "label_names")
     return TimmConfig(architecture=name, model_args=parse_model_args(f.section("model_args")),
                       num_classes=num_classes, num_features=f.integer("num_features", None, high=MAX_WIDTH),
-                      label_names=labels, pretrained_cfg=pretrained.data)
+                      label_names=labels, pretrained_cfg=pretrained.data, global_pool=global_pool)
 
 
 def parse_model_args(f: Fields) -> dict[str, Any]:
-    args: dict[str, Any] = {}
     for key, allowed in TIMM_FIXED_ARGS.items():
         value = f.data.get(key, allowed)
-        if key == "fc_norm" and value is None:  # timm: None = "only for average pooling"
-            continue
         if type(value) is not type(allowed) or value != allowed:
             raise CheckpointError(f"{f.where}: {f.name(key)} = {describe(value)} is not supported; vit-explorer "
-                                  f"builds timm's ViT, DeiT and CaiT with {key} = {allowed!r}")
+                                  f"builds timm's models with {key} = {allowed!r}")
+    args: dict[str, Any] = {}
     for key, (low, high) in TIMM_SIZE_ARGS.items():
         if f.has(key):
             args[key] = f.integer(key, low=low, high=high)
     for key in TIMM_RATIO_ARGS:
         if f.has(key):
             args[key] = f.number(key, low=0.0, high=64.0, low_open=True)
-    if f.has("img_size"):
-        args["img_size"] = f.size2("img_size", high=16 * MAX_SIDE)
-    if f.has("qkv_bias"):
-        args["qkv_bias"] = f.flag("qkv_bias")
+    for key in TIMM_FLAG_ARGS:
+        if f.has(key):
+            args[key] = f.flag(key)
+    for key in TIMM_AUTO_FLAG_ARGS:
+        if f.data.get(key) is not None:
+            args[key] = f.flag(key)
+    for key, choices in TIMM_CHOICE_ARGS.items():
+        if f.has(key):
+            args[key] = f.text(key, choices=choices)
+    for key in TIMM_PAIR_ARGS:
+        if f.has(key):
+            args[key] = f.size2(key, high=16 * MAX_SIDE)
     if f.data.get("init_values") is not None:
         args["init_values"] = f.number("init_values", low=0.0, high=1e3, low_open=True)
+    if f.has("rope_temperature"):
+        args["rope_temperature"] = f.number("rope_temperature", low=0.0, high=1e9, low_open=True)
     for key in TIMM_IGNORED_ARGS:  # checked all the same: a string for a flag means an edited file
         if key == "weight_init":
             f.text(key, "")
-        elif key.endswith("rate"):
+        elif key.endswith(("rate", "scale")):
             f.number(key, 0.0, low=0.0, high=1.0)
         else:
             f.flag(key, False)
-    f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_SIZE_ARGS, *TIMM_RATIO_ARGS, "img_size", "qkv_bias", "init_values",
-                      *TIMM_IGNORED_ARGS])
+    f.refuse_unknown([*TIMM_FIXED_ARGS, *TIMM_ARGS, *TIMM_IGNORED_ARGS])
     return args
 
 

@@ -1,5 +1,6 @@
-"""Transformer blocks: multi-head self-attention (optionally talking heads), MLP, LayerScale,
-drop-path, and CaiT's class-attention block. Parameter names follow timm's so checkpoints map
+"""Transformer blocks: multi-head self-attention (optionally talking heads, an additive bias), MLPs
+(GELU, quick-GELU, SwiGLU, with an optional sub-LN), LayerScale, drop-path, CaiT's class-attention
+block, and the attention-pool (MAP) head. Parameter names follow timm's so checkpoints map
 one to one.
 
 Attention capture: the output always comes from the fused `scaled_dot_product_attention` (except
@@ -11,12 +12,16 @@ indices only those rows, `rows=None` none.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .position import apply_rope
+from .position import SCHEMES, apply_rope
+
+if TYPE_CHECKING:
+    from .config import ViTConfig
 
 ALL = "all"  # capture every query row
 Rows = Sequence[int] | str | None
@@ -45,17 +50,63 @@ class DropPath(nn.Module):
         return x * keep / (1 - self.p)
 
 
+class QuickGELU(nn.Module):
+    """CLIP's (OpenAI) activation: x * sigmoid(1.702 x)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+def activation(name: str) -> nn.Module:
+    """The activation of a plain MLP by its ViTConfig.mlp name."""
+    if name == "quick_gelu":
+        return QuickGELU()
+    return nn.GELU(approximate="tanh" if name == "gelu_tanh" else "none")
+
+
 class Mlp(nn.Module):
-    def __init__(self, dim: int, hidden: int, drop: float) -> None:
+    """fc1, activation, (sub-LN norm,) fc2."""
+
+    def __init__(self, dim: int, hidden: int, drop: float, act: str = "gelu", norm: bool = False,
+                 eps: float = 1e-6) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
+        self.act = activation(act)
         self.drop1 = nn.Dropout(drop)
+        self.norm = nn.LayerNorm(hidden, eps=eps) if norm else nn.Identity()
         self.fc2 = nn.Linear(hidden, dim)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+        return out
+
+
+class SwiGLU(nn.Module):
+    """silu(x W_g) * (x W_x), (sub-LN norm,) then the output layer (timm's SwiGLU; its packed form,
+    one fc1 with the gate half first, is split into fc1_g and fc1_x when loading)."""
+
+    def __init__(self, dim: int, hidden: int, drop: float, norm: bool = False, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.fc1_g = nn.Linear(dim, hidden)
+        self.fc1_x = nn.Linear(dim, hidden)
+        self.act = nn.SiLU()
+        self.drop1 = nn.Dropout(drop)
+        self.norm = nn.LayerNorm(hidden, eps=eps) if norm else nn.Identity()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden: torch.Tensor = self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x))
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(hidden)))
+        return out
+
+
+def make_mlp(config: ViTConfig, ratio: float) -> nn.Module:
+    hidden = int(config.embed_dim * ratio)
+    if config.mlp == "swiglu":
+        return SwiGLU(config.embed_dim, hidden, config.drop_rate, config.mlp_norm, config.layer_norm_eps)
+    return Mlp(config.embed_dim, hidden, config.drop_rate, config.mlp, config.mlp_norm, config.layer_norm_eps)
 
 
 def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
@@ -74,33 +125,49 @@ def _softmax(logits: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, attn_drop: float, proj_drop: float,
-                 talking_heads: bool = False) -> None:
+    def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+        dim = config.embed_dim
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.talking_heads = talking_heads
-        if talking_heads:  # CaiT: mix heads before (proj_l) and after (proj_w) the softmax
-            self.proj_l = nn.Linear(num_heads, num_heads)
-            self.proj_w = nn.Linear(num_heads, num_heads)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.qkv = nn.Linear(dim, dim * 3, bias=config.qkv_bias and config.k_bias)
+        if config.qkv_bias and not config.k_bias:  # BEiT, EVA-02: queries and values only
+            self.q_bias = nn.Parameter(torch.zeros(dim))
+            self.v_bias = nn.Parameter(torch.zeros(dim))
+        self.talking_heads = config.talking_heads
+        if self.talking_heads:  # CaiT: mix heads before (proj_l) and after (proj_w) the softmax
+            self.proj_l = nn.Linear(self.num_heads, self.num_heads)
+            self.proj_w = nn.Linear(self.num_heads, self.num_heads)
+        for name, parameter in SCHEMES[config.pos_embed].create_attention(config).items():
+            setattr(self, name, parameter)  # e.g. BEiT's relative position bias table
+        self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = nn.Dropout(config.drop_rate)
 
-    def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, num_prefix: int = 0,
-                head_mask: torch.Tensor | None = None, rows: Rows = None
+    def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
+        if not hasattr(self, "q_bias"):
+            return F.linear(x, self.qkv.weight, self.qkv.bias)
+        bias = torch.cat([self.q_bias, torch.zeros_like(self.q_bias), self.v_bias])
+        return F.linear(x, self.qkv.weight, bias)
+
+    def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """bias: (heads, N, N) added to the logits (BEiT's relative position bias)."""
         b, n, c = x.shape
-        qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.project_qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, H, N, hd)
         if rope is not None:
             q, k = apply_rope(q, rope, num_prefix), apply_rope(k, rope, num_prefix)
+        if bias is not None:
+            bias = bias.to(q.dtype)
 
         probs = None
         if self.talking_heads:  # heads mix around the softmax: no fused kernel computes that
             logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
+            if bias is not None:
+                logits = logits + bias
             logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
             probs = _softmax(logits)
             probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
@@ -108,10 +175,13 @@ class Attention(nn.Module):
             probs = None if rows is None else probs if rows == ALL else probs[:, :, list(rows)]
         else:
             drop = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, N, hd)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)  # (B, H, N, hd)
             if rows is not None:  # the output stays the fused kernel's, so capturing never changes it
                 q_rows = q if rows == ALL else q[:, :, list(rows)]
-                probs = _softmax((q_rows * self.scale) @ k.transpose(-2, -1))  # (B, H, R, N)
+                logits = (q_rows * self.scale) @ k.transpose(-2, -1)  # (B, H, R, N)
+                if bias is not None:
+                    logits = logits + (bias if rows == ALL else bias[:, list(rows)])
+                probs = _softmax(logits)
         out = _mask_heads(out, head_mask)
         out = out.transpose(1, 2).reshape(b, n, c)
         return self.proj_drop(self.proj(out)), probs
@@ -120,23 +190,23 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop: float,
-                 attn_drop: float, drop_path: float, layer_scale: float | None, eps: float,
-                 talking_heads: bool = False) -> None:
+    def __init__(self, config: ViTConfig, drop_path: float) -> None:
         super().__init__()
+        dim, eps, layer_scale = config.embed_dim, config.layer_norm_eps, config.layer_scale_init
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = Attention(dim, num_heads, qkv_bias, attn_drop, drop, talking_heads)
+        self.attn = Attention(config)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop)
+        self.mlp = make_mlp(config, config.mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
-    def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, num_prefix: int = 0,
-                head_mask: torch.Tensor | None = None, rows: Rows = None
+    def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attn_out, probs = self.attn(self.norm1(x), rope=rope, num_prefix=num_prefix, head_mask=head_mask, rows=rows)
+        attn_out, probs = self.attn(self.norm1(x), rope=rope, bias=bias, num_prefix=num_prefix, head_mask=head_mask,
+                                    rows=rows)
         x = x + self.drop_path1(self.ls1(attn_out))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x, probs
@@ -145,17 +215,18 @@ class Block(nn.Module):
 class ClassAttention(nn.Module):
     """CaiT: only [CLS] queries; keys and values come from [CLS] and all patches."""
 
-    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, attn_drop: float, proj_drop: float) -> None:
+    def __init__(self, config: ViTConfig) -> None:
         super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
+        dim = config.embed_dim
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
         self.scale = self.head_dim**-0.5
-        self.q = nn.Linear(dim, dim, bias=qkv_bias)
-        self.k = nn.Linear(dim, dim, bias=qkv_bias)
-        self.v = nn.Linear(dim, dim, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.q = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.k = nn.Linear(dim, dim, bias=config.qkv_bias and config.k_bias)
+        self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = nn.Dropout(config.drop_rate)
 
     def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -175,17 +246,17 @@ class ClassAttention(nn.Module):
 class ClassAttentionBlock(nn.Module):
     """CaiT's class-attention block: updates [CLS] only, reading the (frozen) patch tokens."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool, drop: float,
-                 attn_drop: float, drop_path: float, layer_scale: float | None, eps: float) -> None:
+    def __init__(self, config: ViTConfig) -> None:
         super().__init__()
+        dim, eps, layer_scale = config.embed_dim, config.layer_norm_eps, config.layer_scale_init
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = ClassAttention(dim, num_heads, qkv_bias, attn_drop, drop)
+        self.attn = ClassAttention(config)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
-        self.drop_path1 = DropPath(drop_path)
+        self.drop_path1 = DropPath(0.0)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.mlp = Mlp(dim, int(dim * mlp_ratio), drop)
+        self.mlp = make_mlp(config, config.class_attn_mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
-        self.drop_path2 = DropPath(drop_path)
+        self.drop_path2 = DropPath(0.0)
 
     def forward(self, patches: torch.Tensor, cls: torch.Tensor, *, head_mask: torch.Tensor | None = None,
                 capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -194,3 +265,33 @@ class ClassAttentionBlock(nn.Module):
         cls = cls + self.drop_path1(self.ls1(attn_out))
         cls = cls + self.drop_path2(self.ls2(self.mlp(self.norm2(cls))))
         return cls, probs
+
+
+class AttentionPool(nn.Module):
+    """Multi-head attention pooling (MAP, SigLIP's head): one learned latent query attends over the
+    patch tokens, then a residual MLP on its normed output (timm's AttentionPoolLatent, HF's
+    SiglipMultiheadAttentionPoolingHead)."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        dim = config.embed_dim
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
+        self.scale = self.head_dim**-0.5
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.q = nn.Linear(dim, dim)
+        self.kv = nn.Linear(dim, 2 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.mlp = Mlp(dim, config.mlp_hidden, config.drop_rate, config.mlp)
+
+    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> pooled (B, D), and with `capture` the latent's attention (B, heads, 1, N)."""
+        b, n, c = x.shape
+        q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
+        kv = self.kv(x).reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        k, v = kv.unbind(0)  # (B, H, N, hd)
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
+        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+        out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
+        return out + self.mlp(self.norm(out)), probs

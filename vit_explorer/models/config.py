@@ -8,13 +8,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from .position import SCHEMES
+from .position import SCHEMES, Rotary2D
 from .stems import STEMS as STEM_CLASSES
 
 STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
-POOLS = ("cls", "gap")
+# what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
+POOLS = ("cls", "gap", "map")
+# the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
+# x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
+MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
 # Every valid arrangement of the tokens, by the name the builder shows: the fields that make it (CaiT's
 # number of class-attention blocks is the builder's own control; one stands for "some" here).
 TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
@@ -24,6 +28,8 @@ TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
     "none, head on the mean of patches (GAP)": dict(prefix_tokens="none", pool="gap", class_attn_depth=0),
     "[CLS] joins in class attention (CaiT)": dict(prefix_tokens="cls", pool="cls", class_attn_depth=1,
                                                    pos_embed_prefix=False),
+    "[CLS] + 4 registers (DINOv2)": dict(prefix_tokens="cls", pool="cls", class_attn_depth=0, reg_tokens=4),
+    "none, attention-pool head (SigLIP)": dict(prefix_tokens="none", pool="map", class_attn_depth=0),
 }
 POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
 
@@ -34,6 +40,12 @@ MAX_PARAMETERS = 3_000_000_000
 
 class ConfigError(ValueError):
     """A configuration that cannot build a model; the message says what to change."""
+
+
+def mlp_ratio_for(width: int, hidden: int) -> float:
+    """An mlp_ratio r with int(width * r) == hidden (hidden / width can fall just short in floating point)."""
+    ratio = hidden / width
+    return ratio if int(width * ratio) == hidden else (hidden + 0.5) / width
 
 
 @dataclass
@@ -47,19 +59,29 @@ class ViTConfig:
     embed_dim: int = 768  # D
     depth: int = 12  # number of self-attention blocks
     num_heads: int = 12
-    mlp_ratio: float = 4.0  # MLP hidden width = mlp_ratio * D
+    mlp_ratio: float = 4.0  # MLP hidden width = mlp_ratio * D (SwiGLU: of each of its two input branches)
+    mlp: str = "gelu"  # one of MLPS
+    mlp_norm: bool = False  # a LayerNorm on the MLP's hidden units before its output layer (EVA-02's sub-LN)
     qkv_bias: bool = True
+    k_bias: bool = True  # with qkv_bias, keys get a bias too; BEiT, EVA-02 have none (softmax ignores it anyway)
+    pre_norm: bool = False  # a LayerNorm on the tokens before the blocks (CLIP); the stem then has no bias
     stem: str = "patchify"  # "patchify" (Conv2d k=P s=P) or "conv" (Xiao et al. 2021)
     conv_stem_channels: tuple[int, ...] = ()  # conv stem 3x3 widths; () = derived from D and P
     conv_stem_strides: tuple[int, ...] = ()  # conv stem 3x3 strides (product = P); () = all 2
     prefix_tokens: str = "cls"  # "cls", "cls+dist" (DeiT) or "none"
     # DeiT: a classifier on the distillation token, averaged with [CLS]'s; HF DeiTForImageClassification has none
     dist_head: bool = True
-    pool: str = "cls"  # what the classifier reads: the [CLS] token or the mean of patch tokens
+    # register tokens after [CLS] (and the distillation token): learned prefix tokens with no position
+    # embedding, scratch space for the blocks (DINOv2 with registers)
+    reg_tokens: int = 0
+    pool: str = "cls"  # what the head reads, one of POOLS
+    fc_norm: bool = False  # pool='gap': the final norm normalises the pooled vector, not each token (MAE, BEiT)
+    proj_dim: int = 0  # >0: a bias-free projection of the pooled features to a joint image-text space (CLIP)
     pos_embed: str = "learned"  # one of POS_EMBEDS
     pos_embed_prefix: bool = True  # learned 1D PE has rows for the prefix tokens (ViT, DeiT); CaiT: False
     pe_resample_antialias: bool = True  # timm antialiases when shrinking a learned PE; HF does not
-    rope_theta: float = 100.0  # base frequency of 2D axial RoPE (Heo et al. 2024)
+    rope_theta: float = 100.0  # base frequency of 2D axial RoPE (Heo et al. 2024; EVA-02: 10000)
+    rope_ref_grid: tuple[int, ...] = ()  # (rows, cols): RoPE positions rescaled to span it (EVA-02); () = indices
     mask_token: bool = False  # learnable [MASK]; without it masked patches become zeros (no parameter)
     layer_norm_eps: float = 1e-6  # timm 1e-6; HF ViT configs default to 1e-12
     drop_rate: float = 0.0  # dropout after dense layers (MLP, attention projection) and before the head
@@ -78,6 +100,7 @@ class ViTConfig:
         self.image_size = tuple(int(s) for s in self.image_size)  # type: ignore[assignment]
         self.conv_stem_channels = tuple(int(c) for c in self.conv_stem_channels)
         self.conv_stem_strides = tuple(int(s) for s in self.conv_stem_strides)
+        self.rope_ref_grid = tuple(int(s) for s in self.rope_ref_grid)
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -90,11 +113,12 @@ class ViTConfig:
             value, kind = getattr(self, f.name), _FIELD_KINDS[str(f.type)]
             if not _KIND_CHECKS[kind](value):
                 raise ConfigError(f"{f.name} must be {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
-        for name in ("image_size", "conv_stem_channels", "conv_stem_strides"):
+        for name in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid"):
             sizes = getattr(self, name)
             if not all(1 <= int(s) <= MAX_SIZE for s in ((sizes,) if isinstance(sizes, numbers.Integral) else sizes)):
                 raise ConfigError(f"{name} must hold integers from 1 to {MAX_SIZE}, got {sizes!r}")
-        for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads", "num_classes", "class_attn_depth"):
+        for name in ("patch_size", "in_chans", "embed_dim", "depth", "num_heads", "num_classes", "class_attn_depth",
+                     "reg_tokens", "proj_dim"):
             if getattr(self, name) > MAX_SIZE:
                 raise ConfigError(f"{name} must be at most {MAX_SIZE}, got {getattr(self, name)}")
         for name, high in (("layer_norm_eps", 1.0), ("rope_theta", 1e9), ("mlp_ratio", 64.0),
@@ -114,6 +138,7 @@ class ViTConfig:
         need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
         need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
         need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
+        need(self.reg_tokens >= 0 and self.proj_dim >= 0, "reg_tokens and proj_dim must be >= 0")
         need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
         h, w = self.image_size
         p = self.patch_size
@@ -128,6 +153,8 @@ class ViTConfig:
             f"prefix_tokens must be one of {PREFIX_TOKENS}, got {self.prefix_tokens!r}",
         )
         need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
+        need(self.mlp in MLPS, f"mlp must be one of {MLPS}, got {self.mlp!r}")
+        self._validate_heads()
         need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
         need(
             self.embed_dim % self.num_heads == 0,
@@ -146,12 +173,19 @@ class ViTConfig:
                 self.prefix_tokens == "cls" and self.pool == "cls",
                 "class-attention blocks (CaiT) update a [CLS] token: use prefix_tokens='cls', pool='cls'",
             )
+            need(not self.reg_tokens, "register tokens join the self-attention blocks, which CaiT's [CLS] skips: "
+                                      "set reg_tokens=0 or class_attn_depth=0")
             need(
                 self.pos_embed != "learned" or not self.pos_embed_prefix,
                 "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
             )
         problem = SCHEMES[self.pos_embed].check(self)
         need(problem is None, str(problem))
+        if self.rope_ref_grid:
+            need(isinstance(SCHEMES[self.pos_embed], Rotary2D),
+                 f"rope_ref_grid rescales RoPE positions, and pos_embed {self.pos_embed!r} has no RoPE: set it to ()")
+            need(len(self.rope_ref_grid) == 2, f"rope_ref_grid must be () or (rows, cols), got {self.rope_ref_grid}")
+        need(self.qkv_bias or self.k_bias, "k_bias=False drops only the keys' bias, so it needs qkv_bias=True")
         for name in ("drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
             need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
         need(self.mlp_ratio > 0 and self.class_attn_mlp_ratio > 0, "mlp_ratio must be > 0")
@@ -175,6 +209,17 @@ class ViTConfig:
             f"this configuration would have about {count:,} parameters (limit {MAX_PARAMETERS:,}); "
             "reduce embed_dim or depth",
         )
+
+    def _validate_heads(self) -> None:
+        """Pooling, its norm, the projection and the classifier fit together."""
+        if self.fc_norm and self.pool != "gap":
+            raise ConfigError("fc_norm normalises the mean of the patch tokens: it needs pool='gap'")
+        if self.pool == "map" and self.mlp == "swiglu":
+            raise ConfigError("the attention-pool head's MLP takes a GELU-family activation: choose mlp='gelu', "
+                              "'gelu_tanh' or 'quick_gelu' with pool='map'")
+        if self.proj_dim and self.num_classes:
+            raise ConfigError("a projection to a joint space (proj_dim) takes the classifier's place: set "
+                              "num_classes=0 or proj_dim=0")
 
     def _default_conv_strides(self) -> tuple[int, ...]:
         n = round(math.log2(self.patch_size)) if self.patch_size > 1 else 0
@@ -200,11 +245,22 @@ class ViTConfig:
         return gh * gw
 
     @property
+    def prefix_names(self) -> tuple[str, ...]:
+        """Names of the tokens in front of the patches during the self-attention blocks, in order:
+        'cls', 'dist', then 'reg0', 'reg1', ... for register tokens."""
+        if self.class_attn_depth:
+            return ()  # CaiT: [CLS] joins only in the class-attention stage
+        return PREFIX_NAMES[self.prefix_tokens] + tuple(f"reg{i}" for i in range(self.reg_tokens))
+
+    @property
     def num_prefix_tokens(self) -> int:
         """Prefix tokens in front of the patches during the self-attention blocks."""
-        if self.class_attn_depth:
-            return 0  # CaiT: [CLS] joins only in the class-attention stage
-        return len(PREFIX_NAMES[self.prefix_tokens])
+        return len(self.prefix_names)
+
+    @property
+    def mlp_hidden(self) -> int:
+        """The MLP's hidden width (SwiGLU: of each branch)."""
+        return int(self.embed_dim * self.mlp_ratio)
 
     @property
     def distilled(self) -> bool:
@@ -229,37 +285,42 @@ class ViTConfig:
     def estimate_parameters(self) -> int:
         """Closed-form parameter count (exact for every option); used before allocating."""
         d = self.embed_dim
-        hidden = int(d * self.mlp_ratio)
         n = 0
         if self.stem == "patchify":
-            n += self.in_chans * self.patch_size**2 * d + d
+            n += self.in_chans * self.patch_size**2 * d + (0 if self.pre_norm else d)
         else:
             c_in = self.in_chans
             for c_out, _ in self.conv_stem_plan():
                 n += c_in * c_out * 9 + 2 * c_out
                 c_in = c_out
-            n += c_in * d + d
-        n += len(PREFIX_NAMES[self.prefix_tokens]) * d
+            n += c_in * d + (0 if self.pre_norm else d)
+        n += (len(PREFIX_NAMES[self.prefix_tokens]) + self.reg_tokens) * d
         if self.mask_token:
             n += d
         n += SCHEMES[self.pos_embed].num_parameters(self)
-        block = 4 * d + (3 * d * d + (3 * d if self.qkv_bias else 0)) + d * d + d
-        block += d * hidden + hidden + hidden * d + d
-        if self.layer_scale_init is not None:
-            block += 2 * d
+        n += 2 * d if self.pre_norm else 0
+        qkv_bias = (3 if self.k_bias else 2) * d if self.qkv_bias else 0
+        layer_scale = 2 * d if self.layer_scale_init is not None else 0
+        block = 4 * d + 3 * d * d + qkv_bias + d * d + d + self._mlp_parameters(self.mlp_hidden) + layer_scale
         if self.talking_heads:
             block += 2 * (self.num_heads**2 + self.num_heads)
         n += self.depth * block
-        hidden_ca = int(d * self.class_attn_mlp_ratio)
-        ca = 4 * d + 3 * (d * d + (d if self.qkv_bias else 0)) + d * d + d
-        ca += d * hidden_ca + hidden_ca + hidden_ca * d + d
-        ca += 2 * d if self.layer_scale_init is not None else 0
-        n += self.class_attn_depth * ca
-        n += 2 * d  # final norm
+        ca = 4 * d + 3 * d * d + qkv_bias + d * d + d + layer_scale
+        n += self.class_attn_depth * (ca + self._mlp_parameters(int(d * self.class_attn_mlp_ratio)))
+        n += 2 * d  # final norm (before pooling, or after it with fc_norm)
+        if self.pool == "map":  # latent query, q, kv, proj, norm, a plain MLP
+            h = self.mlp_hidden
+            n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (2 * d * h + h + d)
+        n += d * self.proj_dim
         heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:
             n += heads * (d * self.num_classes + self.num_classes)
         return n
+
+    def _mlp_parameters(self, hidden: int) -> int:
+        d = self.embed_dim
+        branches = 2 if self.mlp == "swiglu" else 1
+        return branches * (d * hidden + hidden) + hidden * d + d + (2 * hidden if self.mlp_norm else 0)
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -278,7 +339,7 @@ class ViTConfig:
         if unknown:
             raise ConfigError(f"unknown config keys {unknown}; known keys are {sorted(known)}")
         values = dict(data)
-        for key in ("image_size", "conv_stem_channels", "conv_stem_strides"):
+        for key in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid"):
             if key in values and isinstance(values[key], list):
                 values[key] = tuple(values[key])
         return cls(**values)
@@ -299,6 +360,11 @@ class TokenLayout:
     @property
     def num_prefix_tokens(self) -> int:
         return len(self.prefix_names)
+
+    @property
+    def registers(self) -> tuple[int, ...]:
+        """Sequence indices of the register tokens (DINOv2 with registers), () when there are none."""
+        return tuple(i for i, name in enumerate(self.prefix_names) if name.startswith("reg"))
 
     @property
     def num_patches(self) -> int:

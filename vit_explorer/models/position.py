@@ -13,11 +13,20 @@ How each scheme treats the prefix tokens ([CLS], distillation):
   their own learned embedding already tells them apart.
 - rope: nothing is added to the tokens; queries and keys of patch tokens are rotated by their
   (row, col) inside attention, prefix tokens are not rotated.
+- learned+rope (EVA-02): both of the above.
+- rel_bias (BEiT): nothing is added to the tokens; each block adds a learned bias to the attention
+  logits, one per head for each (row, col) offset between query and key patch; a query or key that
+  is a prefix token takes one of three more learned entries (prefix to patch, patch to prefix,
+  prefix to prefix).
 - none: nothing.
+
+Register tokens (DINOv2 with registers) never get a position: their rows are zero, or their
+attention bias the prefix entries'.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import torch
@@ -78,14 +87,21 @@ def resample_axis(table: torch.Tensor, new_len: int) -> torch.Tensor:
     return image[0, :, :, 0].t().to(table.dtype)
 
 
-def rope_angles(grid: tuple[int, int], head_dim: int, theta: float) -> torch.Tensor:
+def rope_angles(grid: tuple[int, int], head_dim: int, theta: float,
+                ref_grid: tuple[int, ...] = ()) -> torch.Tensor:
     """(N, head_dim/2) rotation angle of each dimension pair of each patch (axial 2D RoPE):
-    the first half of the pairs turn with the patch's row, the second half with its column."""
+    the first half of the pairs turn with the patch's row, the second half with its column.
+
+    Positions are the row and column indices, or with `ref_grid` (rows, cols) rescaled so that any
+    grid spans the reference one (EVA-02's `ref_feat_shape`: index / grid side * reference side).
+    """
     gh, gw = grid
     quarter = head_dim // 4
     freqs = 1.0 / theta ** (torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
     rows = torch.arange(gh, dtype=torch.float64).repeat_interleave(gw)
     cols = torch.arange(gw, dtype=torch.float64).repeat(gh)
+    if ref_grid:
+        rows, cols = rows / gh * ref_grid[0], cols / gw * ref_grid[1]
     angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)  # (N, hd/2)
     return angles.float()
 
@@ -98,6 +114,40 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor, num_prefix: int) -> torch.
     a, b = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
     return torch.cat([prefix, rotated.to(x.dtype)], dim=2)
+
+
+@functools.lru_cache(maxsize=16)
+def relative_index(grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
+    """(T, T) row of the relative-position bias table for each (query, key) pair, T = num_prefix + N.
+
+    Patch pairs index their offset (dr, dc) in a (2gh-1, 2gw-1) table in raster order; then come
+    three entries shared by every prefix token (BEiT's [CLS]): prefix -> patch, patch -> prefix,
+    prefix -> prefix (timm's and HF's `gen_relative_position_index`, for any number of prefix tokens).
+    """
+    gh, gw = grid
+    rows = torch.arange(gh).repeat_interleave(gw)
+    cols = torch.arange(gw).repeat(gh)
+    offsets = (rows[:, None] - rows[None, :] + gh - 1) * (2 * gw - 1) + (cols[:, None] - cols[None, :] + gw - 1)
+    n_rel = (2 * gh - 1) * (2 * gw - 1)
+    t = num_prefix + gh * gw
+    index = torch.full((t, t), n_rel + 2, dtype=torch.long)  # prefix -> prefix
+    index[:num_prefix, num_prefix:] = n_rel  # prefix -> patch
+    index[num_prefix:, :num_prefix] = n_rel + 1  # patch -> prefix
+    index[num_prefix:, num_prefix:] = offsets
+    return index
+
+
+def resample_offsets(table: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int]) -> torch.Tensor:
+    """A relative-position bias table (rows, heads) for another grid: the (2gh-1, 2gw-1) offset part
+    resampled bilinearly (as HF's BEiT does at any input size), the three prefix entries kept."""
+    if tuple(old_grid) == tuple(new_grid):
+        return table
+    old = (2 * old_grid[0] - 1, 2 * old_grid[1] - 1)
+    new = (2 * new_grid[0] - 1, 2 * new_grid[1] - 1)
+    n_old = old[0] * old[1]
+    image = table[:n_old].float().t().reshape(1, -1, *old)  # (1, heads, 2gh-1, 2gw-1)
+    image = F.interpolate(image, size=new, mode="bilinear", align_corners=False)
+    return torch.cat([image.reshape(-1, new[0] * new[1]).t().to(table.dtype), table[n_old:]])
 
 
 # ---------------------------------------------------------------------------- the schemes
@@ -135,13 +185,24 @@ class Scheme:
         """Rotation angles (gh*gw, head_dim/2) applied to queries and keys inside attention; None if none."""
         return None
 
+    def create_attention(self, config: ViTConfig) -> dict[str, nn.Parameter]:
+        """Parameters each self-attention block owns for this scheme, by attribute name (counted in
+        `num_parameters` for all blocks together)."""
+        return {}
+
+    def attention_bias(self, block: nn.Module, config: ViTConfig, grid: tuple[int, int],
+                       num_prefix: int) -> torch.Tensor | None:
+        """The bias one self-attention block adds to its attention logits, (heads, T, T); None if none."""
+        return None
+
 
 class Learned1D(Scheme):
     name, label, additive = "learned", "learned 1D", True
     note = "a learned table with one row per patch (ViT); resampled bicubically for other grids"
 
     def prefix_rows(self, config: ViTConfig) -> int:
-        return config.num_prefix_tokens if config.pos_embed_prefix else 0
+        """[CLS] and the distillation token with `pos_embed_prefix`; never register tokens."""
+        return config.num_prefix_tokens - config.reg_tokens if config.pos_embed_prefix else 0
 
     def num_parameters(self, config: ViTConfig) -> int:
         return (config.num_patches + self.prefix_rows(config)) * config.embed_dim
@@ -224,8 +285,40 @@ class Rotary2D(Scheme):
         return None
 
     def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor:
-        return rope_angles(grid, config.head_dim, config.rope_theta)
+        return rope_angles(grid, config.head_dim, config.rope_theta, config.rope_ref_grid)
+
+
+class LearnedRotary(Learned1D, Rotary2D):
+    """EVA-02: a learned absolute table added to the tokens (Learned1D's), and RoPE inside attention
+    (Rotary2D's checks and angles)."""
+
+    name, label = "learned+rope", "learned 1D + RoPE (EVA-02)"
+    note = "a learned table added to the tokens (resampled for other grids), and RoPE inside attention"
+
+
+class RelativeBias(Scheme):
+    name, label = "rel_bias", "relative position bias (BEiT)"
+    note = ("relative position bias acts inside attention: each self-attention block adds a learned bias per "
+            "head for the offset between query and key patches")
+
+    @staticmethod
+    def table_rows(grid: tuple[int, int]) -> int:
+        return (2 * grid[0] - 1) * (2 * grid[1] - 1) + 3
+
+    def num_parameters(self, config: ViTConfig) -> int:
+        return config.depth * self.table_rows(config.grid_size) * config.num_heads
+
+    def create_attention(self, config: ViTConfig) -> dict[str, nn.Parameter]:
+        rows = self.table_rows(config.grid_size)
+        return {"relative_position_bias_table": nn.Parameter(torch.zeros(rows, config.num_heads))}
+
+    def attention_bias(self, block: nn.Module, config: ViTConfig, grid: tuple[int, int],
+                       num_prefix: int) -> torch.Tensor:
+        built = block.get_parameter("attn.relative_position_bias_table")  # (rows, heads) for the built grid
+        table = resample_offsets(built, config.grid_size, grid)
+        index = relative_index(tuple(grid), num_prefix).to(table.device)
+        return table[index].permute(2, 0, 1)  # (heads, T, T)
 
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (Learned1D(), Learned2D(), SinCos1D(), SinCos2D(), NoPosition(),
-                                                  Rotary2D())}
+                                                  Rotary2D(), LearnedRotary(), RelativeBias())}

@@ -8,6 +8,7 @@ from .config import ConfigError, ViTConfig
 
 _CAIT = dict(prefix_tokens="cls", pos_embed_prefix=False, layer_scale_init=1e-5, talking_heads=True,
              class_attn_depth=2)
+_DINOV2 = dict(embed_dim=384, depth=12, num_heads=6, layer_scale_init=1e-5)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # reference models (parameter counts equal timm's; see tests/models/test_presets.py)
@@ -20,6 +21,23 @@ PRESETS: dict[str, dict[str, Any]] = {
     "deit-b-distilled": dict(embed_dim=768, depth=12, num_heads=12, prefix_tokens="cls+dist"),
     "cait-xxs24": dict(embed_dim=192, depth=24, num_heads=4, **_CAIT),
     "cait-s24": dict(embed_dim=384, depth=24, num_heads=8, **_CAIT),
+    # modern families (features-only where the reference checkpoints have no classifier)
+    "dinov2-s14": dict(image_size=518, patch_size=14, num_classes=0, **_DINOV2),
+    "dinov2-s14-reg4": dict(image_size=518, patch_size=14, num_classes=0, reg_tokens=4, pos_embed_prefix=False,
+                            **_DINOV2),
+    "dinov2-g14": dict(image_size=518, patch_size=14, num_classes=0, embed_dim=1536, depth=40, num_heads=24,
+                       mlp="swiglu", mlp_ratio=4096 / 1536, layer_scale_init=1e-5),
+    # timm's CLIP tower: the projection to the 512-d joint space is its head (with a zero bias)
+    "clip-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=512, pre_norm=True, mlp="quick_gelu",
+                     layer_norm_eps=1e-5),
+    "siglip-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=0, prefix_tokens="none", pool="map"),
+    "mae-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=0),
+    "deit3-s16": dict(embed_dim=384, depth=12, num_heads=6, pos_embed_prefix=False, layer_scale_init=1e-6),
+    "beit-b16": dict(embed_dim=768, depth=12, num_heads=12, pos_embed="rel_bias", k_bias=False, layer_scale_init=0.1,
+                     pool="gap", fc_norm=True),
+    "eva02-ti14": dict(patch_size=14, embed_dim=192, depth=12, num_heads=3, num_classes=0, mlp="swiglu",
+                       mlp_ratio=4 * 2 / 3, k_bias=False, pos_embed="learned+rope", rope_theta=10000.0,
+                       rope_ref_grid=(16, 16), pool="gap", fc_norm=True),
     # classroom models: 32x32 images, 4x4 patches (an 8x8 grid), train on a laptop CPU in minutes
     "classroom": dict(image_size=32, patch_size=4, num_classes=10, embed_dim=96, depth=4, num_heads=4,
                       mlp_ratio=2.0),
@@ -42,6 +60,15 @@ TIMM_NAMES: dict[str, str] = {
     "deit_base_distilled_patch16_224": "deit-b-distilled",
     "cait_xxs24_224": "cait-xxs24",
     "cait_s24_224": "cait-s24",
+    "vit_small_patch14_dinov2": "dinov2-s14",
+    "vit_small_patch14_reg4_dinov2": "dinov2-s14-reg4",
+    "vit_giant_patch14_dinov2": "dinov2-g14",
+    "vit_base_patch16_clip_quickgelu_224": "clip-b16",
+    "vit_base_patch16_siglip_224": "siglip-b16",
+    "vit_base_patch16_224.mae": "mae-b16",
+    "deit3_small_patch16_224": "deit3-s16",
+    "beit_base_patch16_224": "beit-b16",
+    "eva02_tiny_patch14_224": "eva02-ti14",
 }
 
 

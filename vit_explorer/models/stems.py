@@ -23,7 +23,9 @@ class PatchifyStem(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.patch_size = config.patch_size
-        self.proj = nn.Conv2d(config.in_chans, config.embed_dim, config.patch_size, config.patch_size)
+        # CLIP's pre-norm follows the stem, which then has no bias (a bias there would be normalised away)
+        self.proj = nn.Conv2d(config.in_chans, config.embed_dim, config.patch_size, config.patch_size,
+                              bias=not config.pre_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x)  # (B, D, H/P, W/P)
@@ -59,7 +61,7 @@ class ConvStem(nn.Module):
             layers.append(ConvBNReLU(c_in, c_out, stride))
             c_in = c_out
         self.convs = nn.Sequential(*layers)
-        self.proj = nn.Conv2d(c_in, config.embed_dim, 1)
+        self.proj = nn.Conv2d(c_in, config.embed_dim, 1, bias=not config.pre_norm)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(self.convs(x))  # (B, D, H/P, W/P)

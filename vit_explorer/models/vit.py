@@ -1,8 +1,10 @@
-"""The glass-box Vision Transformer: ViT, DeiT (distilled) and CaiT in one readable forward pass.
+"""The glass-box Vision Transformer: ViT, DeiT (distilled), CaiT, DINOv2 (registers), CLIP, SigLIP,
+MAE, DeiT III, BEiT and EVA-02 in one readable forward pass.
 
 Token layout inside the self-attention blocks: [prefix tokens][patches in raster order], with
-prefix = (), ("cls",) or ("cls", "dist"). CaiT has no prefix there; its [CLS] joins in the
-class-attention stage. `forward_intermediates` is the single call that exposes every stage.
+prefix = (), ("cls",) or ("cls", "dist"), followed by register tokens ("reg0", ...) if any. CaiT has
+no prefix there; its [CLS] joins in the class-attention stage. `forward_intermediates` is the single
+call that exposes every stage.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, Block, ClassAttentionBlock, Rows
-from .config import PREFIX_NAMES, ConfigError, TokenLayout, ViTConfig
+from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, Rows
+from .config import ConfigError, TokenLayout, ViTConfig
 from .stems import make_stem
 
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
-CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pre_logits")
+CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pool_attention",
+                               "pre_logits")
 MASK_MODES = ("replace", "bert")
 AttentionHook = Callable[[int, torch.Tensor], None]  # (block index, (B, heads, R, T) probabilities)
 
@@ -52,6 +55,8 @@ class VisionTransformer(nn.Module):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
         if config.distilled:
             self.dist_token = nn.Parameter(torch.zeros(1, 1, d))
+        if config.reg_tokens:
+            self.reg_token = nn.Parameter(torch.zeros(1, config.reg_tokens, d))
         if config.mask_token:
             self.mask_token = nn.Parameter(torch.zeros(1, 1, d))
         else:  # no learned [MASK]: masked patches become zero vectors; not a parameter, not saved
@@ -61,20 +66,20 @@ class VisionTransformer(nn.Module):
         for name, parameter in self.pos_scheme.create(config).items():
             setattr(self, name, parameter)
         self.pos_drop = nn.Dropout(config.pos_drop_rate)
+        eps = config.layer_norm_eps
+        self.norm_pre = nn.LayerNorm(d, eps=eps) if config.pre_norm else nn.Identity()
 
         n_blocks = config.depth
         dpr = [config.drop_path_rate * i / max(n_blocks - 1, 1) for i in range(n_blocks)]
-        self.blocks = nn.ModuleList(
-            Block(d, config.num_heads, config.mlp_ratio, config.qkv_bias, config.drop_rate, config.attn_drop_rate,
-                  dpr[i], config.layer_scale_init, config.layer_norm_eps, config.talking_heads)
-            for i in range(n_blocks)
-        )
-        self.class_blocks = nn.ModuleList(
-            ClassAttentionBlock(d, config.num_heads, config.class_attn_mlp_ratio, config.qkv_bias, config.drop_rate,
-                                config.attn_drop_rate, 0.0, config.layer_scale_init, config.layer_norm_eps)
-            for _ in range(config.class_attn_depth)
-        )
-        self.norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.blocks = nn.ModuleList(Block(config, dpr[i]) for i in range(n_blocks))
+        self.class_blocks = nn.ModuleList(ClassAttentionBlock(config) for _ in range(config.class_attn_depth))
+        # the final norm: on every token, or (fc_norm) on the pooled vector
+        self.norm = nn.Identity() if config.fc_norm else nn.LayerNorm(d, eps=eps)
+        self.fc_norm = nn.LayerNorm(d, eps=eps) if config.fc_norm else nn.Identity()
+        if config.pool == "map":
+            self.attn_pool = AttentionPool(config)
+        if config.proj_dim:
+            self.proj = nn.Linear(d, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
         self.head = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
         if config.distilled and config.dist_head:
@@ -85,7 +90,8 @@ class VisionTransformer(nn.Module):
     def init_weights(self) -> None:
         """timm-style init: truncated normal (std 0.02) for tokens, tables and Linear weights."""
         for name, p in self.named_parameters():
-            if name in ("cls_token", "dist_token", "mask_token") or name.startswith("pos_embed"):
+            if name in ("cls_token", "dist_token", "reg_token", "mask_token", "attn_pool.latent") or \
+                    name.startswith("pos_embed") or name.endswith("relative_position_bias_table"):
                 nn.init.trunc_normal_(p, std=0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
@@ -100,9 +106,7 @@ class VisionTransformer(nn.Module):
 
     @property
     def prefix_names(self) -> tuple[str, ...]:
-        if self.config.class_attn_depth:
-            return ()
-        return PREFIX_NAMES[self.config.prefix_tokens]
+        return self.config.prefix_names
 
     def layout(self, image_size: tuple[int, int] | None = None) -> TokenLayout:
         """The token layout for an input of image_size (H, W) (default: the configured size)."""
@@ -120,7 +124,8 @@ class VisionTransformer(nn.Module):
     def position_embedding(self, grid: tuple[int, int]) -> torch.Tensor | None:
         """Additive PE for a grid as (prefix + patches, D), one row per token of the sequence.
 
-        Prefix tokens get the scheme's learned rows (learned 1D with `pos_embed_prefix`) or zero rows.
+        Prefix tokens get the scheme's learned rows (learned 1D with `pos_embed_prefix`: [CLS] and the
+        distillation token) or zero rows (every other prefix token, registers always).
         Learned tables are resampled (bicubic, explicit size, prefix rows untouched) when the grid
         differs from the one they were trained for. None for schemes that add nothing ('none', 'rope').
         """
@@ -129,10 +134,11 @@ class VisionTransformer(nn.Module):
         if table is None:
             return None
         table = table.to(self.mask_token.device, self.mask_token.dtype)
-        missing = cfg.num_prefix_tokens - self.pos_scheme.prefix_rows(cfg)  # prefix tokens without a row
+        k = self.pos_scheme.prefix_rows(cfg)
+        missing = cfg.num_prefix_tokens - k  # prefix tokens without a row: they come after those with one
         if not missing:
             return table
-        return torch.cat([table.new_zeros(missing, cfg.embed_dim), table], dim=0)
+        return torch.cat([table[:k], table.new_zeros(missing, cfg.embed_dim), table[k:]], dim=0)
 
     def rope_angles(self, grid: tuple[int, int]) -> torch.Tensor | None:
         angles = self.pos_scheme.rotary(self.config, grid)
@@ -246,17 +252,19 @@ class VisionTransformer(nn.Module):
             x = self.apply_mask(x, mask, mask_mode, generator)
         out.keep("masked", x)
 
-        # 3. prefix tokens ([CLS], distillation) in front of the patches
-        prefix = [getattr(self, f"{name}_token").expand(b, -1, -1) for name in self.prefix_names]
-        x = torch.cat(prefix + [x], dim=1)  # (B, P+N, D)
+        # 3. prefix tokens ([CLS], distillation, registers) in front of the patches
+        prefix = [getattr(self, f"{name}_token") for name in self.prefix_names if not name.startswith("reg")]
+        if self.config.reg_tokens:
+            prefix.append(self.reg_token)  # (1, R, D): every register at once
+        x = torch.cat([token.expand(b, -1, -1) for token in prefix] + [x], dim=1)  # (B, P+N, D)
         out.keep("with_prefix", x)
 
-        # 4. position embedding (additive schemes), then dropout
+        # 4. position embedding (additive schemes), then dropout and (CLIP) the pre-norm
         pe = self.position_embedding(layout.grid)
         if pe is not None:
             x = x + pe.to(x.dtype)[None]  # (B, P+N, D)
         out.keep("with_pos", x)
-        x = self.pos_drop(x)
+        x = self.norm_pre(self.pos_drop(x))
         out.keep("embedded", x)
         return x
 
@@ -270,7 +278,9 @@ class VisionTransformer(nn.Module):
         attentions: list[torch.Tensor | None] = []
         for i, (block, head_mask) in enumerate(zip(self.blocks, head_masks, strict=True)):
             block_rows = rows if i in explicit else None
-            x, probs = block(x, rope=rope, num_prefix=layout.num_prefix_tokens, head_mask=head_mask, rows=block_rows)
+            bias = self.pos_scheme.attention_bias(block, self.config, layout.grid, layout.num_prefix_tokens)
+            x, probs = block(x, rope=rope, bias=bias, num_prefix=layout.num_prefix_tokens, head_mask=head_mask,
+                             rows=block_rows)
             if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
                 hidden.append(x)
             if probs is not None and hook is not None:
@@ -296,15 +306,21 @@ class VisionTransformer(nn.Module):
         return torch.cat([cls, x], dim=1)  # (B, 1+N, D)
 
     def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures) -> dict[str, torch.Tensor]:
-        """7. final norm, pooling, the logits of each head."""
+        """7. final norm, pooling, then the logits of each head: a classifier's, the projection to a
+        joint space (CLIP), or with neither the pooled features themselves."""
         cfg = self.config
         x = self.norm(x)
         if cfg.pool == "gap":
-            pooled = x[:, layout.num_prefix_tokens:].mean(dim=1)  # (B, D), patch tokens only
-            out.keep("pre_logits", pooled)
-            return {"gap": self.head(self.head_drop(pooled))}
-        out.keep("pre_logits", x[:, 0])
-        head_logits = {"cls": self.head(self.head_drop(x[:, 0]))}
+            pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
+        elif cfg.pool == "map":
+            pooled, probs = self.attn_pool(x[:, layout.num_prefix_tokens:], "pool_attention" in out.want)
+            out.keep("pool_attention", probs)  # (B, heads, 1, N): the latent query over the patches
+        else:
+            pooled = x[:, 0]
+        out.keep("pre_logits", pooled)
+        if cfg.proj_dim:
+            return {cfg.pool: self.proj(pooled)}
+        head_logits = {cfg.pool: self.head(self.head_drop(pooled))}
         if cfg.distilled and cfg.dist_head:
             head_logits["dist"] = self.head_dist(self.head_drop(x[:, 1]))
         return head_logits
