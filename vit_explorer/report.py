@@ -23,9 +23,10 @@ from PIL import Image
 from tqdm import tqdm
 
 from .analysis.params import ParameterTable
+from .analysis.pe import PESimilarity
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
-from .explore import attention, embeddings, position
+from .explore import attention, embeddings, features, position
 from .explore.figures import Figure, MapsFigure, small_multiples_shape
 from .explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .explore.prediction import prediction_figure
@@ -97,51 +98,95 @@ def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int,
     return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads, needs=needs))
 
 
+Figures = dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
+
+
 def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[str, str],
                  resolution: tuple[int, int] | None = None, top_k: int = 5) -> Report:
     """Every figure and number of the report for one model and image (nothing written yet)."""
     size = resolution or loaded.preprocessing.size
     loaded.model.check_image_size(*size)
-    query = attention.query_for(loaded.model.layout(size), loaded.config.pool)
-    # the per-layer maps of the query, rollout (mean over heads) and distances, reduced as the blocks run
-    needs = Needs(fusion="mean", distance=True, query_rows=query.rows)
+    cfg = loaded.config
+    query = attention.query_for(loaded.model.layout(size), cfg.pool)
+    # reduced as the blocks run: the query's per-layer maps, rollout (mean over heads), distances; kept: the last
+    # block's maps and tokens (the [CLS] heads and the PCA of the patch features)
+    needs = Needs(maps=frozenset({cfg.depth - 1}), fusion="mean", distance=True, query_rows=query.rows,
+                  tokens=frozenset({cfg.depth}))
     result = forward_for_report(loaded, image, size, needs)
-    cfg, layout = loaded.config, result.layout
     tables = model_tables(loaded.model, result.inputs.size)
-    sim = position.similarity(loaded.model, layout.grid)
-    figures: dict[str, tuple[Figure, tuple[int, int]]] = {"parameters.png": (tables.params_figure(), (900, 560))}
+    sim = position.similarity(loaded.model, result.layout.grid)
+    facts = embeddings.embedding_facts(result, 0.1)
+    figures: Figures = {"parameters.png": (tables.params_figure(), (900, 560))}
+    figures.update(_position_figures(loaded, sim, result.layout.grid))
+    if facts.filters is not None:
+        name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
+        figures[name] = (facts.filters.figure(), (900, 640))
+    figures.update(_attention_figures(result, query))
+    if result.cls_dist is not None:
+        figures["cls_dist_similarity.png"] = (facts.tokens_figure(), (900, 600))
+    feature_figures, pca_images = _feature_figures(loaded, result, image_info, needs)
+    figures.update(feature_figures)
+    top_rows = loaded.top_k(result.logits, top_k) if cfg.num_classes else []  # no classifier: nothing to rank
+    if top_rows:
+        title = f"Top-{len(top_rows)} classes ({image_info['kind']} image)"
+        figures["prediction.png"] = (prediction_figure(result, top_k, title), (900, 160 + 70 * len(top_rows)))
+    summary = _summary(loaded, result, tables, sim.scheme, sim.note, facts, query, image_info, top_rows)
+    summary["pca_images"] = pca_images
+    summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
+    return Report(summary, tables.params, figures)
+
+
+def _position_figures(loaded: LoadedModel, sim: PESimilarity, grid: tuple[int, int]) -> Figures:
+    """The PE similarity grid and the prefix tokens' PEs; for schemes inside attention, their own picture."""
+    figures: Figures = {}
+    mosaic_height = int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200))  # the mosaic's aspect
     if sim.patches is not None:
-        grid = layout.grid
-        mosaic_height = int(np.clip(880 * (grid[0] / grid[1]) ** 2, 260, 1200))  # the mosaic's aspect
-        figures["pe_similarity.png"] = (
-            position.pe_figure(sim, position.title(loaded.model, grid)),
-            (1000, mosaic_height + 480))
+        figures["pe_similarity.png"] = (position.pe_figure(sim, position.title(loaded.model, grid)),
+                                        (1000, mosaic_height + 480))
         if sim.prefix:
             names = tuple(f"[{name.upper()}] PE vs each patch PE" for name in sim.prefix)
             figures["pe_prefix_similarity.png"] = (MapsFigure(
                 "", np.stack(list(sim.prefix.values())), names, None, grid, colorbar_label="cosine similarity",
                 cmap="CET-D1", levels=(-1.0, 1.0)), (620 * len(sim.prefix) + 100, 600))
-    facts = embeddings.embedding_facts(result, 0.1)
-    if facts.filters is not None:
-        name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
-        figures[name] = (facts.filters.figure(), (900, 640))
+    inside = position.attention_scheme_figure(loaded.model, grid)
+    if inside is not None:
+        name = "relative_position_bias.png" if loaded.config.pos_embed == "rel_bias" else "rope_similarity.png"
+        figures[name] = (inside, (1000, mosaic_height + 120))
+    return figures
+
+
+def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures:
     maps = attention.layers_figure(result, query)
-    figures["attention_layers.png"] = (maps, _multiples_size(len(maps.maps)))
-    figures["rollout.png"] = (attention.rollout_figure(result, query), (900, 760))
-    distance = attention.mean_distance(result)  # (blocks, heads)
-    figures["attention_distance.png"] = (attention.distance_figure(distance), (1000, 650))
-    if result.cls_dist is not None:
-        figures["cls_dist_similarity.png"] = (facts.tokens_figure(), (900, 600))
+    figures: Figures = {"attention_layers.png": (maps, _multiples_size(len(maps.maps))),
+                        "rollout.png": (attention.rollout_figure(result, query), (900, 760)),
+                        "attention_distance.png": (attention.distance_figure(attention.mean_distance(result)),
+                                                   (1000, 650))}
     if result.class_attentions:
         ca = attention.class_attention_figure(result)
         figures["class_attention.png"] = (ca, _multiples_size(len(ca.maps)))
-    top_rows = loaded.top_k(result.logits, top_k) if cfg.num_classes else []  # no classifier: nothing to rank
-    if top_rows:
-        title = f"Top-{len(top_rows)} classes ({image_info['kind']} image)"
-        figures["prediction.png"] = (prediction_figure(result, top_k, title), (900, 160 + 70 * len(top_rows)))
-    summary = _summary(loaded, result, tables, sim.scheme, sim.note, facts, query, image_info, top_rows, distance)
-    summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
-    return Report(summary, tables.params, figures)
+    return figures
+
+
+def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str], needs: Needs
+                     ) -> tuple[Figures, list[str]]:
+    """PCA of the last block's patch tokens over the image and up to three bundled samples (one basis), the
+    last block's [CLS] attention per head, token norms; the embedding of a model without classifier. Also the
+    names of the images in the PCA."""
+    others = [p for p in sample_images() if str(p) != image_info.get("path")][:3]
+    results = [result] + [forward_for_report(loaded, open_image(p), result.inputs.size, needs) for p in others]
+    names = [Path(image_info["path"]).stem if image_info.get("path") else image_info["kind"]] + [p.stem for p in others]
+    figures: Figures = {
+        "pca_features.png": (features.pca_figure(results, names, loaded.config.depth, False),
+                             (700, 300 * len(results) + 90)),  # one row per image: the photo and its colours
+        "token_norms.png": (features.norms_figure(result), (1000, 600)),
+        "token_norm_map.png": (features.outliers_figure(result, loaded.config.depth), (800, 700)),
+    }
+    if result.layout.num_prefix_tokens and result.layout.prefix_names[0] == "cls":
+        heads = features.cls_heads_figure(result)
+        figures["cls_attention_heads.png"] = (heads, _multiples_size(len(heads.maps)))
+    if not loaded.config.num_classes:
+        figures["embedding.png"] = (features.embedding_figure(result.features), (900, 600))
+    return figures, names
 
 
 def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False) -> dict[str, Any]:
@@ -158,9 +203,10 @@ def write_report(report: Report, out_dir: str | Path, render: Render, progress: 
 
 def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, scheme: str, note: str,
              facts: embeddings.EmbeddingFacts, query: attention.Query, image_info: dict[str, str],
-             top_rows: list[dict[str, Any]], distance: np.ndarray) -> dict[str, Any]:
+             top_rows: list[dict[str, Any]]) -> dict[str, Any]:
     layout = result.layout
     table = tables.params
+    distance = attention.mean_distance(result)
     summary: dict[str, Any] = {
         "source": loaded.source,
         "kind": loaded.kind,

@@ -25,7 +25,7 @@ from runner import judge  # noqa: E402
 import vit_explorer.cli  # noqa: E402, F401  (imported before the limit, like torch)
 
 LIMIT_BYTES = 2 * 2**30
-ALARM_SECONDS = 20
+ALARM_SECONDS = 120  # a hang guard, generous for a loaded machine (cases take well under a second)
 
 
 def _status(key: str) -> int:

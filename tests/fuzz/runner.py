@@ -45,7 +45,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def judge(case: Case, valid: Path, root: Path, seconds_allowed: float = 10.0) -> list[str]:
+def judge(case: Case, valid: Path, root: Path, seconds_allowed: float = 60.0) -> list[str]:
     """Make the case in `root`, run it, and list what is wrong with the outcome ([] = a clear refusal)."""
     kit = Kit(valid, root)
     argv, fragments = case.make(kit)

@@ -59,9 +59,9 @@ def run_train(args: list[str], capsys: pytest.CaptureFixture[str]) -> Outcome:
     return Outcome(code, printed.out, printed.err, time.perf_counter() - start)
 
 
-def assert_refused(outcome: Outcome, *fragments: str, within: float = 10.0) -> None:
+def assert_refused(outcome: Outcome, *fragments: str, within: float = 60.0) -> None:
     """Exit code 2, one line on stderr that starts as the CLI's errors do and holds every fragment, no
-    traceback, quickly."""
+    traceback, and no hang (`within` is a guard generous enough for a loaded machine, not a speed target)."""
     lines = outcome.err.strip().splitlines()
     assert outcome.code == 2, (outcome.code, outcome.err[-2000:])
     assert len(lines) == 1 and lines[0].startswith("vit-explorer train: error: "), outcome.err[-2000:]

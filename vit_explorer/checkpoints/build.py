@@ -62,7 +62,7 @@ def config_dims(config: ViTConfig) -> dict[str, int]:
             "num_classes": config.num_classes}
     if config.stem == "patchify":
         dims.update(patch_size=config.patch_size, in_chans=config.in_chans)
-    if config.pos_embed in ("learned", "learned+rope"):
+    if SCHEMES[config.pos_embed].prefix_table:  # a learned 1D table: one row per patch (and prefix token)
         dims["pos_rows"] = config.num_patches + SCHEMES[config.pos_embed].prefix_rows(config)
     if config.talking_heads:
         dims["heads"] = config.num_heads

@@ -67,7 +67,7 @@ class SimilarityFigure:
     similarity: np.ndarray  # (gh, gw, gh, gw) cosine similarity
     maps: tuple[tuple[str, np.ndarray], ...] = ()  # (title, (gh, gw)) drawn on the same -1..1 scale
     others: tuple[tuple[str, np.ndarray], ...] = ()  # more mosaics beside the first, e.g. another model's
-    levels: tuple[float, float] = (-1.0, 1.0)
+    levels: tuple[float, float] | None = (-1.0, 1.0)  # None: the values' own range (e.g. attention biases)
     colorbar_label: str = "cosine similarity"
 
 
@@ -119,7 +119,18 @@ class TilesFigure:
     columns: int = 7
 
 
-Figure = MapsFigure | SimilarityFigure | BarsFigure | LinesFigure | ScatterFigure | TilesFigure
+@dataclass(frozen=True)
+class ImagesFigure:
+    """RGB pictures side by side with a title each, e.g. each image and its patch features' principal
+    components as colours (the DINOv2 paper's first figure)."""
+
+    title: str
+    images: tuple[np.ndarray, ...]  # (H, W, 3) uint8 each
+    titles: tuple[str, ...]
+    grid: tuple[int, int] | None = None  # patch boundaries drawn over them
+
+
+Figure = MapsFigure | SimilarityFigure | BarsFigure | LinesFigure | ScatterFigure | TilesFigure | ImagesFigure
 
 
 def finite_levels(values: np.ndarray, levels: tuple[float, float] | None = None) -> tuple[float, float]:
@@ -147,6 +158,8 @@ def arrays(figure: Figure) -> dict[str, np.ndarray]:
         return {"x": figure.x, **{f"series:{k}": v for k, v in figure.series.items()}}
     if isinstance(figure, ScatterFigure):
         return {"x": figure.x, "y": figure.y}
+    if isinstance(figure, ImagesFigure):
+        return {f"image:{title}": image for title, image in zip(figure.titles, figure.images, strict=True)}
     return {"tiles": figure.tiles}
 
 

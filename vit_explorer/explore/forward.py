@@ -29,20 +29,30 @@ class Needs:
     maps: the blocks whose full attention maps are kept (None: every block);
     fusion: keep every block's attention fused over heads this way, for rollout (None: no rollout);
     distance: measure each block's mean attention distance per head;
-    query_rows: keep each block's attention of these query rows (averaged over them), per head.
+    query_rows: keep each block's attention of these query rows (averaged over them), per head;
+    tokens: the token states kept whole, by index (0: the embedded input, i: after block i; None: all).
     """
 
     maps: frozenset[int] | None = frozenset()
     fusion: str | None = None
     distance: bool = False
     query_rows: tuple[int, ...] = ()
+    tokens: frozenset[int] | None = frozenset()
 
     def covered_by(self, other: Needs) -> bool:
         """Whether a pass computed for `other` holds everything these needs ask for."""
         maps_ok = other.maps is None or (self.maps is not None and self.maps <= other.maps)
+        tokens_ok = other.tokens is None or (self.tokens is not None and self.tokens <= other.tokens)
         rows_ok = not self.query_rows or self.query_rows == other.query_rows
-        return maps_ok and rows_ok and (self.fusion is None or self.fusion == other.fusion) and (
+        return maps_ok and tokens_ok and rows_ok and (self.fusion is None or self.fusion == other.fusion) and (
             not self.distance or other.distance)
+
+    def union(self, other: Needs) -> Needs:
+        """What two views need together (a rollout fusion or query rows of both: the first's)."""
+        maps = None if self.maps is None or other.maps is None else self.maps | other.maps
+        tokens = None if self.tokens is None or other.tokens is None else self.tokens | other.tokens
+        return Needs(maps, self.fusion or other.fusion, self.distance or other.distance,
+                     self.query_rows or other.query_rows, tokens)
 
     def explicit_blocks(self, depth: int) -> frozenset[int]:
         """The blocks that must form their attention probabilities (the rest use the fused kernel)."""
@@ -51,7 +61,7 @@ class Needs:
         return frozenset(b for b in self.maps if b < depth)
 
 
-EVERYTHING = Needs(maps=None, fusion="mean", distance=True)
+EVERYTHING = Needs(maps=None, fusion="mean", distance=True, tokens=None)
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,9 @@ class ForwardResult:
     query_maps: list[torch.Tensor] | None  # per block (1, heads, T): attention of needs.query_rows (their mean)
     class_attentions: list[torch.Tensor]  # CaiT: per class-attention block (1, heads, 1, 1 + N)
     with_pos: torch.Tensor  # (1, T, D) tokens after adding the position embedding, on the CPU
+    norms: np.ndarray  # (depth + 1, T) each token's L2 norm: the embedded input, then after each block
+    tokens: dict[int, torch.Tensor]  # state index -> (1, T, D) token states kept (needs.tokens), on the CPU
+    features: np.ndarray  # (D,) what the head reads: the pooled (final-normed) features
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     cls_patch: np.ndarray | None = None  # mean cosine of [CLS] with the patch tokens, input then each block
     seconds: float = 0.0
@@ -145,8 +158,8 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
     layout = model.layout((int(pixels.shape[-2]), int(pixels.shape[-1])))
     reduce = _Reductions(needs, layout, torch.float16 if device.type == "cuda" else torch.float32)
-    capture = ["hidden_states", "with_pos", "embedded"] + (["class_attentions"] if loaded.config.class_attn_depth
-                                                           else [])
+    capture = ["hidden_states", "with_pos", "embedded", "pre_logits"] + (
+        ["class_attentions"] if loaded.config.class_attn_depth else [])
     explicit = needs.explicit_blocks(loaded.config.depth)
     with torch.inference_mode():
         out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture,
@@ -155,6 +168,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
             baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
     logits = out["logits"][0].float().cpu()
     states = [out["embedded"]] + out["hidden_states"]  # (1, T, D) each
+    kept = range(len(states)) if needs.tokens is None else sorted(i for i in needs.tokens if i < len(states))
     cls_dist = cls_patch = None
     if "dist" in layout.prefix_names:  # DeiT: how alike [CLS] and the distillation token become
         cls_dist = cls_dist_similarity(states, layout)[0].cpu().numpy()
@@ -170,6 +184,9 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         distance=torch.stack(reduce.distance).cpu().numpy() if needs.distance else None,
         query_maps=[q.cpu() for q in reduce.query_maps] if needs.query_rows else None,
         class_attentions=[a.float().cpu() for a in out.get("class_attentions", [])],
-        with_pos=out["with_pos"].float().cpu(), cls_dist=cls_dist, cls_patch=cls_patch,
+        with_pos=out["with_pos"].float().cpu(),
+        norms=torch.stack([s[0].float().norm(dim=-1) for s in states]).cpu().numpy(),
+        tokens={i: states[i].float().cpu() for i in kept}, features=out["pre_logits"][0].float().cpu().numpy(),
+        cls_dist=cls_dist, cls_patch=cls_patch,
         seconds=time.perf_counter() - start,
     )

@@ -23,8 +23,8 @@ def scheme_similarity(model: VisionTransformer, scheme: str, grid: tuple[int, in
 
     The position embedding does not depend on the blocks, so a one-block model is enough.
     """
-    cfg = model.config.replace(pos_embed=scheme, pos_embed_prefix=scheme == "learned" and model.config.pos_embed_prefix,
-                               depth=1, class_attn_depth=0, num_classes=0)
+    prefix = SCHEMES[scheme].prefix_table and model.config.pos_embed_prefix
+    cfg = model.config.replace(pos_embed=scheme, pos_embed_prefix=prefix, depth=1, class_attn_depth=0, num_classes=0)
     return similarity(VisionTransformer(cfg), grid)
 
 
@@ -33,7 +33,7 @@ def describe(model: VisionTransformer, grid: tuple[int, int]) -> str:
     cfg = model.config
     label = SCHEMES[cfg.pos_embed].label
     trained = cfg.grid_size
-    if tuple(grid) != tuple(trained) and cfg.pos_embed in ("learned", "learned_2d"):
+    if tuple(grid) != tuple(trained) and SCHEMES[cfg.pos_embed].resampled:
         return f"{label}, trained for {trained[0]}×{trained[1]}, resampled to {grid[0]}×{grid[1]}"
     return f"{label}, {grid[0]}×{grid[1]} patches"
 
@@ -64,3 +64,48 @@ def pe_figure(sim: PESimilarity, title: str, patch: tuple[int, int] = (0, 0),
     maps += [(f"[{name.upper()}] PE vs patches", values) for name, values in sim.prefix.items()]
     drawn_others = tuple((name, other.patches) for name, other in others if other.patches is not None)
     return SimilarityFigure(title, sim.patches, tuple(maps), drawn_others)
+
+
+# ---------------------------------------------------------------------------- schemes that act inside attention
+def relative_bias(model: VisionTransformer, grid: tuple[int, int], block: int) -> np.ndarray:
+    """BEiT: the bias block `block` adds to the attention logit of each (query patch, key patch) pair, averaged
+    over heads: (gh, gw, gh, gw), laid out like the PE similarity grid (tile (i, j) = patch (i, j)'s row)."""
+    cfg = model.config
+    blocks = list(model.blocks)
+    if not 0 <= block < len(blocks):
+        raise ValueError(f"block {block} does not exist: the model has {len(blocks)} blocks")
+    prefix = model.layout((grid[0] * cfg.patch_size, grid[1] * cfg.patch_size)).num_prefix_tokens
+    with torch.inference_mode():
+        bias = SCHEMES[cfg.pos_embed].attention_bias(blocks[block], cfg, grid, prefix)
+    if bias is None:
+        raise ValueError(f"the {SCHEMES[cfg.pos_embed].label} scheme adds no bias to attention")
+    patches = bias[:, prefix:, prefix:].float().mean(dim=0)  # (N, N)
+    return patches.reshape(*grid, *grid).cpu().numpy()
+
+
+def rotary_similarity(model: VisionTransformer, grid: tuple[int, int]) -> np.ndarray:
+    """RoPE: how alike the rotations of two patches are, the mean cosine of their angle differences over the
+    rotated pairs: (gh, gw, gh, gw) in -1..1. A rotated query and key meet at the cosine of the difference of
+    their angles, so this is the structure rotary embedding gives attention (1 on the diagonal, falling off
+    along rows and columns)."""
+    angles = model.rope_angles(grid)
+    if angles is None:
+        raise ValueError(f"the {SCHEMES[model.config.pos_embed].label} scheme does not rotate queries and keys")
+    diff = angles.float()[:, None, :] - angles.float()[None, :, :]  # (N, N, hd/2)
+    return diff.cos().mean(dim=-1).reshape(*grid, *grid).cpu().numpy()
+
+
+def attention_scheme_figure(model: VisionTransformer, grid: tuple[int, int], block: int = 0
+                            ) -> SimilarityFigure | None:
+    """The picture of a scheme that acts inside attention: BEiT's relative position bias of one block, or
+    RoPE's rotation similarity; None for a scheme that does neither."""
+    scheme = SCHEMES[model.config.pos_embed]
+    if model.config.pos_embed == "rel_bias":
+        bias = relative_bias(model, grid, block)
+        return SimilarityFigure(f"Relative position bias of block {block}, mean over heads ({grid[0]}×{grid[1]} "
+                                "patches): tile (i, j) is what patch (i, j) adds to its attention to each patch",
+                                bias, levels=None, colorbar_label="attention logit bias")
+    if model.rope_angles(grid) is not None:
+        return SimilarityFigure(f"{scheme.label}: how alike the rotations of two patches are ({grid[0]}×{grid[1]})",
+                                rotary_similarity(model, grid), colorbar_label="mean cos of angle differences")
+    return None

@@ -35,6 +35,7 @@ from ..explore.figures import (
     SIMILARITY_CMAP,
     BarsFigure,
     Figure,
+    ImagesFigure,
     LinesFigure,
     MapsFigure,
     ScatterFigure,
@@ -187,7 +188,7 @@ def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int
 # ---------------------------------------------------------------------------- heatmaps and images
 def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.LabelItem:
     """A title row over a figure of several plots (call first, then `layout.nextRow()`)."""
-    return layout.addLabel(wrap_title(text, 90), colspan=colspan, size=title_size(), bold=True)
+    return layout.addLabel(wrap_title(text, 48), colspan=colspan, size=title_size(), bold=True)
 
 
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
@@ -554,8 +555,8 @@ class MapsPlot:
         """New numbers, titles, photo and masked cells, in place (rebuilding plots costs the GUI thread)."""
         old, self.figure = self.figure, figure
         values, levels = figure.shown(), figure.shown_levels()
-        if self.heading is not None and self.heading.text != wrap_title(figure.heading, 90):
-            self.heading.setText(wrap_title(figure.heading, 90), size=title_size(), bold=True)
+        if self.heading is not None and self.heading.text != wrap_title(figure.heading, 48):
+            self.heading.setText(wrap_title(figure.heading, 48), size=title_size(), bold=True)
         new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
         new_mask = not _same_mask(old.masked, figure.masked)
         for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):
@@ -596,12 +597,13 @@ class SimilarityPlot:
 
     def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure) -> None:
         self.figure = figure
+        self.levels = finite_levels(figure.similarity, figure.levels)  # one scale for every mosaic and map
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
-                                                             levels=figure.levels, colorbar_label=figure.colorbar_label,
+                                                             levels=self.levels, colorbar_label=figure.colorbar_label,
                                                              colorbar=not figure.others)
         for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
-            draw_similarity_grid(top, other, title=name, levels=figure.levels, colorbar_label=figure.colorbar_label,
+            draw_similarity_grid(top, other, title=name, levels=self.levels, colorbar_label=figure.colorbar_label,
                                  colorbar=i == len(figure.others) - 1)
         self.maps: list[tuple[pg.PlotItem, pg.ImageItem]] = []
         if figure.maps:
@@ -610,7 +612,7 @@ class SimilarityPlot:
             layout.layout.setRowStretchFactor(0, 3)
             layout.layout.setRowStretchFactor(1, 2)
             for title, values in figure.maps:  # on the mosaic's scale: its colour bar serves them too
-                self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP, levels=figure.levels,
+                self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP, levels=self.levels,
                                               grid=values.shape, colorbar=False))
 
     def show_map(self, title: str, values: np.ndarray) -> None:
@@ -618,7 +620,7 @@ class SimilarityPlot:
         if not self.maps:
             return
         plot, image = self.maps[0]
-        image.setImage(np.asarray(values, np.float32), levels=self.figure.levels, autoLevels=False)
+        image.setImage(np.asarray(values, np.float32), levels=self.levels, autoLevels=False)
         set_title(plot, title)
 
     def tile_at(self, pos: QtCore.QPointF) -> tuple[int, int] | None:
@@ -632,6 +634,21 @@ class SimilarityPlot:
         if 0 <= row < gh and 0 <= col < gw and 0 <= point.x() < w and 0 <= point.y() < h:
             return row, col
         return None
+
+
+class ImagesPlot:
+    """An ImagesFigure: RGB pictures side by side (two per row for pairs of photo and colours), titled."""
+
+    def __init__(self, layout: pg.GraphicsLayout, figure: ImagesFigure) -> None:
+        self.figure = figure
+        columns = 2 if len(figure.images) % 2 == 0 else min(len(figure.images), 3)  # an image beside its colours
+        add_title(layout, figure.title, colspan=columns)
+        self.plots = []
+        for i, (image, title) in enumerate(zip(figure.images, figure.titles, strict=True)):
+            if i % columns == 0:
+                layout.nextRow()
+            plot, _, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)
+            self.plots.append(plot)
 
 
 def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
@@ -649,6 +666,8 @@ def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
     if isinstance(figure, ScatterFigure):
         return draw_scatter(layout, figure.x, figure.y, groups=figure.groups, title=figure.title,
                             xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter)
+    if isinstance(figure, ImagesFigure):
+        return ImagesPlot(layout, figure)
     if isinstance(figure, TilesFigure):
         return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns)
     raise TypeError(f"no composition draws {type(figure).__name__}")

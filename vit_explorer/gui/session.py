@@ -59,7 +59,8 @@ class Session(QObject):
         self.head = 0
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
-        self.needs = Needs()  # what the views on screen draw beyond the prediction (the Attention view says)
+        self.needs = Needs()  # what the views on screen draw beyond the prediction, all together
+        self._needs_of: dict[str, Needs] = {}  # by view
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
 
@@ -167,14 +168,25 @@ class Session(QObject):
         self.selection_changed.emit()
 
     # ------------------------------------------------------------------ the forward pass
-    def require(self, needs: Needs) -> bool:
-        """A view says what it draws; True when the current result already holds it, else a forward
-        pass that computes it is scheduled (and the view draws when its result arrives)."""
-        self.needs = needs
+    def require(self, owner: str, needs: Needs) -> bool:
+        """A view says what it draws (Needs() when it is hidden); True when the current result already holds
+        it, else a forward pass that computes what every view needs is scheduled (the view draws when its
+        result arrives)."""
+        self._needs_of[owner] = needs
+        self.needs = Needs()
+        for each in self._needs_of.values():
+            self.needs = self.needs.union(each)
         if self.result is not None and needs.covered_by(self.result.inputs.needs):
             return True
         self.request_forward()
         return False
+
+    def release(self, owner: str) -> None:
+        """A view no longer draws anything (hidden): later forward passes leave out what it needed."""
+        self._needs_of.pop(owner, None)
+        self.needs = Needs()
+        for each in self._needs_of.values():
+            self.needs = self.needs.union(each)
 
     def inputs(self) -> Inputs | None:
         if self.loaded is None:

@@ -176,7 +176,7 @@ class ViTConfig:
             need(not self.reg_tokens, "register tokens join the self-attention blocks, which CaiT's [CLS] skips: "
                                       "set reg_tokens=0 or class_attn_depth=0")
             need(
-                self.pos_embed != "learned" or not self.pos_embed_prefix,
+                not (SCHEMES[self.pos_embed].prefix_table and self.pos_embed_prefix),
                 "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
             )
         problem = SCHEMES[self.pos_embed].check(self)

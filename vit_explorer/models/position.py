@@ -158,6 +158,8 @@ class Scheme:
     name = ""  # the value of ViTConfig.pos_embed
     label = ""  # what the builder and the figures call it
     additive = False  # adds one vector per token to the embedded tokens (the PE similarity views need this)
+    resampled = False  # a learned table trained for one grid, resampled for other grids
+    prefix_table = False  # the table can hold rows for prefix tokens (`pos_embed_prefix`)
     note = "no position embedding: the model sees the patches as an unordered set"  # what the PE views say
 
     def check(self, config: ViTConfig) -> str | None:
@@ -198,6 +200,7 @@ class Scheme:
 
 class Learned1D(Scheme):
     name, label, additive = "learned", "learned 1D", True
+    resampled = prefix_table = True
     note = "a learned table with one row per patch (ViT); resampled bicubically for other grids"
 
     def prefix_rows(self, config: ViTConfig) -> int:
@@ -222,6 +225,7 @@ class Learned1D(Scheme):
 
 class Learned2D(Scheme):
     name, label, additive = "learned_2d", "learned 2D", True
+    resampled = True
     note = "learned row and column tables of D/2 each, concatenated (ViT App. D.4)"
 
     def check(self, config: ViTConfig) -> str | None:

@@ -4,14 +4,15 @@ from .attention import AttentionView
 from .builder import BuilderView
 from .compare import CompareView
 from .embeddings import EmbeddingsView
+from .features import FeaturesView
 from .heads import HeadsView
 from .parameters import ParametersView
 from .position import PositionView
 from .prediction import PredictionView
 from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, CompareView, ParametersView,
-                TrainingView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, FeaturesView, CompareView,
+                ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "HeadsView",
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "FeaturesView", "HeadsView",
            "ParametersView", "PositionView", "PredictionView", "TrainingView"]

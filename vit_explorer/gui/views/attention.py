@@ -21,7 +21,7 @@ from ...analysis.attention import HEAD_FUSIONS
 from ...explore import attention
 from ...explore.attention import CLASS_ATTENTION, MODES
 from ...explore.figures import MapsFigure
-from ...explore.forward import ForwardResult, Needs
+from ...explore.forward import ForwardResult
 from .. import figures
 from ..session import Session
 from .base import Table, View
@@ -104,7 +104,7 @@ class AttentionView(View):
 
     def set_on_screen(self, shown: bool) -> None:
         if not shown:  # a hidden view draws nothing: forward passes need not compute its maps
-            self.session.needs = Needs()
+            self.session.release(self.title)
         super().set_on_screen(shown)
 
     @property
@@ -179,7 +179,8 @@ class AttentionView(View):
         result: ForwardResult | None = self.session.result
         if result is None:
             return
-        if not self.session.require(attention.needs_for(mode, self.session.layer, self.fusion.currentText())):
+        if not self.session.require(self.title, attention.needs_for(mode, self.session.layer,
+                                                                    self.fusion.currentText())):
             self.figure = self.distance = None  # what is on screen is out of date until the pass arrives
             self.note.setText("computing…")
             return

@@ -122,14 +122,16 @@ class View(SessionWidget):
         return info
 
     def bring_up_to_date(self, seconds: float = 10.0) -> None:
-        """Refresh a view that was hidden and let its background work finish (bounded), before exporting."""
-        if self._dirty:
-            self._dirty = False
-            self.refresh()
+        """Refresh a view, hidden ones too, and let its background work finish (bounded), before exporting."""
         deadline = time.monotonic() + seconds
-        while self.session.working() and time.monotonic() < deadline:
+        quiet = 0  # idle turns in a row: a finished forward pass may start this view's own work a turn later
+        while quiet < 3 and time.monotonic() < deadline:
+            if self._dirty:  # a hidden view only notes that it is out of date: draw it now
+                self._dirty = False
+                self.refresh()
             QApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
-        QApplication.processEvents()
+            busy = self.session.working() or self._refresh_pending or self._dirty
+            quiet = 0 if busy else quiet + 1
 
     def export_png(self, path: str | Path, scale: float = 1.0) -> Path:
         """The figure as a PNG at `scale` times its size on screen, with what it shows in its metadata."""

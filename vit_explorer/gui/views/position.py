@@ -132,8 +132,12 @@ class PositionView(View):
         if sim is None or loaded is None:
             return
         notes = [sim.note] if sim.note else []
-        if sim.patches is None:
+        if sim.patches is None:  # a scheme inside attention (RoPE, BEiT's bias) has its own picture, if any
             self.note.setText(sim.note)
+            inside = position.attention_scheme_figure(loaded.model, sim.grid)
+            if inside is not None:
+                self.figure = inside
+                self._drawn = figures.SimilarityPlot(self.plots.ci, inside)
             return
         others: tuple[tuple[str, PESimilarity], ...] = ()
         if self.other is not None:

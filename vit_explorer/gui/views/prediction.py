@@ -7,6 +7,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QLabel, QSpinBox, QWidget
 
+from ...explore.features import embedding_figure
 from ...explore.figures import BarsFigure
 from ...explore.forward import ForwardResult
 from ...explore.prediction import change_text, prediction_figure
@@ -53,6 +54,13 @@ class PredictionView(View):
             self.plots.ci.clear()
             self._drawn = self.figure = None
             self.change.setText("No prediction yet.")
+            return
+        if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
+            self.figure = embedding_figure(result.features)
+            self.plots.ci.clear()
+            self._drawn = figures.BarsPlot(self.plots.ci, self.figure)
+            self.change.setText("This model has no classifier (features only): its pooled embedding is shown. "
+                                "The Features view finds the nearest images and shows its patch features.")
             return
         figure = self.figure = prediction_figure(result, self.top_k.value())
         if self._drawn is not None and self._drawn.matches(figure):

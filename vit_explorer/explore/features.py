@@ -1,0 +1,247 @@
+"""What the patch features show, the pictures the self-supervised papers made famous:
+
+- the first three principal components of a layer's patch tokens as colours over the image, with an
+  optional background removal by the first component, over several images on one shared basis (DINOv2,
+  Figure 1);
+- [CLS]'s attention in the last block, head by head, keeping the patches that hold a chosen share of its
+  attention (DINO, Figure 1);
+- each token's norm through the layers: the few patches that turn into high-norm outliers, and the
+  registers that take that role instead (Darcet et al., "Vision Transformers Need Registers");
+- patch correspondence: the patches of a second image most like a chosen patch of the first (cosine of a
+  layer's tokens);
+- for a model without a classifier, its pooled embedding and the nearest of a set of images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure
+from .forward import ForwardResult
+
+
+def patch_tokens(result: ForwardResult, state: int) -> torch.Tensor:
+    """(N, D) patch tokens of a state (0: the embedded input, i: after block i) the forward pass kept."""
+    if state not in result.tokens:
+        raise ValueError(f"the tokens after block {state} were not kept in this forward pass")
+    return result.tokens[state][0, result.layout.num_prefix_tokens:].float()
+
+
+# ---------------------------------------------------------------------------- PCA as colour
+@dataclass(frozen=True)
+class PCAColours:
+    colours: tuple[np.ndarray, ...]  # per image (gh, gw, 3) in 0..1 (background black)
+    foreground: tuple[np.ndarray, ...]  # per image (gh, gw) bool
+    explained: np.ndarray  # (3,) share of the (foreground) variance each colour component explains
+
+
+def pca_colours(token_sets: Sequence[torch.Tensor], grids: Sequence[tuple[int, int]], remove_background: bool
+                ) -> PCAColours:
+    """The first three principal components of the patch tokens of several images, on one basis, as RGB.
+
+    token_sets: (N_i, D) per image. With remove_background, the first component over all patches splits
+    foreground from background (its sign chosen so that the smaller side is the foreground, as the objects
+    of a picture usually are) and the three colours come from a second PCA of the foreground patches only.
+    """
+    tokens = torch.cat([t.float() for t in token_sets])  # (sum N, D)
+    keep = torch.ones(len(tokens), dtype=torch.bool)
+    if remove_background:
+        first = _components(tokens, 1)[0]  # (sum N,)
+        keep = first > 0
+        if keep.sum() > len(keep) / 2:
+            keep = ~keep
+        if keep.sum() < 3:  # nothing stands out: keep every patch
+            keep = torch.ones(len(tokens), dtype=torch.bool)
+    projected, explained = _components(tokens[keep], 3, with_share=True)
+    rgb = torch.zeros(len(tokens), 3)
+    lo, hi = projected.min(dim=0).values, projected.max(dim=0).values  # (3,)
+    rgb[keep] = (projected - lo) / (hi - lo).clamp_min(1e-12)
+    colours, masks, start = [], [], 0
+    for tokens_i, (gh, gw) in zip(token_sets, grids, strict=True):
+        n = len(tokens_i)
+        colours.append(rgb[start:start + n].reshape(gh, gw, 3).numpy())
+        masks.append(keep[start:start + n].reshape(gh, gw).numpy())
+        start += n
+    return PCAColours(tuple(colours), tuple(masks), explained.numpy())
+
+
+def _components(x: torch.Tensor, k: int, with_share: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores of x (M, D) on its first k principal components (M, k), and their share of the variance."""
+    centred = x - x.mean(dim=0, keepdim=True)
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    k = min(k, vh.shape[0])
+    scores = centred @ vh[:k].T  # (M, k)
+    if scores.shape[1] < 3 and with_share:  # fewer patches than colours: pad with zeros
+        scores = F.pad(scores, (0, 3 - scores.shape[1]))
+    share = (s[:k] ** 2) / (s**2).sum().clamp_min(1e-30)
+    return (scores if with_share else scores.T), share
+
+
+def pca_figure(results: Sequence[ForwardResult], names: Sequence[str], state: int, remove_background: bool
+               ) -> ImagesFigure:
+    """Each image and its patch features' first three principal components as RGB, on a shared basis."""
+    pca = pca_colours([patch_tokens(r, state) for r in results], [r.layout.grid for r in results], remove_background)
+    images: list[np.ndarray] = []
+    titles: list[str] = []
+    for result, name, colours in zip(results, names, pca.colours, strict=True):
+        h, w = result.display.shape[:2]
+        images += [result.display, _upsample(colours, (h, w))]
+        titles += [name, "its PCA colours"]
+    where = "embedded input" if state == 0 else f"after block {state - 1}"
+    background = ", background removed by the first component" if remove_background else ""
+    share = ", ".join(f"{v:.0%}" for v in pca.explained)
+    return ImagesFigure(f"First three principal components of the patch tokens ({where}{background}) as red, "
+                        f"green, blue; {share} of the variance", tuple(images), tuple(titles),
+                        results[0].layout.grid)
+
+
+def _upsample(colours: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(gh, gw, 3) in 0..1 -> (H, W, 3) uint8, each patch a block of its colour."""
+    gh, gw = colours.shape[:2]
+    rows = (np.arange(size[0]) * gh // size[0])[:, None]
+    cols = (np.arange(size[1]) * gw // size[1])[None, :]
+    return np.round(colours[rows, cols] * 255).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------- [CLS] attention per head
+def keep_mass(maps: np.ndarray, share: float) -> np.ndarray:
+    """Each map (k, gh, gw) with only its largest entries that together hold `share` of its mass (DINO)."""
+    if not 0 < share <= 1:
+        raise ValueError(f"the share of attention to keep must be in (0, 1], got {share}")
+    flat = maps.reshape(len(maps), -1)
+    order = np.argsort(-flat, axis=1)
+    sorted_values = np.take_along_axis(flat, order, axis=1)
+    cumulative = np.cumsum(sorted_values, axis=1) / np.maximum(flat.sum(axis=1, keepdims=True), 1e-12)
+    keep_sorted = np.concatenate([np.ones((len(flat), 1), bool), cumulative[:, :-1] < share], axis=1)
+    keep = np.zeros_like(flat, dtype=bool)
+    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    return np.where(keep, flat, 0.0).reshape(maps.shape)
+
+
+def cls_heads_figure(result: ForwardResult, share: float = 0.6) -> MapsFigure:
+    """[CLS]'s attention to the patches in the last block, one map per head, thresholded to keep `share` of it."""
+    layout = result.layout
+    if not layout.num_prefix_tokens or layout.prefix_names[0] != "cls":
+        raise ValueError("this model has no [CLS] token in its blocks")
+    last = result.depth - 1
+    if last not in result.maps:
+        raise ValueError("the last block's attention maps were not kept in this forward pass")
+    probs = result.maps[last][0].float()  # (heads, T, T)
+    maps = probs[:, 0, layout.num_prefix_tokens:].reshape(-1, *layout.grid).numpy()  # (heads, gh, gw)
+    kept = keep_mass(maps, share)
+    titles = tuple(f"head {h}" for h in range(len(kept)))
+    return MapsFigure(f"[CLS] attention in the last block, per head, keeping {share:.0%} of its mass (DINO)", kept,
+                      titles, result.display, layout.grid, scale="each", colorbar_label="share of the head's maximum",
+                      opacity=0.8)
+
+
+# ---------------------------------------------------------------------------- token norms and registers
+@dataclass(frozen=True)
+class Outliers:
+    state: int  # the state whose patch norms are shown (0: input, i: after block i)
+    patch_norms: np.ndarray  # (gh, gw)
+    outliers: np.ndarray  # (gh, gw) bool: more than `factor` times the median patch norm
+    first_state: np.ndarray  # (gh, gw) int: the first state in which each patch became an outlier (-1: never)
+    register_norms: dict[str, float]
+
+
+def outliers(result: ForwardResult, state: int, factor: float = 2.0) -> Outliers:
+    """Which patches have high-norm tokens at a state, and from which state on each patch is an outlier."""
+    layout = result.layout
+    norms = result.norms[:, layout.num_prefix_tokens:]  # (states, N)
+    median = np.median(norms, axis=1, keepdims=True)
+    high = norms > factor * median  # (states, N)
+    first = np.where(high.any(axis=0), high.argmax(axis=0), -1)
+    registers = {layout.prefix_names[i]: float(result.norms[state, i]) for i in layout.registers}
+    return Outliers(state, norms[state].reshape(layout.grid), high[state].reshape(layout.grid),
+                    first.reshape(layout.grid), registers)
+
+
+def norms_figure(result: ForwardResult) -> LinesFigure:
+    """Token norms through the layers: the median and the largest patch, [CLS] and every register."""
+    layout = result.layout
+    norms = result.norms  # (states, T)
+    patches = norms[:, layout.num_prefix_tokens:]
+    series = {"median patch": np.median(patches, axis=1), "largest patch": patches.max(axis=1)}
+    for i, name in enumerate(layout.prefix_names):
+        series[f"[{name.upper()}]"] = norms[:, i]
+    return LinesFigure("Token norms through the layers (high-norm outliers; registers take their role)",
+                       np.arange(len(norms), dtype=np.float64), series, "layer (0 = embedded input)", "L2 norm")
+
+
+def outliers_figure(result: ForwardResult, state: int, factor: float = 2.0) -> MapsFigure:
+    found = outliers(result, state, factor)
+    registers = ", ".join(f"[{k.upper()}] {v:.1f}" for k, v in found.register_norms.items())
+    where = f"after block {state - 1}" if state else "at the input"
+    title = f"patch token norms {where} · {int(found.outliers.sum())} outliers (> {factor:g}× the median)"
+    if registers:
+        title += f" · {registers}"
+    return MapsFigure("", found.patch_norms[None], (title,), result.display, result.layout.grid,
+                      colorbar_label="L2 norm", cmap="viridis", opacity=0.75)
+
+
+# ---------------------------------------------------------------------------- correspondence and neighbours
+def correspondence(tokens_a: torch.Tensor, tokens_b: torch.Tensor, patch: int, grid_b: tuple[int, int]
+                   ) -> np.ndarray:
+    """(gh, gw) cosine similarity of patch `patch` of image A with every patch of image B."""
+    sim = F.cosine_similarity(tokens_a[patch][None].float(), tokens_b.float(), dim=-1)  # (N_b,)
+    return sim.reshape(grid_b).numpy()
+
+
+def correspondence_figure(a: ForwardResult, b: ForwardResult, state: int, patch: tuple[int, int],
+                          names: tuple[str, str]) -> ImagesFigure:
+    """Image A with the chosen patch outlined, image B tinted by how like that patch each of its patches is
+    (red: alike, blue: opposite), its best match outlined."""
+    index = patch[0] * a.layout.grid[1] + patch[1]
+    sim = correspondence(patch_tokens(a, state), patch_tokens(b, state), index, b.layout.grid)
+    best = tuple(int(v) for v in np.unravel_index(int(np.argmax(sim)), sim.shape))
+    shown_a = _outline(a.display, a.layout.grid, patch)
+    shown_b = _outline(_tint(b.display, sim, b.layout.grid), b.layout.grid, best)
+    where = f"tokens after block {state - 1}" if state else "embedded tokens"
+    return ImagesFigure(f"Patch correspondence ({where}, cosine similarity)", (shown_a, shown_b),
+                        (f"{names[0]}: patch {patch}", f"{names[1]}: most alike at {best} ({sim[best]:.2f})"))
+
+
+def _tint(rgb: np.ndarray, sim: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """The photo blended with a blue-white-red colour per patch for similarities in -1..1."""
+    h, w = rgb.shape[:2]
+    s = np.clip(sim, -1, 1)[(np.arange(h) * grid[0] // h)[:, None], (np.arange(w) * grid[1] // w)[None, :]]
+    red, blue = np.array([215.0, 48, 39]), np.array([49.0, 54, 149])
+    white = np.array([247.0, 247, 247])
+    colour = np.where(s[..., None] >= 0, white + s[..., None] * (red - white), white - s[..., None] * (blue - white))
+    return np.round(0.45 * rgb + 0.55 * colour).astype(np.uint8)
+
+
+def _outline(rgb: np.ndarray, grid: tuple[int, int], patch: tuple[int, int]) -> np.ndarray:
+    """The photo with a patch framed in yellow."""
+    out = rgb.copy()
+    h, w = rgb.shape[:2]
+    top, bottom = patch[0] * h // grid[0], (patch[0] + 1) * h // grid[0] - 1
+    left, right = patch[1] * w // grid[1], (patch[1] + 1) * w // grid[1] - 1
+    yellow = np.array([255, 215, 0], np.uint8)
+    out[top, left:right + 1] = out[bottom, left:right + 1] = yellow
+    out[top:bottom + 1, left] = out[top:bottom + 1, right] = yellow
+    return out
+
+
+def nearest(features: np.ndarray, others: Sequence[np.ndarray], names: Sequence[str], k: int = 5) -> BarsFigure:
+    """The k images whose pooled features are most like `features` (cosine), most alike first."""
+    query = torch.as_tensor(features).float()
+    sims = [float(F.cosine_similarity(query, torch.as_tensor(o).float(), dim=0)) for o in others]
+    order = np.argsort(sims)[::-1][:k]
+    return BarsFigure("Nearest images by pooled features (cosine similarity)", tuple(names[i] for i in order),
+                      np.asarray([sims[i] for i in order]), xlabel="cosine similarity", value_format="{:.3f}",
+                      value_range=(-1.0, 1.0))
+
+
+def embedding_figure(features: np.ndarray) -> BarsFigure:
+    """The pooled embedding a model without classifier returns: its largest components by magnitude."""
+    order = np.argsort(-np.abs(features))[:12]
+    return BarsFigure(f"Pooled embedding ({len(features)} numbers, |x| = {np.linalg.norm(features):.2f}): the 12 "
+                      "largest by magnitude", tuple(f"dim {i}" for i in order), features[order].astype(np.float64),
+                      xlabel="value", value_format="{:+.3f}")

@@ -1,0 +1,172 @@
+"""Features: what the patch tokens show (PCA as colour over several images, [CLS] attention per head, token
+norms and registers, patch correspondence, the nearest images by pooled features). What is shown comes
+from `explore.features`; the other images are the bundled samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
+
+from ...data.images import open_image, sample_images
+from ...explore import features
+from ...explore.figures import Figure, ImagesFigure, arrays
+from ...explore.forward import ForwardResult, Inputs, Needs, run_forward
+from .. import figures
+from ..session import Session
+from .base import Table, View
+
+MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
+         "nearest images")
+OTHER_IMAGES = 3  # bundled samples run beside the image for a shared PCA basis
+
+
+class FeaturesView(View):
+    title = "Features"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.figure: Figure | None = None
+        self.extra: Figure | None = None  # a second figure under the first (token norms: the map)
+        self.mode = QComboBox()
+        self.mode.addItems(MODES)
+        self.mode.setToolTip("PCA of the patch tokens as colour (DINOv2), [CLS] attention per head (DINO), token "
+                             "norms and registers, which patches of another image match a patch, nearest images.")
+        self.state = QSpinBox()
+        self.state.setPrefix("after block ")
+        self.state.setSpecialValueText("embedded input")
+        self.state.setToolTip("Which token states to use: the embedded input (0) or after block k (k + 1 here).")
+        self.background = QCheckBox("remove background")
+        self.background.setToolTip("Split foreground from background by the first principal component, then colour "
+                                   "the foreground by the next three (DINOv2's figure).")
+        self.share = QDoubleSpinBox()
+        self.share.setRange(0.05, 1.0)
+        self.share.setSingleStep(0.05)
+        self.share.setValue(0.6)
+        self.share.setPrefix("keep ")
+        self.share.setToolTip("Keep the patches that hold this share of each head's attention (DINO: 60%).")
+        self.other = QComboBox()
+        for path in sample_images():
+            self.other.addItem(f"second image: {path.stem}", str(path))
+        self.other.setToolTip("The image whose patches are compared with the chosen patch of this one.")
+        self.patch = QSpinBox()
+        self.patch.setPrefix("patch ")
+        self.patch.setToolTip("The patch (raster index) of this image to match; or click it on the left image.")
+        for widget in (self.mode, self.state, self.background, self.share, self.other, self.patch):
+            self.controls.addWidget(widget)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.body.addWidget(self.plots, 1)
+        self.mode.currentIndexChanged.connect(self.refresh)
+        self.state.valueChanged.connect(self.refresh)
+        self.background.toggled.connect(self.refresh)
+        self.share.valueChanged.connect(self.refresh)
+        self.other.currentIndexChanged.connect(self.refresh)
+        self.patch.valueChanged.connect(self.refresh)
+        self.listen(session.result_ready, self.schedule_soon)
+        self.listen(session.model_changed, self._model_changed)
+        self._model_changed()
+
+    def picture(self) -> QWidget:
+        return self.plots
+
+    @property
+    def mode_name(self) -> str:
+        return MODES[self.mode.currentIndex()]
+
+    def set_on_screen(self, shown: bool) -> None:
+        if not shown:
+            self.session.release(self.title)
+        super().set_on_screen(shown)
+
+    def _model_changed(self) -> None:
+        loaded = self.session.loaded
+        depth = loaded.config.depth if loaded else 1
+        self.state.setRange(0, depth)
+        self.state.setValue(depth)  # the last block's tokens, as the papers show them
+        self.patch.setRange(0, max(0, int(np.prod(self.session.grid)) - 1))
+        self.schedule()
+
+    def _needs(self, mode: str) -> Needs:
+        loaded = self.session.loaded
+        if mode == "[CLS] attention per head" and loaded is not None:
+            return Needs(maps=frozenset({loaded.config.depth - 1}))
+        if mode in ("PCA of patch features", "patch correspondence"):
+            return Needs(tokens=frozenset({self.state.value()}))
+        return Needs()
+
+    def refresh(self, *_: object) -> None:
+        mode = self.mode_name
+        for widget, modes in ((self.state, ("PCA of patch features", "patch correspondence")),
+                              (self.background, ("PCA of patch features",)),
+                              (self.share, ("[CLS] attention per head",)),
+                              (self.other, ("patch correspondence",)), (self.patch, ("patch correspondence",))):
+            widget.setVisible(mode in modes)
+        result, inputs = self.session.result, self.session.inputs()
+        if result is None or inputs is None:
+            return
+        needs = self._needs(mode)
+        if not self.session.require(self.title, needs):
+            self.note.setText("computing…")
+            return
+        state, background, share = self.state.value(), self.background.isChecked(), self.share.value()
+        other, patch = self.other.currentData(), self.patch.value()
+        name = self.session.image_name
+        self.session.run("features", lambda: self._compute(mode, result, inputs, needs, name, state, background, share,
+                                                           other, patch), self._draw, self._failed)
+
+    @staticmethod
+    def _compute(mode: str, result: ForwardResult, inputs: Inputs, needs: Needs, name: str, state: int,
+                 background: bool, share: float, other: str | None, patch: int) -> tuple[Figure, Figure | None]:
+        """The figures of a mode (in a worker): other images run with the same model and needs."""
+        def run(path: str) -> ForwardResult:
+            image = open_image(path)
+            grid = inputs.mask.shape
+            return run_forward(Inputs(inputs.loaded, image, inputs.size, np.zeros(grid, bool), inputs.head_mask,
+                                      needs=needs))
+
+        if mode == "PCA of patch features":
+            others = [p for p in sample_images() if p.stem != Path(name).stem][:OTHER_IMAGES]
+            results = [result] + [run(str(p)) for p in others]
+            return features.pca_figure(results, [name] + [p.stem for p in others], state, background), None
+        if mode == "[CLS] attention per head":
+            return features.cls_heads_figure(result, share), None
+        if mode == "token norms":
+            return features.norms_figure(result), features.outliers_figure(result, result.depth)
+        if mode == "patch correspondence":
+            if other is None:
+                raise ValueError("no second image: the bundled samples are missing")
+            gw = result.layout.grid[1]
+            second = run(other)
+            return features.correspondence_figure(result, second, state, divmod(patch, gw),
+                                                  (name, Path(other).stem)), None
+        paths = sample_images()
+        nearest = features.nearest(result.features, [run(str(p)).features for p in paths], [p.stem for p in paths])
+        without_classifier = not inputs.loaded.config.num_classes  # then the embedding is all there is to see
+        return nearest, features.embedding_figure(result.features) if without_classifier else None
+
+    def _draw(self, drawn: tuple[Figure, Figure | None]) -> None:
+        self.note.setText("")
+        self.figure, self.extra = drawn
+        self.plots.ci.clear()
+        figures.draw(self.plots.ci, self.figure)
+        if self.extra is not None:
+            self.plots.ci.nextRow()
+            figures.draw(self.plots.ci, self.extra)
+
+    def _failed(self, message: str) -> None:
+        self.plots.ci.clear()
+        self.figure = self.extra = None
+        self.note.setText(message)
+
+    def restyle(self) -> None:
+        if self.figure is not None:
+            self._draw((self.figure, self.extra))
+
+    def table(self) -> Table | None:
+        if isinstance(self.figure, ImagesFigure) or self.figure is None:
+            return None
+        rows = [(key, i, float(v)) for key, values in arrays(self.figure).items()
+                for i, v in enumerate(np.asarray(values).reshape(-1))]
+        return ["series", "index", "value"], rows
