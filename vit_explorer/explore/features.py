@@ -51,13 +51,13 @@ def pca_colours(token_sets: Sequence[torch.Tensor], grids: Sequence[tuple[int, i
     tokens = torch.cat([t.float() for t in token_sets])  # (sum N, D)
     keep = torch.ones(len(tokens), dtype=torch.bool)
     if remove_background:
-        first = _components(tokens, 1)[0]  # (sum N,)
+        first = _components(tokens, 1)[0][:, 0]  # (sum N,) scores on the first component
         keep = first > 0
         if keep.sum() > len(keep) / 2:
             keep = ~keep
         if keep.sum() < 3:  # nothing stands out: keep every patch
             keep = torch.ones(len(tokens), dtype=torch.bool)
-    projected, explained = _components(tokens[keep], 3, with_share=True)
+    projected, explained = _components(tokens[keep], 3)
     rgb = torch.zeros(len(tokens), 3)
     lo, hi = projected.min(dim=0).values, projected.max(dim=0).values  # (3,)
     rgb[keep] = (projected - lo) / (hi - lo).clamp_min(1e-12)
@@ -70,16 +70,15 @@ def pca_colours(token_sets: Sequence[torch.Tensor], grids: Sequence[tuple[int, i
     return PCAColours(tuple(colours), tuple(masks), explained.numpy())
 
 
-def _components(x: torch.Tensor, k: int, with_share: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores of x (M, D) on its first k principal components (M, k), and their share of the variance."""
+def _components(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores of x (M, D) on its first k principal components (M, k) (zeros where x has fewer), and each
+    component's share of the variance (k,)."""
     centred = x - x.mean(dim=0, keepdim=True)
     _, s, vh = torch.linalg.svd(centred, full_matrices=False)
-    k = min(k, vh.shape[0])
-    scores = centred @ vh[:k].T  # (M, k)
-    if scores.shape[1] < 3 and with_share:  # fewer patches than colours: pad with zeros
-        scores = F.pad(scores, (0, 3 - scores.shape[1]))
-    share = (s[:k] ** 2) / (s**2).sum().clamp_min(1e-30)
-    return (scores if with_share else scores.T), share
+    found = min(k, vh.shape[0])
+    scores = F.pad(centred @ vh[:found].T, (0, k - found))  # (M, k)
+    share = F.pad((s[:found] ** 2) / (s**2).sum().clamp_min(1e-30), (0, k - found))
+    return scores, share
 
 
 def pca_figure(results: Sequence[ForwardResult], names: Sequence[str], state: int, remove_background: bool
