@@ -170,3 +170,51 @@ def test_builder_starts_from_the_open_model(qtbot, window, deit_checkpoint: Path
     assert view.config() == window.session.loaded.config  # every field, also those without a control
     view.depth_box.setValue(1)
     assert view.config() == window.session.loaded.config.replace(depth=1)
+
+
+def test_features_view_every_mode(qtbot, window) -> None:
+    view = show(window, "Features")
+    for mode in ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
+                 "nearest images"):
+        view.mode.setCurrentText(mode)
+        view.bring_up_to_date()
+        assert view.figure is not None, (mode, view.note.text())
+    view.mode.setCurrentText("PCA of patch features")
+    view.background.setChecked(True)
+    view.bring_up_to_date()
+    assert "background removed" in view.figure.title
+
+
+def test_features_of_a_model_without_classifier(qtbot, window, tmp_path: Path) -> None:
+    from .conftest import save_tiny
+
+    source = save_tiny(tmp_path / "features", num_classes=0, reg_tokens=2)
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(source))
+    wait_result(qtbot, window.session)
+    prediction = window.views["Prediction"]
+    assert "no classifier" in prediction.change.text() and "Pooled embedding" in prediction.figure.title
+    view = show(window, "Features")
+    view.mode.setCurrentText("nearest images")
+    view.bring_up_to_date()
+    assert view.extra is not None and "Pooled embedding" in view.extra.title
+    view.mode.setCurrentText("token norms")
+    view.bring_up_to_date()
+    assert "[REG1]" in view.figure.series
+
+
+def test_compare_two_models_on_the_same_masked_image(qtbot, window, deit_checkpoint: Path) -> None:
+    from vit_explorer.checkpoints import load
+
+    mask = np.zeros(window.session.grid, bool)
+    mask[2:5, 2:5] = True
+    window.session.set_mask(mask)
+    wait_result(qtbot, window.session)
+    view = show(window, "Compare")
+    view.set_other(load(deit_checkpoint), "deit")
+    view.bring_up_to_date()
+    mine, other = view.sides
+    assert other.name == "deit" and mine.prediction is not None and other.prediction is not None
+    assert (other.result.inputs.mask == mask).all() and other.result.inputs.image is window.session.image
+    assert other.similarity is not None and other.rollout.maps.shape == (1, 8, 8)
+    assert view.table()[1]
