@@ -210,6 +210,7 @@ def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, sc
     summary: dict[str, Any] = {
         "source": loaded.source,
         "kind": loaded.kind,
+        "warnings": list(loaded.warnings),
         "details": loaded.details,
         "architecture": loaded.config.to_dict(),
         "input_size": list(result.inputs.size),

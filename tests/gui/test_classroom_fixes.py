@@ -341,3 +341,16 @@ def test_no_layout_warnings_while_views_update(qtbot, window, qapp) -> None:
     finally:
         qInstallMessageHandler(previous)
     assert not [m for m in messages if "itemAt" in m]
+
+
+@pytest.mark.filterwarnings("ignore::vit_explorer.checkpoints.errors.CheckpointWarning")  # the banner shows it
+def test_a_model_with_nan_weights_loads_with_a_warning_in_the_banner(qtbot, window, tmp_path: Path) -> None:
+    import torch
+
+    model = VisionTransformer(preset("classroom-tiny")).eval()
+    with torch.no_grad():
+        model.blocks[0].mlp.fc1.weight[0, 0] = float("nan")
+    source = save_native(tmp_path / "nan", model, [f"c{i}" for i in range(10)], Preprocess((32, 32)))
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(source))
+    assert window.message_bar.isVisible() and "blocks.0.mlp.fc1.weight" in window.banner.text()

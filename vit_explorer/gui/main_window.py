@@ -363,6 +363,8 @@ class MainWindow(QMainWindow):
     def _model_changed(self) -> None:
         loaded = self.session.loaded
         self.banner.dismiss()
+        if loaded.warnings:  # e.g. NaN weights: the model loaded, but its numbers cannot be trusted
+            self.show_error("\n".join(f"warning: {line}" for line in loaded.warnings))
         self.source_box.setCurrentText(self.shown_source())
         name = Path(loaded.source).name if loaded.source else self.shown_source()
         self.setWindowTitle(f"vit-explorer — {name}")

@@ -114,7 +114,12 @@ class Runner(QObject):
         if entry is None or entry[0] != generation or self.is_stale(channel, generation):
             return
         del self._callbacks[channel]
-        entry[1](result)
+        try:
+            entry[1](result)
+        except Exception as error:  # noqa: BLE001 - drawing a result must not take the app down: say what failed
+            traceback.print_exc()
+            message = f"showing the result failed: {describe_error(error)}"
+            (entry[2] or (lambda text: self.error.emit(channel, text)))(message)
 
     @Slot(str, int, str, str)
     def _on_failed(self, channel: str, generation: int, message: str, trace: str) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -17,8 +18,9 @@ AUTO_MEASURE_CELLS = 64  # measure importance at once for models with at most th
 
 
 def importance_colour(value: float, top: float) -> str:
-    """White -> red as a head matters more (a removed head is drawn dark grey by the style sheet)."""
-    t = 0.0 if top <= 0 else min(max(value / top, 0.0), 1.0)
+    """White -> red as a head matters more (a removed head is drawn dark grey by the style sheet); white for
+    a value that is not a number (NaN weights)."""
+    t = 0.0 if not top > 0 or not math.isfinite(value) else min(max(value / top, 0.0), 1.0)
     g = round(255 - 180 * t)
     return f"rgb(255, {g}, {g})"
 
@@ -186,7 +188,8 @@ class HeadsView(View):
         if key == self._synced:  # a patch mask changed, not the heads: restyling buttons is slow
             return
         self._synced = key
-        top = float(self.importance.max()) if self.importance is not None else 0.0
+        finite = self.importance[np.isfinite(self.importance)] if self.importance is not None else np.zeros(0)
+        top = float(finite.max()) if finite.size else 0.0
         for i, row in enumerate(self.buttons):
             for h, button in enumerate(row):
                 on = bool(mask[i, h] >= 1)
