@@ -1,7 +1,8 @@
-"""Offscreen screenshots of the app, one per view, at 1600x1000 (or --size WxH).
+"""Offscreen screenshots of the app, one per view (and per mode of the Attention and Features views), at
+1600x1000 (or --size WxH); with --presentation in presentation mode; with --lesson, one per lesson step.
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
-        [--image IMAGE]
+        [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
 """
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", default=None, help="image to show (default: the first bundled sample)")
     parser.add_argument("--mask", type=int, default=20, help="percentage of patches to mask (default 20)")
     parser.add_argument("--size", default="1600x1000", help="window size WxH (default 1600x1000)")
+    parser.add_argument("--compare", default=None, help="a second model for the Compare view")
+    parser.add_argument("--presentation", action="store_true", help="in presentation mode (full screen, large text)")
+    parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     args = parser.parse_args(argv)
@@ -65,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
 
         images, _ = generate(1, size=session.size[0], split="val")
         session.set_image(Image.fromarray(images[0].permute(1, 2, 0).numpy()), "shapes sample")
+    if args.presentation:
+        window.presentation.toggle()
+        window.setFixedSize(width, height)  # the offscreen "screen" is smaller than a projector's
+    if args.lesson:
+        return shoot_lesson(app, window, args.lesson, out)
     if args.train_steps:
         train(app, window, args.train_steps, out)
     if args.mask:
@@ -86,6 +95,40 @@ def main(argv: list[str] | None = None) -> int:
         attention.mode.setCurrentText(mode)
         settle(app, window)
         shoot(window, out / f"attention_{mode.split(' (')[0].replace(' ', '_')}.png")
+    features = window.views["Features"]
+    window.docks["Features"].raise_()
+    for mode in ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
+                 "nearest images"):
+        features.mode.setCurrentText(mode)
+        settle(app, window)
+        shoot(window, out / f"features_{mode.replace(' ', '_').replace('[', '').replace(']', '')}.png")
+    if args.compare:
+        window.docks["Compare"].raise_()
+        window.views["Compare"].compare_with(args.compare)
+        settle(app, window, 3.0)
+        shoot(window, out / "compare.png")
+    window.close()
+    return 0
+
+
+def shoot_lesson(app, window, path: str, out: Path) -> int:
+    """Every step of a lesson, in order, as the presenter sees it."""
+    runner = window.lesson
+    window.open_lesson(path)
+    if runner.lesson is None:
+        print(window.banner.text(), file=sys.stderr)
+        return 1
+    done: list[int] = []
+    runner.applied.connect(done.append)
+    for index in range(len(runner.lesson.steps)):
+        if index:
+            runner.next()
+        end = time.monotonic() + 120
+        while index not in done and time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+        settle(app, window, 2.0)
+        shoot(window, out / f"lesson_{index + 1:02d}.png")
     window.close()
     return 0
 

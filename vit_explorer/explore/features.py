@@ -238,9 +238,9 @@ def nearest(features: np.ndarray, others: Sequence[np.ndarray], names: Sequence[
                       value_range=(-1.0, 1.0))
 
 
-def embedding_figure(features: np.ndarray) -> BarsFigure:
-    """The pooled embedding a model without classifier returns: its largest components by magnitude."""
-    order = np.argsort(-np.abs(features))[:12]
-    return BarsFigure(f"Pooled embedding ({len(features)} numbers, |x| = {np.linalg.norm(features):.2f}): the 12 "
-                      "largest by magnitude", tuple(f"dim {i}" for i in order), features[order].astype(np.float64),
-                      xlabel="value", value_format="{:+.3f}")
+def embedding_figure(features: np.ndarray, k: int = 8) -> BarsFigure:
+    """The pooled embedding a model without classifier returns: its k largest components by magnitude."""
+    order = np.argsort(-np.abs(features))[:k]
+    title = f"Pooled embedding ({len(features)} numbers): the {len(order)} largest"
+    return BarsFigure(title, tuple(f"dim {i}" for i in order), features[order].astype(np.float64), xlabel="value",
+                      value_format="{:+.3g}")

@@ -643,12 +643,22 @@ class ImagesPlot:
         self.figure = figure
         columns = 2 if len(figure.images) % 2 == 0 else min(len(figure.images), 3)  # an image beside its colours
         add_title(layout, figure.title, colspan=columns)
-        self.plots = []
+        self.plots: list[pg.PlotItem] = []
+        self.photos: list[pg.ImageItem] = []
         for i, (image, title) in enumerate(zip(figure.images, figure.titles, strict=True)):
             if i % columns == 0:
                 layout.nextRow()
-            plot, _, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)
+            plot, photo, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)
             self.plots.append(plot)
+            self.photos.append(photo)
+
+    def pixel_at(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
+        """(image index, row, col) of the pixel under a scene position, or None."""
+        for i, photo in enumerate(self.photos):
+            if photo.sceneBoundingRect().contains(pos):
+                point = photo.mapFromScene(pos)
+                return i, int(point.y()), int(point.x())
+        return None
 
 
 def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:

@@ -34,10 +34,12 @@ class FeaturesView(View):
         self.mode.addItems(MODES)
         self.mode.setToolTip("PCA of the patch tokens as colour (DINOv2), [CLS] attention per head (DINO), token "
                              "norms and registers, which patches of another image match a patch, nearest images.")
-        self.state = QSpinBox()
+        self.state = QSpinBox()  # the block whose output tokens are used; -1: the embedded input
         self.state.setPrefix("after block ")
+        self.state.setMinimum(-1)
         self.state.setSpecialValueText("embedded input")
-        self.state.setToolTip("Which token states to use: the embedded input (0) or after block k (k + 1 here).")
+        self.state.setToolTip("Which tokens to use: those after a block (counted from 0, as the Attention view's "
+                              "layers), or the embedded input.")
         self.background = QCheckBox("remove background")
         self.background.setToolTip("Split foreground from background by the first principal component, then colour "
                                    "the foreground by the next three (DINOv2's figure).")
@@ -57,7 +59,9 @@ class FeaturesView(View):
         for widget in (self.mode, self.state, self.background, self.share, self.other, self.patch):
             self.controls.addWidget(widget)
         self.plots = pg.GraphicsLayoutWidget()
+        self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.body.addWidget(self.plots, 1)
+        self._drawn: object = None
         self.mode.currentIndexChanged.connect(self.refresh)
         self.state.valueChanged.connect(self.refresh)
         self.background.toggled.connect(self.refresh)
@@ -83,8 +87,8 @@ class FeaturesView(View):
     def _model_changed(self) -> None:
         loaded = self.session.loaded
         depth = loaded.config.depth if loaded else 1
-        self.state.setRange(0, depth)
-        self.state.setValue(depth)  # the last block's tokens, as the papers show them
+        self.state.setRange(-1, depth - 1)
+        self.state.setValue(depth - 1)  # the last block's tokens, as the papers show them
         self.patch.setRange(0, max(0, int(np.prod(self.session.grid)) - 1))
         self.schedule()
 
@@ -93,7 +97,7 @@ class FeaturesView(View):
         if mode == "[CLS] attention per head" and loaded is not None:
             return Needs(maps=frozenset({loaded.config.depth - 1}))
         if mode in ("PCA of patch features", "patch correspondence"):
-            return Needs(tokens=frozenset({self.state.value()}))
+            return Needs(tokens=frozenset({self.state.value() + 1}))
         return Needs()
 
     def refresh(self, *_: object) -> None:
@@ -110,7 +114,8 @@ class FeaturesView(View):
         if not self.session.require(self.title, needs):
             self.note.setText("computing…")
             return
-        state, background, share = self.state.value(), self.background.isChecked(), self.share.value()
+        state = self.state.value() + 1  # index of the token states: 0 is the embedded input
+        background, share = self.background.isChecked(), self.share.value()
         other, patch = self.other.currentData(), self.patch.value()
         name = self.session.image_name
         self.session.run("features", lambda: self._compute(mode, result, inputs, needs, name, state, background, share,
@@ -150,10 +155,21 @@ class FeaturesView(View):
         self.note.setText("")
         self.figure, self.extra = drawn
         self.plots.ci.clear()
-        figures.draw(self.plots.ci, self.figure)
+        self._drawn = figures.draw(self.plots.ci, self.figure)
         if self.extra is not None:
             self.plots.ci.nextRow()
             figures.draw(self.plots.ci, self.extra)
+
+    def _clicked(self, event: object) -> None:
+        """In correspondence mode, a click on the first image picks the patch to match."""
+        result = self.session.result
+        if self.mode_name != "patch correspondence" or not isinstance(self._drawn, figures.ImagesPlot) or not result:
+            return
+        hit = self._drawn.pixel_at(event.scenePos())
+        if hit is not None and hit[0] == 0:
+            h, w = result.display.shape[:2]
+            gh, gw = result.layout.grid
+            self.patch.setValue(hit[1] * gh // h * gw + hit[2] * gw // w)
 
     def _failed(self, message: str) -> None:
         self.plots.ci.clear()

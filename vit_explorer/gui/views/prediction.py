@@ -56,7 +56,7 @@ class PredictionView(View):
             self.change.setText("No prediction yet.")
             return
         if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
-            self.figure = embedding_figure(result.features)
+            self.figure = embedding_figure(result.features, self.top_k.value())
             self.plots.ci.clear()
             self._drawn = figures.BarsPlot(self.plots.ci, self.figure)
             self.change.setText("This model has no classifier (features only): its pooled embedding is shown. "
