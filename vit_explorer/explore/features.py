@@ -198,7 +198,8 @@ def correspondence_figure(a: ForwardResult, b: ForwardResult, state: int, patch:
     (red: alike, blue: opposite), its best match outlined."""
     index = patch[0] * a.layout.grid[1] + patch[1]
     sim = correspondence(patch_tokens(a, state), patch_tokens(b, state), index, b.layout.grid)
-    best = tuple(int(v) for v in np.unravel_index(int(np.argmax(sim)), sim.shape))
+    row, col = np.unravel_index(int(np.argmax(sim)), sim.shape)
+    best = (int(row), int(col))
     shown_a = _outline(a.display, a.layout.grid, patch)
     shown_b = _outline(_tint(b.display, sim, b.layout.grid), b.layout.grid, best)
     where = f"tokens after block {state - 1}" if state else "embedded tokens"
