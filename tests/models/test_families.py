@@ -188,3 +188,16 @@ def test_token_layouts_table_builds_each_layout() -> None:
     for name, fields in TOKEN_LAYOUTS.items():
         model = VisionTransformer(preset("classroom-tiny", **fields))
         assert model.layout().num_prefix_tokens == model.config.num_prefix_tokens, name
+
+
+def test_a_relative_bias_made_in_inference_mode_still_trains() -> None:
+    """The index of the relative-position bias is cached: made first under inference mode (the app's views),
+    it must not turn into an inference tensor that training then cannot use."""
+    from vit_explorer.models import VisionTransformer, preset
+
+    model = VisionTransformer(preset("classroom-tiny", pos_embed="rel_bias", image_size=(20, 28)))
+    x = torch.randn(2, 3, 20, 28)
+    with torch.inference_mode():
+        model(x)
+    model.train()(x).sum().backward()
+    assert model.blocks[0].attn.relative_position_bias_table.grad is not None

@@ -123,7 +123,13 @@ def relative_index(grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
     Patch pairs index their offset (dr, dc) in a (2gh-1, 2gw-1) table in raster order; then come
     three entries shared by every prefix token (BEiT's [CLS]): prefix -> patch, patch -> prefix,
     prefix -> prefix (timm's and HF's `gen_relative_position_index`, for any number of prefix tokens).
+    Cached, so made outside inference mode whoever asks first: an inference tensor would break training.
     """
+    with torch.inference_mode(False):
+        return _relative_index(grid, num_prefix)
+
+
+def _relative_index(grid: tuple[int, int], num_prefix: int) -> torch.Tensor:
     gh, gw = grid
     rows = torch.arange(gh).repeat_interleave(gw)
     cols = torch.arange(gw).repeat(gh)
