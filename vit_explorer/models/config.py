@@ -42,6 +42,11 @@ class ConfigError(ValueError):
     """A configuration that cannot build a model; the message says what to change."""
 
 
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
 def mlp_ratio_for(width: int, hidden: int) -> float:
     """An mlp_ratio r with int(width * r) == hidden (hidden / width can fall just short in floating point)."""
     ratio = hidden / width
@@ -129,86 +134,86 @@ class ViTConfig:
             raise ConfigError(f"layer_scale_init must be None or in (0, 1000], got {self.layer_scale_init}")
 
     def _validate(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
         for name in ("patch_size", "in_chans", "embed_dim", "num_heads"):
-            need(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
-        need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
-        need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
-        need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
-        need(self.reg_tokens >= 0 and self.proj_dim >= 0, "reg_tokens and proj_dim must be >= 0")
-        need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
+            _need(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        _need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
+        _need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
+        _need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
+        _need(self.reg_tokens >= 0 and self.proj_dim >= 0, "reg_tokens and proj_dim must be >= 0")
+        _need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
         h, w = self.image_size
         p = self.patch_size
-        need(
+        _need(
             h % p == 0 and w % p == 0 and h >= p and w >= p,
             f"image_size {h}x{w} is not a positive multiple of patch_size {p}: "
             f"use e.g. {max(1, round(h / p)) * p}x{max(1, round(w / p)) * p}",
         )
-        need(self.stem in STEMS, f"stem must be one of {STEMS}, got {self.stem!r}")
-        need(
+        _need(self.stem in STEMS, f"stem must be one of {STEMS}, got {self.stem!r}")
+        _need(
             self.prefix_tokens in PREFIX_TOKENS,
             f"prefix_tokens must be one of {PREFIX_TOKENS}, got {self.prefix_tokens!r}",
         )
-        need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
-        need(self.mlp in MLPS, f"mlp must be one of {MLPS}, got {self.mlp!r}")
+        _need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
+        _need(self.mlp in MLPS, f"mlp must be one of {MLPS}, got {self.mlp!r}")
         self._validate_heads()
-        need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
-        need(
+        _need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
+        _need(
             self.embed_dim % self.num_heads == 0,
             f"embed_dim {self.embed_dim} must be divisible by num_heads {self.num_heads}",
         )
-        if self.pool == "cls":
-            need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
-        if self.prefix_tokens == "cls+dist":
-            need(self.pool == "cls",
-                 "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
-        else:
-            need(self.dist_head, "dist_head=False drops the distillation token's classifier, "
-                                 "so it needs prefix_tokens='cls+dist'")
-        if self.class_attn_depth:
-            need(
-                self.prefix_tokens == "cls" and self.pool == "cls",
-                "class-attention blocks (CaiT) update a [CLS] token: use prefix_tokens='cls', pool='cls'",
-            )
-            need(not self.reg_tokens, "register tokens join the self-attention blocks, which CaiT's [CLS] skips: "
-                                      "set reg_tokens=0 or class_attn_depth=0")
-            need(
-                not (SCHEMES[self.pos_embed].prefix_table and self.pos_embed_prefix),
-                "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
-            )
+        self._validate_tokens()
         problem = SCHEMES[self.pos_embed].check(self)
-        need(problem is None, str(problem))
+        _need(problem is None, str(problem))
         if self.rope_ref_grid:
-            need(isinstance(SCHEMES[self.pos_embed], Rotary2D),
+            _need(isinstance(SCHEMES[self.pos_embed], Rotary2D),
                  f"rope_ref_grid rescales RoPE positions, and pos_embed {self.pos_embed!r} has no RoPE: set it to ()")
-            need(len(self.rope_ref_grid) == 2, f"rope_ref_grid must be () or (rows, cols), got {self.rope_ref_grid}")
-        need(self.qkv_bias or self.k_bias, "k_bias=False drops only the keys' bias, so it needs qkv_bias=True")
+            _need(len(self.rope_ref_grid) == 2, f"rope_ref_grid must be () or (rows, cols), got {self.rope_ref_grid}")
+        _need(self.qkv_bias or self.k_bias, "k_bias=False drops only the keys' bias, so it needs qkv_bias=True")
         for name in ("drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
-            need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
-        need(self.mlp_ratio > 0 and self.class_attn_mlp_ratio > 0, "mlp_ratio must be > 0")
+            _need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
+        _need(self.mlp_ratio > 0 and self.class_attn_mlp_ratio > 0, "mlp_ratio must be > 0")
         if self.stem == "conv":
             strides = self.conv_stem_strides or self._default_conv_strides()
-            need(
+            _need(
                 math.prod(strides) == p,
                 f"conv stem strides {strides} multiply to {math.prod(strides)}, not patch_size {p}",
             )
-            need(
+            _need(
                 not self.conv_stem_channels or len(self.conv_stem_channels) == len(strides),
                 f"conv_stem_channels {self.conv_stem_channels} needs one width per stride {strides}",
             )
-        need(
+        _need(
             self.num_patches <= 65536,
             f"{self.num_patches} patches ({h}x{w} at patch {p}) is more than this tool handles; use a larger patch",
         )
         count = self.estimate_parameters()
-        need(
+        _need(
             count <= MAX_PARAMETERS,
             f"this configuration would have about {count:,} parameters (limit {MAX_PARAMETERS:,}); "
             "reduce embed_dim or depth",
         )
+
+    def _validate_tokens(self) -> None:
+        """The prefix tokens, what the head reads and CaiT's late [CLS] fit together."""
+        if self.pool == "cls":
+            _need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
+        if self.prefix_tokens == "cls+dist":
+            _need(self.pool == "cls",
+                 "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
+        else:
+            _need(self.dist_head, "dist_head=False drops the distillation token's classifier, "
+                                 "so it needs prefix_tokens='cls+dist'")
+        if self.class_attn_depth:
+            _need(
+                self.prefix_tokens == "cls" and self.pool == "cls",
+                "class-attention blocks (CaiT) update a [CLS] token: use prefix_tokens='cls', pool='cls'",
+            )
+            _need(not self.reg_tokens, "register tokens join the self-attention blocks, which CaiT's [CLS] skips: "
+                                      "set reg_tokens=0 or class_attn_depth=0")
+            _need(
+                not (SCHEMES[self.pos_embed].prefix_table and self.pos_embed_prefix),
+                "with class attention [CLS] joins after the position embedding: set pos_embed_prefix=False",
+            )
 
     def _validate_heads(self) -> None:
         """Pooling, its norm, the projection and the classifier fit together."""
