@@ -57,22 +57,27 @@ def sample_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def window(qtbot, tiny_checkpoint: Path, sample_png: Path):
-    """The main window on a tiny native checkpoint, with an image and a first prediction."""
+def open_window(qtbot, source: str | None):
+    """The main window on a source, shown, its views built and its first prediction made."""
     from vit_explorer.gui.app import make_app
     from vit_explorer.gui.main_window import MainWindow
 
     make_app()
-    win = MainWindow(str(tiny_checkpoint))
+    win = MainWindow(source)
     qtbot.addWidget(win)
     win.show()
     with qtbot.waitSignal(win.ready, timeout=30000):
         pass
-    session = win.session
-    qtbot.waitUntil(lambda: session.loaded is not None and session.result is not None, timeout=30000)
+    qtbot.waitUntil(lambda: win.session.loaded is not None and win.session.result is not None, timeout=30000)
+    return win
+
+
+@pytest.fixture
+def window(qtbot, tiny_checkpoint: Path, sample_png: Path):
+    """The main window on a tiny native checkpoint, with an image and a first prediction."""
+    win = open_window(qtbot, str(tiny_checkpoint))
     win.image_panel.open_path(str(sample_png))
-    wait_result(qtbot, session)
+    wait_result(qtbot, win.session)
     yield win
     win.close()
 

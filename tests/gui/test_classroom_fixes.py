@@ -14,26 +14,12 @@ from PySide6.QtGui import QImage, QKeySequence
 from vit_explorer.checkpoints import Preprocess, save_native
 from vit_explorer.models import VisionTransformer, preset
 
-from .conftest import save_tiny, wait_result
+from .conftest import open_window, save_tiny, wait_result
 
 
 def show(window, title: str):
     window.docks[title].raise_()
     return window.views[title]
-
-
-def open_window(qtbot, source: str | None):
-    from vit_explorer.gui.app import make_app
-    from vit_explorer.gui.main_window import MainWindow
-
-    make_app()
-    win = MainWindow(source)
-    qtbot.addWidget(win)
-    win.show()
-    with qtbot.waitSignal(win.ready, timeout=30000):
-        pass
-    qtbot.waitUntil(lambda: win.session.loaded is not None and win.session.result is not None, timeout=30000)
-    return win
 
 
 # ---------------------------------------------------------------------------- loading and the Model box

@@ -13,7 +13,7 @@ from vit_explorer.checkpoints import load
 from vit_explorer.explore.figures import arrays
 from vit_explorer.report import build_report
 
-from .conftest import save_tiny, wait_result
+from .conftest import open_window, save_tiny, wait_result
 
 MODELS = {  # name -> overrides of the classroom-tiny preset (patch 4, native 32x32)
     "vit": {},
@@ -34,23 +34,14 @@ def assert_same(app: dict[str, np.ndarray], report: dict[str, np.ndarray], what:
 @pytest.mark.parametrize("name", list(MODELS), ids=list(MODELS))
 def test_report_and_app_draw_the_same_numbers(qtbot, tmp_path: Path, sample_png: Path, name: str,
                                               size: str) -> None:
-    from vit_explorer.gui.app import make_app
-    from vit_explorer.gui.main_window import MainWindow
-
     source = save_tiny(tmp_path / name, **MODELS[name])
     image = Image.open(sample_png).convert("RGB")
     report = build_report(load(source), image=image, image_info={"kind": "file", "path": str(sample_png)},
                           resolution=SIZES[size])
     figures = {name: figure for name, (figure, _) in report.figures.items()}
 
-    make_app()
-    window = MainWindow(str(source))
-    qtbot.addWidget(window)
-    window.show()
-    with qtbot.waitSignal(window.ready, timeout=30000):
-        pass
+    window = open_window(qtbot, str(source))
     session = window.session
-    qtbot.waitUntil(lambda: session.loaded is not None and session.result is not None, timeout=30000)
     window.image_panel.open_path(str(sample_png))
     session.set_size(SIZES[size])
     result = wait_result(qtbot, session)
