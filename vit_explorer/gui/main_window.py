@@ -248,7 +248,7 @@ class MainWindow(QMainWindow):
             self.resizeDocks([self.docks["Image"], self.big_dock], [left, self.width() - left],
                              Qt.Orientation.Horizontal)
             # the image panel's controls need their height; the prediction chart is readable smaller
-            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [620, 380], Qt.Orientation.Vertical)
+            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [560, 440], Qt.Orientation.Vertical)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)
