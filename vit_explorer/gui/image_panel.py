@@ -181,7 +181,7 @@ class ImagePanel(SessionWidget):
         reset_size.setToolTip("Go back to the resolution the model was trained at.")
         reset_size.clicked.connect(self.reset_size)
         layout_controls.addWidget(flow_row([self.height_box, self.width_box, apply_size, reset_size]))
-        scroll = ControlsArea()
+        scroll = self.controls_area = ControlsArea()
         scroll.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # extra room is the image's
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
@@ -215,6 +215,10 @@ class ImagePanel(SessionWidget):
             return False
         self.session.set_image(image, Path(path).name)
         return True
+
+    def set_compact(self, compact: bool) -> None:
+        """Only the image and its first row (presentation mode): clicks still mask, Esc clears the mask."""
+        self.controls_area.setVisible(not compact)
 
     def open_sample_or_path(self, name: str) -> bool:
         """"sample:NAME" for a bundled sample, else an image file."""

@@ -247,8 +247,11 @@ class MainWindow(QMainWindow):
             left = max(340, min(560, self.width() * 38 // 100))
             self.resizeDocks([self.docks["Image"], self.big_dock], [left, self.width() - left],
                              Qt.Orientation.Horizontal)
-            # the image panel's controls need their height; the prediction chart is readable smaller
-            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [560, 440], Qt.Orientation.Vertical)
+            # the image panel's controls need their height; the prediction chart is readable smaller.
+            # Presenting, the controls are hidden and the large text needs the room in the chart.
+            image_share = 42 if self.presentation.presenting else 56
+            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [image_share, 100 - image_share],
+                             Qt.Orientation.Vertical)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -65,8 +65,10 @@ class Presentation:
             window.showNormal()
         window.source_bar.setVisible(not self.presenting)
         window.statusBar().setVisible(not self.presenting)
+        window.image_panel.set_compact(self.presenting)  # the room goes to the image, prediction and the view
         window.presentation_action.setChecked(self.presenting)
         self.apply()
+        window.share_width()
 
     def apply(self) -> None:
         """Set the scale of the current mode on the app's font and the figures, and redraw the views."""

@@ -10,7 +10,9 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QStandardPaths, QTimer
+from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -88,7 +90,7 @@ class TrainingView(View):
         self.data: Any = None  # the TrainingData of the current run (labels, preprocessing)
         self._redraw_pending = False
 
-        split = QSplitter()
+        split = self.split = QSplitter()
         form_widget = QWidget()
         form = QFormLayout(form_widget)
         self.dataset = QComboBox()
@@ -177,15 +179,14 @@ class TrainingView(View):
         self.status = QLabel("Not training.")
         self.status.setWordWrap(True)
         form.addRow(self.status)
-        scroll = QScrollArea()  # on a small screen the form scrolls instead of pushing the window taller
+        scroll = self.form_area = QScrollArea()  # on a small screen the form scrolls, not the window taller
         scroll.setWidgetResizable(True)
         scroll.setWidget(form_widget)
-        scroll.setMaximumWidth(480)  # the curves get the rest
         split.addWidget(scroll)
         self.plots = pg.GraphicsLayoutWidget()
         split.addWidget(self.plots)
         split.setStretchFactor(1, 3)
-        split.setSizes([420, 1100])
+        self._fit_form()
         self.body.addWidget(split, 1)
         self.snapshot: PESnapshot | None = None
         self.snapshot_run = ""  # the run the snapshot belongs to
@@ -382,8 +383,15 @@ class TrainingView(View):
         self.redraw()
 
     def restyle(self) -> None:
+        self._fit_form()
         self._key = None
         self.redraw()
+
+    def _fit_form(self) -> None:
+        """The form as wide as about 52 characters of the current text size; the curves get the rest."""
+        width = QFontMetrics(QApplication.font()).horizontalAdvance("x") * 52
+        self.form_area.setMaximumWidth(width)
+        self.split.setSizes([width, 3 * width])
 
     def redraw(self) -> None:
         """Draw the curves and the PE grid; while the runs and series stay the same, only feed new data."""
