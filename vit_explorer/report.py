@@ -124,7 +124,7 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
     figures.update(_attention_figures(result, query))
     if result.cls_dist is not None:
         figures["cls_dist_similarity.png"] = (facts.tokens_figure(), (900, 600))
-    feature_figures, pca_images = _feature_figures(loaded, result, image_info, needs)
+    feature_figures, pca_images = _feature_figures(loaded, result, image_info)
     figures.update(feature_figures)
     top_rows = loaded.top_k(result.logits, top_k) if cfg.num_classes else []  # no classifier: nothing to rank
     if top_rows:
@@ -167,13 +167,15 @@ def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures
     return figures
 
 
-def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str], needs: Needs
+def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str]
                      ) -> tuple[Figures, list[str]]:
     """PCA of the last block's patch tokens over the image and up to three bundled samples (one basis), the
     last block's [CLS] attention per head, token norms; the embedding of a model without classifier. Also the
     names of the images in the PCA."""
-    others = [p for p in sample_images() if str(p) != image_info.get("path")][:3]
-    results = [result] + [forward_for_report(loaded, open_image(p), result.inputs.size, needs) for p in others]
+    others = features.pca_companions(image_info.get("path") or image_info["kind"])
+    tokens_only = Needs(tokens=frozenset({loaded.config.depth}))  # the PCA uses only the last block's tokens
+    results = [result] + [forward_for_report(loaded, open_image(p), result.inputs.size, tokens_only)
+                          for p in others]
     names = [Path(image_info["path"]).stem if image_info.get("path") else image_info["kind"]] + [p.stem for p in others]
     figures: Figures = {
         "pca_features.png": (features.pca_figure(results, names, loaded.config.depth, False),

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..data.images import sample_images
 from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure
 from .forward import ForwardResult
 
@@ -33,6 +35,16 @@ def patch_tokens(result: ForwardResult, state: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------- PCA as colour
+PCA_COMPANIONS = 3  # bundled samples run beside the image for a shared PCA basis
+
+
+def pca_companions(image_name: str) -> list[Path]:
+    """The bundled samples whose PCA colours are shown beside an image's (one basis): the first few that are
+    not the image itself (matched by file stem, so "chelsea.png" and "/photos/chelsea.jpg" are the same)."""
+    stem = Path(image_name).stem
+    return [p for p in sample_images() if p.stem != stem][:PCA_COMPANIONS]
+
+
 @dataclass(frozen=True)
 class PCAColours:
     colours: tuple[np.ndarray, ...]  # per image (gh, gw, 3) in 0..1 (background black)

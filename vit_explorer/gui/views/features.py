@@ -20,7 +20,6 @@ from .base import Table, View
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
          "nearest images")
-OTHER_IMAGES = 3  # bundled samples run beside the image for a shared PCA basis
 
 
 class FeaturesView(View):
@@ -132,7 +131,7 @@ class FeaturesView(View):
                                       needs=needs))
 
         if mode == "PCA of patch features":
-            others = [p for p in sample_images() if p.stem != Path(name).stem][:OTHER_IMAGES]
+            others = features.pca_companions(name)
             results = [result] + [run(str(p)) for p in others]
             return features.pca_figure(results, [name] + [p.stem for p in others], state, background), None
         if mode == "[CLS] attention per head":
