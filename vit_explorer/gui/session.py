@@ -55,7 +55,8 @@ class Session(QObject):
         self.size: tuple[int, int] = (224, 224)
         self.mask = np.zeros((14, 14), bool)  # (gh, gw) True = [MASK]
         self.head_mask = np.ones((1, 1), np.float32)  # (layers, heads)
-        self.layer = 0
+        self.layer = 0  # the selected block, counted among the blocks `num_layers` names
+        self.class_layers = False  # the layer counts CaiT's class-attention blocks (the Attention view's mode)
         self.head = 0
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
@@ -72,8 +73,12 @@ class Session(QObject):
 
     @property
     def num_layers(self) -> int:
+        """The blocks the layer selects from: the self-attention blocks, or CaiT's class-attention blocks while
+        the layer counts those (`set_class_layers`)."""
         cfg = self.loaded.config if self.loaded else None
-        return cfg.depth + cfg.class_attn_depth if cfg else 0
+        if cfg is None:
+            return 0
+        return cfg.class_attn_depth if self.class_layers and cfg.class_attn_depth else cfg.depth
 
     def load(self, source: str, on_done: Callable[[LoadedModel], None] | None = None,
              on_error: Callable[[str], None] | None = None) -> None:
@@ -166,6 +171,13 @@ class Session(QObject):
         if query != "keep":
             self.query = query  # type: ignore[assignment]
         self.selection_changed.emit()
+
+    def set_class_layers(self, on: bool) -> None:
+        """Whether the layer counts CaiT's class-attention blocks (the Attention view's class-attention mode) or
+        the self-attention blocks (every other mode, which draws maps only those form); the layer stays within
+        them."""
+        self.class_layers = on
+        self.select(layer=self.layer)
 
     # ------------------------------------------------------------------ the forward pass
     def require(self, owner: str, needs: Needs) -> bool:

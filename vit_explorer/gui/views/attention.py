@@ -126,7 +126,7 @@ class AttentionView(View):
 
     def _mode_changed(self) -> None:
         self._ranges()
-        self.refresh()
+        self.session.set_class_layers(self.mode_name == CLASS_ATTENTION)  # a new selection: drawn in `_selection`
 
     def _ranges(self) -> None:
         """The layer box counts self-attention blocks, or class-attention blocks in that mode."""
