@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .conftest import wait_result
+from .conftest import save_tiny, wait_result
 
 
 def test_startup_does_not_import_torch_before_paint() -> None:
@@ -244,13 +244,29 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot) -> None:
     qtbot.waitUntil(lambda: alive() is None, timeout=5000)  # the GUI thread's timer does, whatever the counts
 
 
-def test_closing_disconnects_every_widget_from_the_session(qtbot, window) -> None:
-    """Views and the image panel connect through `listen` and leave nothing connected when they close."""
+def session_receivers(session) -> dict[str, int]:
+    """How many slots each of the session's signals reaches, by signature."""
+    from PySide6.QtCore import SIGNAL, QMetaMethod
+
+    meta = session.metaObject()
+    methods = [meta.method(i) for i in range(meta.methodOffset(), meta.methodCount())]
+    names = [bytes(m.methodSignature()).decode() for m in methods if m.methodType() == QMetaMethod.MethodType.Signal]
+    return {name: session.receivers(SIGNAL(name)) for name in names}
+
+
+def test_closing_disconnects_every_widget_from_the_session(qtbot, window, tmp_path: Path) -> None:
+    """Views and the image panel connect through `listen` and leave nothing connected when they close: what
+    stays connected is the window's own (counted while no view waits on a one-off connection)."""
     from vit_explorer.gui.session_widget import SessionWidget
 
     widgets = [w for w in [*window.views.values(), window.image_panel] if isinstance(w, SessionWidget)]
     assert len(widgets) == len(window.views) + 1 and all(w._connections for w in widgets[:1])
     session = window.session
+    listened = {name: sum(signal == getattr(session, name.split("(")[0]) for w in widgets
+                          for signal, _ in w._connections) for name in session_receivers(session)}
+    own = {name: count - listened[name] for name, count in session_receivers(session).items()}
+    with qtbot.waitSignal(session.model_changed, timeout=20000):  # views rebuild for it, before its first result
+        window.load(str(save_tiny(tmp_path / "other", depth=3)))
     window.close()
     assert all(not w._connections for w in widgets)
-    session.result_ready.emit(session.result)  # would reach a closed widget if one were still connected
+    assert session_receivers(session) == own

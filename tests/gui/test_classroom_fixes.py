@@ -131,11 +131,11 @@ def test_measuring_importance_shows_progress_and_can_be_cancelled(qtbot, window)
     view.measured.connect(lambda done, total: seen.append((done, total)))
     view.measure_importance()
     assert view.progress.isVisible() and view.measure.text() == "Cancel"
-    qtbot.waitUntil(lambda: not view._running, timeout=20000)
+    qtbot.waitUntil(lambda: not view.running, timeout=20000)
     assert seen and seen[-1] == (4, 4)
     view.measure_importance()
     view.measure.click()  # Cancel
-    assert not view._running and view.measure.text() == "Measure importance" and "cancelled" in view.note.text()
+    assert not view.running and view.measure.text() == "Measure importance" and "cancelled" in view.note.text()
 
 
 # ---------------------------------------------------------------------------- exports

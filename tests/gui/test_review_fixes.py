@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .conftest import save_tiny, wait_result
 
 CAIT = {"pos_embed_prefix": False, "class_attn_depth": 1, "talking_heads": True, "layer_scale_init": 0.5}
@@ -39,3 +41,50 @@ def test_the_layer_steps_through_the_blocks_the_attention_mode_shows(qtbot, wind
     window.step_layer(1)
     assert session.layer == 1
     qtbot.waitUntil(lambda: view.figure is not None and view.figure.titles[0].startswith("layer 1"), timeout=10000)
+
+
+# ---------------------------------------------------------------------------- heads
+def test_a_new_model_drops_the_head_importance_measured_on_the_old_one(qtbot, window, tmp_path: Path) -> None:
+    from vit_explorer.checkpoints import load
+
+    deeper = load(save_tiny(tmp_path / "deeper", depth=3))
+    view = show(window, "Heads")
+    qtbot.waitUntil(lambda: view.result is not None and not view.running, timeout=20000)
+    errors: list[str] = []
+    window.session.error.connect(errors.append)
+    view.measure_importance()
+    window.session.set_model(deeper)  # the old measurement finishes after the new buttons are made
+    assert view.measure.text() == "Measure importance" and not view.progress.isVisible() and view.result is None
+    qtbot.waitUntil(lambda: view.result is not None and not view.running, timeout=20000)  # the new model's, at once
+    assert view.importance.shape == (3, 2) and not errors
+
+
+def test_head_importance_is_measured_again_for_a_moved_mask_or_a_new_size(qtbot, window) -> None:
+    session = window.session
+    view = show(window, "Heads")
+    mask = np.zeros(session.grid, bool)
+    mask[:, :4] = True
+    session.set_mask(mask)
+    qtbot.waitUntil(lambda: view.result is not None and view.result.masked_patches == 32 and not view.running,
+                    timeout=20000)
+    before = view.importance.copy()
+    session.set_mask(~mask)  # as many patches, other ones
+    qtbot.waitUntil(lambda: not view.running and not np.allclose(view.importance, before), timeout=20000)
+    session.set_mask(np.zeros(session.grid, bool))
+    qtbot.waitUntil(lambda: not view.running and view.result.masked_patches == 0, timeout=20000)
+    before = view.importance.copy()
+    session.set_size((24, 40))  # nothing masked before or after, at another size
+    qtbot.waitUntil(lambda: not view.running and not np.allclose(view.importance, before), timeout=20000)
+
+
+def test_head_importance_needs_a_classifier(qtbot, window, tmp_path: Path) -> None:
+    open_model(qtbot, window, save_tiny(tmp_path / "features", num_classes=0))
+    view = show(window, "Heads")
+    qtbot.wait(200)  # a model this small would be measured at once
+    assert view.result is None and not view.running and not view.measure.isEnabled()
+    assert "no classifier" in view.measure.toolTip() and "no classifier" in view.note.text()
+    view.measure_importance()
+    assert not view.running
+    open_model(qtbot, window, save_tiny(tmp_path / "classifier"))
+    assert view.measure.isEnabled()
+    qtbot.waitUntil(lambda: view.result is not None, timeout=20000)

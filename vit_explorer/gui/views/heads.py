@@ -7,14 +7,19 @@ import math
 import threading
 
 import numpy as np
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QWidget
 
+from ...explore.forward import Inputs
 from ...explore.heads import Cancelled, HeadImportance, measure
 from ..session import Session
 from .base import Table, View
 
 AUTO_MEASURE_CELLS = 64  # measure importance at once for models with at most this many heads in all
+MEASURE_TIP = ("Remove each head alone and measure how much the predicted class's probability drops on this image, "
+               "with the current [MASK].")
+NO_CLASSIFIER = ("This model has no classifier (features only): head importance, the drop in the predicted class's "
+                 "probability, has no meaning for it.")
 
 
 def importance_colour(value: float, top: float) -> str:
@@ -32,12 +37,12 @@ class HeadsView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.result: HeadImportance | None = None
+        self.measured_on: Inputs | None = None  # the input `result` was measured on
         self.buttons: list[list[QPushButton]] = []
         self._synced: tuple[bytes, int] | None = None  # (head mask, importance) the buttons show
-        self._running = False
+        self._measuring: Inputs | None = None  # the input of the measurement running now
+        self._measure_next_result = False  # a small model is measured after its first prediction
         self.measure = QPushButton("Measure importance")
-        self.measure.setToolTip("Remove each head alone and measure how much the predicted class's probability "
-                                "drops on this image, with the current [MASK].")
         self.measure.clicked.connect(self._measure_clicked)
         for text, tip, slot in (("All on", "Switch every head back on.", self.all_on),
                                 ("Invert", "Switch the heads that are on off, and those off on.", self.invert)):
@@ -65,6 +70,7 @@ class HeadsView(View):
         self.listen(session.model_changed, self.rebuild)
         self.listen(session.image_changed, self._input_changed)
         self.listen(session.inputs_changed, self._inputs_changed)
+        self.listen(session.result_ready, self._result)
         self.rebuild()
 
     def picture(self) -> QWidget:
@@ -75,15 +81,27 @@ class HeadsView(View):
         """(layers, heads) of the last measurement, or None."""
         return None if self.result is None else self.result.values
 
+    @property
+    def running(self) -> bool:
+        """A measurement runs now."""
+        return self._measuring is not None
+
     def rebuild(self) -> None:
+        """Buttons for the new model; a measurement of the old one, shown or running, is dropped."""
+        self.session.cancel("head-importance")
+        self._finished("")
         while self.grid.count():
             self.grid.takeAt(0).widget().deleteLater()
         for row in range(self.grid.rowCount()):
             self.grid.setRowStretch(row, 0)
         self.buttons = []
-        self.result = None
+        self.result = self.measured_on = None
         self._synced = None
         loaded = self.session.loaded
+        classifier = loaded is not None and loaded.config.num_classes > 0
+        self.measure.setEnabled(classifier)
+        self.measure.setToolTip(MEASURE_TIP if classifier else NO_CLASSIFIER)
+        self.note.setText("" if classifier or loaded is None else NO_CLASSIFIER)
         if loaded is None:
             return
         cfg = loaded.config
@@ -106,22 +124,27 @@ class HeadsView(View):
             self.buttons.append(buttons)
         self.grid.setRowStretch(layers + 1, 1)  # keep the rows together at the top
         self._sync()
-        if layers * cfg.num_heads <= AUTO_MEASURE_CELLS:  # after the first prediction, which comes first
-            self.session.result_ready.connect(self._measure_once, Qt.ConnectionType.SingleShotConnection)
+        self._measure_next_result = classifier and layers * cfg.num_heads <= AUTO_MEASURE_CELLS
 
-    def _measure_once(self, *_: object) -> None:
-        self.measure_importance()
+    def _result(self, *_: object) -> None:
+        """The first prediction of a small model comes first, then its heads are measured."""
+        if self._measure_next_result:
+            self._measure_next_result = False
+            self.measure_importance()
 
     def _inputs_changed(self) -> None:
+        """A new [MASK] or size makes what is shown, or being measured, that of another input; a head switched
+        does not (each head is measured alone, in the full model)."""
         self._sync()
-        measured = self.result.masked_patches if self.result is not None else None
-        if self._running or (measured is not None and measured != int(self.session.mask.sum())):
-            self._input_changed()  # a new [MASK]: what is shown, or being measured, is for another input
+        inputs = self.session.inputs()
+        if inputs is not None and any(measured is not None and measured_input(measured) != measured_input(inputs)
+                                      for measured in (self._measuring, self.measured_on)):
+            self._input_changed()
 
     def _input_changed(self) -> None:
         """A new input: measure again (a measurement still running was for the old one and is dropped)."""
         small = self.buttons and len(self.buttons) * len(self.buttons[0]) <= AUTO_MEASURE_CELLS
-        if self._running or (self.result is not None and small):
+        if self.running or (self.result is not None and small):
             self.measure_importance()
         elif self.result is not None:
             self.note.setText("the input changed: measure again for importance on this input")
@@ -138,7 +161,7 @@ class HeadsView(View):
         self.session.set_head_mask(1.0 - self.session.head_mask)
 
     def _measure_clicked(self) -> None:
-        if self._running:
+        if self.running:
             self.session.cancel("head-importance")
             self._finished("measurement cancelled")
         else:
@@ -146,10 +169,10 @@ class HeadsView(View):
 
     def measure_importance(self) -> None:
         inputs = self.session.inputs()
-        if inputs is None:
+        if inputs is None or not inputs.loaded.config.num_classes:
             return
         name = self.session.image_name
-        self._running = True
+        self._measuring = inputs
         self.measure.setText("Cancel")
         self.progress.setValue(0)
         self.progress.setVisible(True)
@@ -161,22 +184,23 @@ class HeadsView(View):
             except Cancelled:
                 return None
 
-        self.session.run("head-importance", work, self._measured, lambda message: self._finished(message))
+        self.session.run("head-importance", work, lambda result: self._measured(inputs, result),
+                         lambda message: self._finished(message))
 
     def _progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
         self.progress.setValue(done)
 
     def _finished(self, note: str) -> None:
-        self._running = False
+        self._measuring = None
         self.measure.setText("Measure importance")
         self.progress.setVisible(False)
         self.note.setText(note)
 
-    def _measured(self, result: HeadImportance | None) -> None:
-        if result is None:
+    def _measured(self, inputs: Inputs, result: HeadImportance | None) -> None:
+        if result is None or inputs.model_id != self.session.model_id:
             return
-        self.result = result
+        self.result, self.measured_on = result, inputs
         self._finished(result.describe())
         self._sync()
 
@@ -214,3 +238,9 @@ class HeadsView(View):
                 value = "" if self.importance is None else float(self.importance[i, h])
                 rows.append((i, h, int(mask[i, h] >= 1), value))
         return ["layer", "head", "on", "importance (probability drop)"], rows
+
+
+def measured_input(inputs: Inputs) -> tuple[int, int, tuple[int, int], bytes]:
+    """What decides a head-importance measurement: the model, the image, the input size and the [MASK] (not the
+    head mask: each head is removed alone from the full model)."""
+    return inputs.model_id, inputs.image_id, inputs.size, inputs.mask.tobytes()
