@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from .conftest import save_tiny, wait_result
 
@@ -88,3 +89,88 @@ def test_head_importance_needs_a_classifier(qtbot, window, tmp_path: Path) -> No
     open_model(qtbot, window, save_tiny(tmp_path / "classifier"))
     assert view.measure.isEnabled()
     qtbot.waitUntil(lambda: view.result is not None, timeout=20000)
+
+
+# ---------------------------------------------------------------------------- features
+def test_the_patch_box_follows_the_grid_at_another_size(qtbot, window) -> None:
+    view = show(window, "Features")
+    assert view.patch.maximum() == 63  # 8 x 8
+    window.session.set_size((48, 48))
+    assert view.patch.maximum() == 143  # 12 x 12
+    view.patch.setValue(143)
+    window.session.set_size((24, 40))
+    assert view.patch.maximum() == 59 and view.patch.value() == 59  # 6 x 10
+
+
+def test_features_runs_the_other_images_as_the_result_ran(qtbot, window, monkeypatch) -> None:
+    from vit_explorer.gui.views import features as features_view
+
+    session = window.session
+    view = show(window, "Features")
+    view.mode.setCurrentText("patch correspondence")
+    view.bring_up_to_date()
+    result = session.result
+    jobs: list = []
+    monkeypatch.setattr(session, "run", lambda channel, fn, *rest, **options: jobs.append(fn))
+    session.set_head_mask(np.array([[1, 0], [1, 1]], np.float32))  # no forward pass runs: the result stays the old one
+    session.set_size((24, 40))
+    view.refresh()
+    ran = []
+    real = features_view.run_forward
+    monkeypatch.setattr(features_view, "run_forward", lambda inputs, *more: ran.append(inputs) or real(inputs, *more))
+    jobs[-1]()
+    assert ran and all(inputs.size == (32, 32) and (inputs.head_mask == result.inputs.head_mask).all()
+                       and inputs.loaded is result.inputs.loaded for inputs in ran)
+
+
+def test_nearest_images_runs_the_samples_once_and_leaves_out_the_image_itself(qtbot, window, monkeypatch) -> None:
+    from vit_explorer.data.images import sample_images
+    from vit_explorer.gui.views import features as features_view
+
+    session = window.session
+    samples = sample_images()
+    if len(samples) < 2:
+        pytest.skip("no bundled samples")
+    window.image_panel.open_sample_or_path(f"sample:{samples[0].stem}")
+    wait_result(qtbot, session)
+    view = show(window, "Features")
+    view.mode.setCurrentText("nearest images")
+    view.bring_up_to_date()
+    assert view.figure.title.startswith("Nearest images") and samples[0].stem not in view.figure.labels
+    ran = []
+    real = features_view.run_forward
+    monkeypatch.setattr(features_view, "run_forward", lambda inputs, *more: ran.append(inputs) or real(inputs, *more))
+    session.toggle_patch(0, 0)
+    wait_result(qtbot, session)
+    view.bring_up_to_date()
+    assert not ran and view.figure.title.startswith("Nearest images")  # the samples' features were kept
+    session.set_head_mask(np.array([[1, 0], [1, 1]], np.float32))
+    wait_result(qtbot, session)
+    view.bring_up_to_date()
+    assert len(ran) == len(samples)  # other heads: other features (kept for every sample, the image's too)
+
+
+# ---------------------------------------------------------------------------- any view's background work
+@pytest.mark.parametrize(("title", "mode"), [("Attention", "rollout"), ("Features", "token norms"), ("Compare", None),
+                                             ("Embeddings", None)])
+def test_work_started_for_the_old_model_is_dropped_when_the_model_changes(qtbot, window, tmp_path: Path, monkeypatch,
+                                                                          title: str, mode: str | None) -> None:
+    from vit_explorer.checkpoints import load
+
+    session = window.session
+    other = load(save_tiny(tmp_path / "other", depth=3))
+    view = show(window, title)
+    if title == "Compare":
+        view.set_other(other, "other")
+    if mode is not None:
+        view.mode.setCurrentText(mode)
+    view.bring_up_to_date()
+    drawn: list = []
+    monkeypatch.setattr(view, "_show" if title == "Embeddings" else "_draw", drawn.append)
+    view.refresh()  # work on the old model's result
+    show(window, "Parameters")  # hidden, the view starts no work for the new model that would replace it
+    session.set_model(other)
+    wait_result(qtbot, session)
+    qtbot.waitUntil(lambda: not session.working(), timeout=10000)
+    qtbot.wait(50)
+    assert drawn == []

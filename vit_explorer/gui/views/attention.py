@@ -191,12 +191,13 @@ class AttentionView(View):
         image, opacity = not self.raw.isChecked(), self.opacity.value() / 100
         if mode == "rollout":
             discard = self.discard.value()
-            self.session.run("attention-analysis",
-                             lambda: attention.rollout_figure(result, query, discard, image=image, opacity=opacity),
-                             self._draw)
+            self.run_for_model(result.inputs.model_id, "attention-analysis",
+                               lambda: attention.rollout_figure(result, query, discard, image=image, opacity=opacity),
+                               self._draw)
             return
         if mode == "mean attention distance":
-            self.session.run("attention-analysis", lambda: attention.mean_distance(result), self._draw_distance)
+            self.run_for_model(result.inputs.model_id, "attention-analysis", lambda: attention.mean_distance(result),
+                               self._draw_distance)
             return
         self.session.cancel("attention-analysis")
         if mode == CLASS_ATTENTION and not result.class_attentions:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEventLoop, QPoint, QSettings, Qt, QTimer
@@ -18,6 +18,7 @@ from ..session import Session
 from ..session_widget import SessionWidget
 
 Table = tuple[list[str], Sequence[Sequence[Any]]]  # header, rows
+T = TypeVar("T")
 EXPORT_FOLDER_KEY = "export_folder"
 EXPORT_SCALES = (1, 2, 3)  # PNG sizes offered, as multiples of the figure's size on screen
 
@@ -96,6 +97,21 @@ class View(SessionWidget):
     def _scheduled(self) -> None:
         self._refresh_pending = False
         self.schedule()
+
+    def run_for_model(self, model_id: int, channel: str, fn: Callable[..., T], on_done: Callable[[T], None],
+                      on_error: Callable[[str], None] | None = None) -> None:
+        """`session.run` for work on a result of model `model_id`: what it returns, or the error it raises, is
+        dropped when another model is current by then (no newer job need come to make it stale: a hidden view
+        starts none)."""
+        def done(value: T) -> None:
+            if model_id == self.session.model_id:
+                on_done(value)
+
+        def failed(message: str) -> None:
+            if model_id == self.session.model_id:
+                (on_error or self.session.error.emit)(message)
+
+        self.session.run(channel, fn, done, failed)
 
     def set_on_screen(self, shown: bool) -> None:
         """Told by the window when the view's dock becomes the current tab (or is hidden)."""

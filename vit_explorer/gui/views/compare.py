@@ -73,7 +73,8 @@ class CompareView(View):
         mine = self.session.loaded
         assert mine is not None
         names = (_name(mine), self.other_name)
-        self.session.run("compare", lambda: (side(mine, names[0], inputs), side(other, names[1], inputs)), self._draw)
+        self.run_for_model(inputs.model_id, "compare",
+                           lambda: (side(mine, names[0], inputs), side(other, names[1], inputs)), self._draw)
 
     def _draw(self, sides: tuple[Side, Side]) -> None:
         self.sides = sides

@@ -47,7 +47,7 @@ class EmbeddingsView(View):
             return
         p = self.p.value()
         facts = self.facts if self.facts is not None and self.facts.model_id == result.inputs.model_id else None
-        self.session.run("embeddings", lambda: embedding_facts(result, p, facts), self._show)
+        self.run_for_model(result.inputs.model_id, "embeddings", lambda: embedding_facts(result, p, facts), self._show)
 
     def _show(self, facts: EmbeddingFacts) -> None:
         same_picture = (self.facts is not None and self.facts.model_id == facts.model_id

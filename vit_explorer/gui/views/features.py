@@ -20,6 +20,7 @@ from .base import Table, View
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
          "nearest images")
+SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask: what the samples' features depend on
 
 
 class FeaturesView(View):
@@ -29,6 +30,7 @@ class FeaturesView(View):
         super().__init__(session, parent)
         self.figure: Figure | None = None
         self.extra: Figure | None = None  # a second figure under the first (token norms: the map)
+        self._samples: tuple[SamplesKey, list[tuple[str, np.ndarray]]] | None = None  # (name, pooled features) each
         self.mode = QComboBox()
         self.mode.addItems(MODES)
         self.mode.setToolTip("PCA of the patch tokens as colour (DINOv2), [CLS] attention per head (DINO), token "
@@ -69,6 +71,7 @@ class FeaturesView(View):
         self.patch.valueChanged.connect(self.refresh)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
+        self.listen(session.inputs_changed, self._patch_range)
         self._model_changed()
 
     def picture(self) -> QWidget:
@@ -88,8 +91,14 @@ class FeaturesView(View):
         depth = loaded.config.depth if loaded else 1
         self.state.setRange(-1, depth - 1)
         self.state.setValue(depth - 1)  # the last block's tokens, as the papers show them
-        self.patch.setRange(0, max(0, int(np.prod(self.session.grid)) - 1))
+        self._patch_range()
         self.schedule()
+
+    def _patch_range(self) -> None:
+        """The patches of the grid (another input size has another grid): the new result redraws."""
+        self.patch.blockSignals(True)
+        self.patch.setRange(0, max(0, int(np.prod(self.session.grid)) - 1))
+        self.patch.blockSignals(False)
 
     def _needs(self, mode: str) -> Needs:
         loaded = self.session.loaded
@@ -106,49 +115,60 @@ class FeaturesView(View):
                               (self.share, ("[CLS] attention per head",)),
                               (self.other, ("patch correspondence",)), (self.patch, ("patch correspondence",))):
             widget.setVisible(mode in modes)
-        result, inputs = self.session.result, self.session.inputs()
-        if result is None or inputs is None:
+        result = self.session.result
+        if result is None:
             return
         needs = self._needs(mode)
         if not self.session.require(self.title, needs):
             self.note.setText("computing…")
             return
+        name = self.session.image_name
+        if mode == "nearest images":
+            self._nearest(result, name)
+            return
         state = self.state.value() + 1  # index of the token states: 0 is the embedded input
         background, share = self.background.isChecked(), self.share.value()
         other, patch = self.other.currentData(), self.patch.value()
-        name = self.session.image_name
-        self.session.run("features", lambda: self._compute(mode, result, inputs, needs, name, state, background, share,
-                                                           other, patch), self._draw, self._failed)
+        self.run_for_model(result.inputs.model_id, "features", lambda: self._compute(
+            mode, result, needs, name, state, background, share, other, patch), self._draw, self._failed)
 
     @staticmethod
-    def _compute(mode: str, result: ForwardResult, inputs: Inputs, needs: Needs, name: str, state: int,
-                 background: bool, share: float, other: str | None, patch: int) -> tuple[Figure, Figure | None]:
-        """The figures of a mode (in a worker): other images run with the same model and needs."""
-        def run(path: str) -> ForwardResult:
-            image = open_image(path)
-            grid = inputs.mask.shape
-            return run_forward(Inputs(inputs.loaded, image, inputs.size, np.zeros(grid, bool), inputs.head_mask,
-                                      needs=needs))
-
+    def _compute(mode: str, result: ForwardResult, needs: Needs, name: str, state: int, background: bool,
+                 share: float, other: str | None, patch: int) -> tuple[Figure, Figure | None]:
+        """The figures of a mode (in a worker): other images run as the result's image ran, with the view's needs."""
         if mode == "PCA of patch features":
             others = features.pca_companions(name)
-            results = [result] + [run(str(p)) for p in others]
+            results = [result] + [run_beside(result.inputs, p, needs) for p in others]
             return features.pca_figure(results, [name] + [p.stem for p in others], state, background), None
         if mode == "[CLS] attention per head":
             return features.cls_heads_figure(result, share), None
         if mode == "token norms":
             return features.norms_figure(result), features.outliers_figure(result, result.depth)
-        if mode == "patch correspondence":
-            if other is None:
-                raise ValueError("no second image: the bundled samples are missing")
-            gw = result.layout.grid[1]
-            second = run(other)
-            return features.correspondence_figure(result, second, state, divmod(patch, gw),
-                                                  (name, Path(other).stem)), None
-        paths = sample_images()
-        nearest = features.nearest(result.features, [run(str(p)).features for p in paths], [p.stem for p in paths])
+        if other is None:  # patch correspondence, the last mode computed here (nearest images: `_nearest`)
+            raise ValueError("no second image: the bundled samples are missing")
+        gw = result.layout.grid[1]
+        second = run_beside(result.inputs, Path(other), needs)
+        return features.correspondence_figure(result, second, state, divmod(patch, gw), (name, Path(other).stem)), None
+
+    def _nearest(self, result: ForwardResult, name: str) -> None:
+        """The samples nearest the image by pooled features, the image itself left out (by file stem, as the PCA
+        does); the samples run once per model, input size and head mask."""
+        inputs = result.inputs
+        key = (inputs.model_id, inputs.size, inputs.head_mask.tobytes())
+        if self._samples is None or self._samples[0] != key:
+            self.note.setText("running the sample images…")
+            self.run_for_model(inputs.model_id, "features", lambda: sample_features(inputs),
+                               lambda found: self._samples_ready(key, found), self._failed)
+            return
+        self.session.cancel("features")  # an older figure still computing would replace this one
+        others = [(stem, pooled) for stem, pooled in self._samples[1] if stem != Path(name).stem]
+        nearest = features.nearest(result.features, [pooled for _, pooled in others], [stem for stem, _ in others])
         without_classifier = not inputs.loaded.config.num_classes  # then the embedding is all there is to see
-        return nearest, features.embedding_figure(result.features) if without_classifier else None
+        self._draw((nearest, features.embedding_figure(result.features) if without_classifier else None))
+
+    def _samples_ready(self, key: SamplesKey, found: list[tuple[str, np.ndarray]]) -> None:
+        self._samples = (key, found)
+        self.schedule()
 
     def _draw(self, drawn: tuple[Figure, Figure | None]) -> None:
         self.note.setText("")
@@ -185,3 +205,14 @@ class FeaturesView(View):
         rows = [(key, i, float(v)) for key, values in arrays(self.figure).items()
                 for i, v in enumerate(np.asarray(values).reshape(-1))]
         return ["series", "index", "value"], rows
+
+
+def run_beside(inputs: Inputs, path: Path, needs: Needs) -> ForwardResult:
+    """Another image run as `inputs` ran (the same model, size and head mask), nothing masked (in a worker)."""
+    return run_forward(Inputs(inputs.loaded, open_image(path), inputs.size, np.zeros(inputs.mask.shape, bool),
+                              inputs.head_mask, needs=needs))
+
+
+def sample_features(inputs: Inputs) -> list[tuple[str, np.ndarray]]:
+    """Each bundled sample's name and pooled features, run as `inputs` ran (in a worker)."""
+    return [(path.stem, run_beside(inputs, path, Needs()).features) for path in sample_images()]

@@ -184,8 +184,8 @@ class HeadsView(View):
             except Cancelled:
                 return None
 
-        self.session.run("head-importance", work, lambda result: self._measured(inputs, result),
-                         lambda message: self._finished(message))
+        self.run_for_model(inputs.model_id, "head-importance", work, lambda result: self._measured(inputs, result),
+                           self._finished)
 
     def _progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
@@ -198,7 +198,7 @@ class HeadsView(View):
         self.note.setText(note)
 
     def _measured(self, inputs: Inputs, result: HeadImportance | None) -> None:
-        if result is None or inputs.model_id != self.session.model_id:
+        if result is None:
             return
         self.result, self.measured_on = result, inputs
         self._finished(result.describe())
