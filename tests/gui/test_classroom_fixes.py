@@ -199,15 +199,25 @@ def test_training_csv_has_validation_points(qtbot, window, tmp_path: Path) -> No
 
 def test_app_training_asks_before_replacing_a_saved_run(qtbot, window, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from vit_explorer.gui.views.training import CHANGES, Run
+
     out = save_tiny(tmp_path / "saved")
     before = (out / "model.safetensors").read_bytes()
     view = show(window, "Training")
     view.out.setText(str(out))
     asked: list[Path] = []
     monkeypatch.setattr(view, "confirm_replace", lambda path: asked.append(path) or False)
+    view.runs = [Run("run 1", preset("classroom-tiny"), tmp_path / "first"),
+                 Run(CHANGES[0][0], preset("classroom-tiny"), tmp_path / "second")]
+    shown = list(view.runs)
     assert not view.start()
     assert asked == [out] and not view.running
     assert (out / "model.safetensors").read_bytes() == before
+    assert view.runs == shown  # answering "No" keeps the runs on screen
+    compared = save_tiny(out.with_name(f"{out.name}-{CHANGES[0][0].replace(' ', '-')}"))
+    view.change.setCurrentIndex(0)
+    assert not view.start_comparison()
+    assert asked[-1] == compared and view.runs == shown
 
 
 # ---------------------------------------------------------------------------- parameters, position, compute

@@ -243,20 +243,19 @@ class TrainingView(View):
         except ValueError as error:
             self.session.error.emit(str(error))
             return False
-        if not resume and name == "run 1":
-            self.runs = []
         out = Path(self.out.text()).expanduser()
         if name != "run 1":
             out = out.with_name(out.name + "-" + name.replace(" ", "-"))
         if not resume and (out / CONFIG_NAME).exists() and not self.confirm_replace(out):
-            if name == "run 1":
-                self.runs = []
-            return False
+            return False  # the runs on screen stay
+        if resume:
+            run = self.runs[-1]
+        else:  # a first run starts afresh; a comparison run replaces any but the first
+            del self.runs[0 if name == "run 1" else 1:]
+            run = Run(name, cfg, out)
+            self.runs.append(run)
         dataset = self.dataset.currentData() or self.dataset.currentText().strip()
         size = self.train_size.value()
-        run = self.runs[-1] if resume else Run(name, cfg, out)
-        if not resume:
-            self.runs.append(run)
         run.finished = None
         self.control = Control()
         control = self.control
@@ -296,7 +295,6 @@ class TrainingView(View):
         except ValueError as error:
             self.session.error.emit(f"cannot make the comparison model: {error}")
             return False
-        del self.runs[1:]
         return self.start(cfg, name=label)
 
     def toggle_pause(self) -> None:
