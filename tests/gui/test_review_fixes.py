@@ -174,3 +174,65 @@ def test_work_started_for_the_old_model_is_dropped_when_the_model_changes(qtbot,
     qtbot.waitUntil(lambda: not session.working(), timeout=10000)
     qtbot.wait(50)
     assert drawn == []
+
+
+# ---------------------------------------------------------------------------- lessons and the image panel
+def lesson_of(*steps):
+    from vit_explorer.explore.lessons import Lesson, Step
+
+    return Lesson("review", tuple(Step(f"step {i}", "caption", **step) for i, step in enumerate(steps)),
+                  Path("review.json"))
+
+
+def test_a_lesson_step_at_a_size_the_model_cannot_take_says_so_and_applies_the_rest(qtbot, window) -> None:
+    session = window.session
+    window.lesson.start(lesson_of({}, {"size": (30, 30), "mask": ((0, 0),), "mode": "all heads", "layer": 1,
+                                       "view": "Heads"}))
+    with qtbot.waitSignal(window.lesson.applied, timeout=10000):
+        window.lesson.next()  # the tiny model's patches are 4 pixels: 30 does not divide
+    assert "not a multiple of the patch size" in window.banner.text()
+    assert session.size == (32, 32) and session.mask[0, 0] and session.mask.sum() == 1
+    assert window.views["Attention"].mode_name == "all heads" and session.layer == 1
+    window.lesson.leave()
+
+
+def test_lesson_models_load_on_the_device_the_session_uses(monkeypatch) -> None:
+    import vit_explorer.checkpoints as checkpoints
+    import vit_explorer.explore.build as build
+    from vit_explorer.explore.lessons import Model
+    from vit_explorer.gui.lesson import materialize
+
+    devices: list[str | None] = []
+    monkeypatch.setattr(checkpoints, "load", lambda source, **options: devices.append(options.get("device")))
+    monkeypatch.setattr(build, "preferred_device", lambda: "the session's device")
+    materialize(Model(source="some/checkpoint"))
+    assert devices == ["the session's device"]
+
+
+def test_only_page_keys_step_a_lesson_from_anywhere_in_the_window(qtbot, window) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QPushButton
+
+    window.activateWindow()
+    window.lesson.start(lesson_of({}, {}, {}, {}))
+    clear = next(b for b in window.image_panel.findChildren(QPushButton) if b.text() == "Clear")
+    clear.setFocus()
+    for key in (Qt.Key.Key_Space, Qt.Key.Key_Right, Qt.Key.Key_Backspace, Qt.Key.Key_Left):
+        qtbot.keyClick(clear, key)
+        assert window.lesson.index == 0, key
+    qtbot.keyClick(clear, Qt.Key.Key_PageDown)
+    assert window.lesson.index == 1
+    previous = window.lesson.panel.buttons[0]
+    previous.setFocus()
+    qtbot.keyClick(previous, Qt.Key.Key_Right)  # the arrows step within the lesson panel
+    assert window.lesson.index == 2
+    qtbot.keyClick(previous, Qt.Key.Key_Left)
+    qtbot.keyClick(clear, Qt.Key.Key_PageUp)
+    assert window.lesson.index == 0
+    window.lesson.leave()
+
+
+def test_the_size_boxes_show_the_size_a_lesson_set(qtbot, window) -> None:
+    window.session.set_size((24, 40))
+    panel = window.image_panel
+    assert (panel.height_box.value(), panel.width_box.value()) == (24, 40)

@@ -194,6 +194,7 @@ class ImagePanel(SessionWidget):
 
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.inputs_changed, self._draw_mask)
+        self.listen(session.inputs_changed, self._sync_size_boxes)  # a size set elsewhere (a lesson step)
         self.listen(session.selection_changed, self._draw_mask)
         self.listen(session.result_ready, self._result)
         self.listen(session.image_changed, self._image_changed)

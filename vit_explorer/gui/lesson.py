@@ -1,7 +1,7 @@
 """Lesson mode: step through a lesson (explore/lessons.py) on the live app. Each step puts the app in its
 state (model, image, size, masks, heads, view, attention mode, layer, query, a second model to compare)
-and shows its caption; a presenter steps with PageDown / PageUp (what a clicker sends) or the arrows,
-and can leave at any step and explore from there."""
+and shows its caption; a presenter steps with PageDown / PageUp (what a clicker sends) anywhere in the window,
+or the arrows in the lesson panel, and can leave at any step and explore from there."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ if TYPE_CHECKING:  # torch and the model code load after the window paints (see 
     from ..explore.lessons import Lesson, Model, Step
     from .main_window import MainWindow
 
-NEXT_KEYS = ("PgDown", "Right", "Space")
-PREVIOUS_KEYS = ("PgUp", "Left", "Backspace")
+# (key, step, only in the lesson panel): PageDown / PageUp anywhere in the window, what a presentation clicker
+# sends; the arrows while the panel has the focus (elsewhere they, and Space, belong to the focused control)
+STEP_KEYS = (("PgDown", 1, False), ("PgUp", -1, False), ("Right", 1, True), ("Left", -1, True))
 
 
 def materialize(model: Model) -> LoadedModel:
     """The LoadedModel a step names: loaded from its source, or built from its preset (run in a worker)."""
     if model.source is not None:
         from ..checkpoints import load
+        from ..explore.build import preferred_device
 
-        return load(model.source)
+        return load(model.source, device=preferred_device())  # where the session runs its models
     from ..explore.build import build_loaded
 
     return build_loaded(model.config())
@@ -47,13 +49,15 @@ class LessonPanel(QWidget):
         head.addWidget(self.title, 1)
         self.counter = QLabel("")
         head.addWidget(self.counter)
-        for text, tip, slot in (("◀ Previous", "The previous step (PageUp, Left)", runner.previous),
-                                ("Next ▶", "The next step (PageDown, Right, Space)", runner.next),
+        self.buttons: list[QPushButton] = []
+        for text, tip, slot in (("◀ Previous", "The previous step (PageUp; Left in this panel)", runner.previous),
+                                ("Next ▶", "The next step (PageDown; Right in this panel)", runner.next),
                                 ("Leave lesson", "Stop the lesson here and explore freely", runner.leave)):
             button = QPushButton(text)
             button.setToolTip(tip)
             button.clicked.connect(slot)
             head.addWidget(button)
+            self.buttons.append(button)
         layout.addLayout(head)
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
@@ -83,9 +87,15 @@ class LessonRunner(QObject):
         self.index = -1
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: built and loaded once per lesson
-        self._shortcuts = [QShortcut(QKeySequence(key), window, activated=slot)
-                           for keys, slot in ((NEXT_KEYS, self.next), (PREVIOUS_KEYS, self.previous)) for key in keys]
+        self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
         self._enable_keys(False)
+
+    def _shortcut(self, key: str, step: int, in_panel: bool) -> QShortcut:
+        slot = self.next if step > 0 else self.previous
+        if in_panel:
+            return QShortcut(QKeySequence(key), self.panel, activated=slot,
+                             context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        return QShortcut(QKeySequence(key), self.window, activated=slot)
 
     @property
     def running(self) -> bool:
@@ -96,6 +106,7 @@ class LessonRunner(QObject):
         self._models = {}
         self.window.show_lesson_panel(self.panel, True)
         self._enable_keys(True)
+        self.panel.buttons[1].setFocus()  # Next: the arrows step at once
         self.go(0)
 
     def next(self) -> None:
@@ -158,7 +169,10 @@ class LessonRunner(QObject):
         if step.size == "native":
             window.image_panel.reset_size()
         elif isinstance(step.size, tuple):
-            session.set_size(step.size)
+            try:
+                session.set_size(step.size)
+            except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
+                session.error.emit(f"lesson step {index + 1}: {error}")
         self._mask(step)
         if step.heads_off is not None:
             heads = np.ones_like(session.head_mask)
