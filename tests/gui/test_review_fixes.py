@@ -236,3 +236,13 @@ def test_the_size_boxes_show_the_size_a_lesson_set(qtbot, window) -> None:
     window.session.set_size((24, 40))
     panel = window.image_panel
     assert (panel.height_box.value(), panel.width_box.value()) == (24, 40)
+
+
+# ---------------------------------------------------------------------------- figures
+def test_the_colour_bar_names_what_the_map_shows(qtbot, window) -> None:
+    view = show(window, "Attention")
+    qtbot.waitUntil(lambda: view.figure is not None, timeout=10000)
+    assert view._drawn.bar.axis.labelText == "attention"
+    view.mode.setCurrentText("rollout")  # one map over the image, as "one head" draws: the plot is kept
+    qtbot.waitUntil(lambda: view.figure is not None and "rollout" in view.figure.titles[0], timeout=10000)
+    assert view._drawn.bar.axis.labelText == "rollout weight"

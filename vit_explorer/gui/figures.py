@@ -542,14 +542,12 @@ class MapsPlot:
                                      row=1, col=columns, rowspan=rows)  # row 0 is the heading
 
     def matches(self, figure: MapsFigure) -> bool:
-        """Whether `update` can show this figure (the same plots, only other numbers and titles)."""
-        old = self.figure
+        """Whether `update` can show this figure (the same plots and colour bar, only other numbers and titles)."""
+        def look(f: MapsFigure) -> tuple[object, ...]:
+            return (len(f.maps), f.grid, None if f.image is None else f.image.shape, f.scale, f.cmap, f.colorbar_label,
+                    f.levels)
 
-        def shape(f: MapsFigure) -> tuple[int, ...] | None:
-            return None if f.image is None else f.image.shape
-
-        return (len(figure.maps), figure.grid, shape(figure), figure.scale, figure.cmap) == (
-            len(old.maps), old.grid, shape(old), old.scale, old.cmap)
+        return look(figure) == look(self.figure)
 
     def update(self, figure: MapsFigure) -> None:
         """New numbers, titles, photo and masked cells, in place (rebuilding plots costs the GUI thread)."""
