@@ -246,3 +246,23 @@ def test_the_colour_bar_names_what_the_map_shows(qtbot, window) -> None:
     view.mode.setCurrentText("rollout")  # one map over the image, as "one head" draws: the plot is kept
     qtbot.waitUntil(lambda: view.figure is not None and "rollout" in view.figure.titles[0], timeout=10000)
     assert view._drawn.bar.axis.labelText == "rollout weight"
+
+
+# ---------------------------------------------------------------------------- model builder
+@pytest.mark.parametrize("overrides", [{"prefix_tokens": "none", "pool": "map", "num_classes": 0},  # SigLIP
+                                       {"num_classes": 0, "reg_tokens": 4, "pos_embed_prefix": False,
+                                        "layer_scale_init": 1e-5},  # DINOv2 with registers
+                                       {"pool": "gap"}],  # [CLS] kept, the head on the mean of the patches
+                         ids=["siglip", "dinov2", "cls-gap"])
+def test_the_builder_starts_from_any_open_model(qtbot, window, tmp_path: Path, overrides: dict) -> None:
+    from vit_explorer.checkpoints import load
+
+    loaded = load(save_tiny(tmp_path / "model", **overrides))
+    window.session.set_model(loaded)
+    view = show(window, "Model builder")
+    view.from_current()
+    assert view.config() == loaded.config
+    if not loaded.config.num_classes:
+        assert view.classes.text() == "features only"
+    view.prefix.setCurrentIndex(view.prefix.findData("cls+dist"))  # another prefix: the head reads what it offers
+    assert (view.config().prefix_tokens, view.config().pool) == ("cls+dist", "cls")

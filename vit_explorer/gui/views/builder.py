@@ -26,7 +26,9 @@ from .base import Table, View
 
 PE_SCHEMES = [(scheme.label, name) for name, scheme in SCHEMES.items()]
 STEM_CHOICES = [(stem.label, name) for name, stem in STEMS.items()]
-PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none (GAP)", "none")]  # "none" pools patches
+PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none", "none")]
+POOLING = {"cls": "output from [CLS]", "gap": "output from the mean of the patches",
+           "map": "output from an attention pool of the patches"}  # what the classifier (or features-only output) reads
 
 
 class BuilderView(View):
@@ -35,6 +37,7 @@ class BuilderView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self._base: dict[str, Any] = dict(PRESETS["classroom"])  # fields without a control come from here
+        self._tokens = ("cls", "cls")  # (prefix tokens, pool) shown: the pool stays while the prefix does
         form = QFormLayout()
         self.preset = QComboBox()
         self.preset.addItem("(from parts)", "")
@@ -70,8 +73,8 @@ class BuilderView(View):
         self.stem = combo(STEM_CHOICES, "How the image becomes tokens: one linear map per patch, or a small "
                                         "convolutional network.")
         self.pos_embed = combo(PE_SCHEMES, "How the model knows where each patch sits.")
-        self.prefix = combo(PREFIXES, "Tokens put in front of the patches; without them the head reads the mean of "
-                                      "the patches.")
+        self.prefix = combo(PREFIXES, "Tokens put in front of the patches; without them the head reads the patches "
+                                      "(their mean, or an attention pool as SigLIP's).")
         self.depth_box = spin(1, 48, 4, "Number of transformer blocks.")
         self.width_box = spin(8, 2048, 96, "Embedding width D of every token.", 8)
         self.heads = spin(1, 32, 4, "Attention heads per block (D must be divisible by it).")
@@ -84,7 +87,9 @@ class BuilderView(View):
         self.patch = spin(1, 64, 4, "Patch size P in pixels (the stem's stride).")
         self.image_h = spin(1, 1024, 32, "Input height in pixels (a multiple of P).")
         self.image_w = spin(1, 1024, 32, "Input width in pixels (a multiple of P).")
-        self.classes = spin(1, 10000, 10, "Number of classes of the classifier.")
+        self.classes = spin(0, 10000, 10, "Number of classes of the classifier; 0: features only (no classifier, the "
+                                          "model returns its pooled features, as DINOv2 and SigLIP do).")
+        self.classes.setSpecialValueText("features only")
         self.layer_scale = QCheckBox("LayerScale (1e-5)")
         self.layer_scale.setToolTip("Scale each residual branch by a learned per-channel factor, as CaiT does.")
         self.layer_scale.toggled.connect(self.update_estimate)
@@ -119,7 +124,8 @@ class BuilderView(View):
             w.blockSignals(True)
         self.stem.setCurrentIndex(self.stem.findData(cfg.stem))
         self.pos_embed.setCurrentIndex(self.pos_embed.findData(cfg.pos_embed))
-        self.prefix.setCurrentIndex(self.prefix.findData("none" if cfg.pool == "gap" else cfg.prefix_tokens))
+        self.prefix.setCurrentIndex(self.prefix.findData(cfg.prefix_tokens))
+        self._tokens = (cfg.prefix_tokens, cfg.pool)
         self.depth_box.setValue(cfg.depth)
         self.width_box.setValue(cfg.embed_dim)
         self.heads.setValue(cfg.num_heads)
@@ -127,7 +133,7 @@ class BuilderView(View):
         self.patch.setValue(cfg.patch_size)
         self.image_h.setValue(cfg.image_size[0])
         self.image_w.setValue(cfg.image_size[1])
-        self.classes.setValue(max(1, cfg.num_classes))
+        self.classes.setValue(cfg.num_classes)
         self.layer_scale.setChecked(cfg.layer_scale_init is not None)
         self.class_attn.setValue(cfg.class_attn_depth)
         for w in widgets:
@@ -151,12 +157,13 @@ class BuilderView(View):
         """The config the controls describe; raises ConfigError with what to change."""
         prefix = self.prefix.currentData()
         class_attn = self.class_attn.value()
+        shown_prefix, shown_pool = self._tokens  # another prefix: the head reads what it offers
         values: dict[str, Any] = {
             **self._base,
             "stem": self.stem.currentData(),
             "pos_embed": self.pos_embed.currentData(),
-            "prefix_tokens": "none" if prefix == "none" else prefix,
-            "pool": "gap" if prefix == "none" else "cls",
+            "prefix_tokens": prefix,
+            "pool": shown_pool if prefix == shown_prefix else "gap" if prefix == "none" else "cls",
             "depth": self.depth_box.value(),
             "embed_dim": self.width_box.value(),
             "num_heads": self.heads.value(),
@@ -184,7 +191,7 @@ class BuilderView(View):
         self.estimate.setStyleSheet("")
         gh, gw = cfg.grid_size
         self.estimate.setText(f"{cfg.estimate_parameters():,} parameters · {gh}×{gw} patches · "
-                              f"{cfg.num_prefix_tokens} prefix tokens · head dim {cfg.head_dim}")
+                              f"{cfg.num_prefix_tokens} prefix tokens · head dim {cfg.head_dim} · {POOLING[cfg.pool]}")
         self.build_button.setEnabled(True)
 
     def build(self) -> None:
