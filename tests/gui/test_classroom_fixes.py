@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 from PySide6.QtCore import QPointF, QSettings
 from PySide6.QtGui import QImage, QKeySequence
+from PySide6.QtWidgets import QMenu
 
 from vit_explorer.checkpoints import Preprocess, save_native
 from vit_explorer.models import VisionTransformer, preset
@@ -261,8 +262,7 @@ def test_resampled_position_embeddings_say_so(qtbot, window) -> None:
 def test_quit_help_and_theme_menus(qtbot, window) -> None:
     from vit_explorer.gui import theme
 
-    actions = {a.text(): a for menu in window.menuBar().findChildren(type(window.menuBar().addMenu("x")))
-               for a in menu.actions()}
+    actions = {a.text(): a for menu in window.menuBar().findChildren(QMenu) for a in menu.actions()}
     assert actions["Quit"].shortcut() == QKeySequence("Ctrl+Q")
     assert "Keyboard shortcuts" in actions and "About vit-explorer" in actions
     assert actions["Presentation mode"].shortcut() == QKeySequence("F11")
@@ -305,9 +305,9 @@ def test_the_samples_box_follows_the_image(qtbot, window, tmp_path: Path) -> Non
     panel = window.image_panel
     if panel.samples.count() < 2:
         pytest.skip("no bundled samples")
-    panel.samples.setCurrentIndex(1)
-    panel._sample_chosen(1)
-    assert panel.samples.currentIndex() == 1
+    panel.samples.activated.emit(1)  # chosen from the box's list
+    wait_result(qtbot, window.session)
+    assert window.session.image_name.startswith(panel.samples.itemText(1)) and panel.samples.currentIndex() == 1
     other = tmp_path / "other.png"
     Image.new("RGB", (32, 32), (10, 200, 30)).save(other)
     panel.open_path(str(other))

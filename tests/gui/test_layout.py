@@ -57,7 +57,8 @@ def test_no_view_is_clipped_or_overlapping(qtbot, window, size: tuple[int, int],
     problems = {}
     for title, dock in window.docks.items():
         dock.raise_()
-        window.views.get(title, window.image_panel).bring_up_to_date() if title in window.views else None
+        if title in window.views:
+            window.views[title].bring_up_to_date()
         qtbot.wait(50)
         found = layout_problems(dock)
         if found:

@@ -173,12 +173,18 @@ def test_builder_starts_from_the_open_model(qtbot, window, deit_checkpoint: Path
 
 
 def test_features_view_every_mode(qtbot, window) -> None:
+    from vit_explorer.explore.figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure
+
     view = show(window, "Features")
-    for mode in ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
-                 "nearest images"):
+    for mode, kind, title in (("PCA of patch features", ImagesFigure, "First three principal components"),
+                              ("[CLS] attention per head", MapsFigure, "[CLS] attention in the last block"),
+                              ("token norms", LinesFigure, "Token norms"),
+                              ("patch correspondence", ImagesFigure, "Patch correspondence"),
+                              ("nearest images", BarsFigure, "Nearest images")):
         view.mode.setCurrentText(mode)
         view.bring_up_to_date()
-        assert view.figure is not None, (mode, view.note.text())
+        assert isinstance(view.figure, kind), (mode, view.note.text())
+        assert (view.figure.heading if kind is MapsFigure else view.figure.title).startswith(title), mode
     view.mode.setCurrentText("PCA of patch features")
     view.background.setChecked(True)
     view.bring_up_to_date()
