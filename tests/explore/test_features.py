@@ -124,3 +124,14 @@ def test_relative_bias_is_the_blocks_table_at_each_offset() -> None:
     assert bias[2, 3, 0, 1] == pytest.approx(float(table[offset]), abs=1e-6)
     with pytest.raises(ValueError, match="block 9"):
         position.relative_bias(model, (4, 6), block=9)
+
+
+def test_pca_leaves_non_finite_patches_black_and_refuses_when_none_are_finite() -> None:
+    tokens = torch.randn(12, 8, generator=torch.Generator().manual_seed(0))
+    tokens[[1, 5]] = float("nan")
+    pca = features.pca_colours([tokens], [(3, 4)], remove_background=False)
+    colours, kept = pca.colours[0].reshape(12, 3), pca.foreground[0].reshape(12)
+    assert np.isfinite(colours).all() and not kept[[1, 5]].any() and kept.sum() == 10
+    np.testing.assert_array_equal(colours[[1, 5]], 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        features.pca_colours([torch.full((12, 8), float("nan"))], [(3, 4)], remove_background=True)
