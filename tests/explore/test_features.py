@@ -110,6 +110,9 @@ def test_rotary_similarity_depends_on_the_offset_only() -> None:
     assert sim.shape == (4, 6, 4, 6)
     np.testing.assert_allclose(np.diagonal(sim.reshape(24, 24)), 1.0, atol=1e-6)
     assert sim[0, 0, 1, 2] == pytest.approx(sim[2, 3, 3, 5], abs=1e-6)  # the same (1, 2) offset
+    angles = model.rope_angles((4, 6)).float()  # (N, K): the mean cosine of the angle differences, written out
+    by_hand = (angles[:, None, :] - angles[None, :, :]).cos().mean(dim=-1)
+    np.testing.assert_allclose(sim.reshape(24, 24), by_hand.numpy(), atol=1e-5)
     assert position.attention_scheme_figure(model, (4, 6)) is not None
 
 

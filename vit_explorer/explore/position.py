@@ -95,8 +95,10 @@ def rotary_similarity(model: VisionTransformer, grid: tuple[int, int]) -> np.nda
     angles = model.rope_angles(grid)
     if angles is None:
         raise ValueError(f"the {SCHEMES[model.config.pos_embed].label} scheme does not rotate queries and keys")
-    diff = angles.float()[:, None, :] - angles.float()[None, :, :]  # (N, N, hd/2)
-    return diff.cos().mean(dim=-1).reshape(*grid, *grid).cpu().numpy()
+    angles = angles.float()  # (N, K)
+    cos, sin = angles.cos(), angles.sin()  # mean_k cos(a_k - b_k) without the (N, N, K) differences
+    similarity = (cos @ cos.T + sin @ sin.T) / angles.shape[1]
+    return similarity.reshape(*grid, *grid).cpu().numpy()
 
 
 def attention_scheme_figure(model: VisionTransformer, grid: tuple[int, int], block: int = 0
