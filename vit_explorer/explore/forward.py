@@ -83,6 +83,12 @@ class Inputs:
     def masked(self) -> bool:
         return bool(self.mask.any()) or bool((self.head_mask < 1).any())
 
+    def same_pass(self, other: Inputs) -> bool:
+        """Whether both feed the model the same thing (the needs aside)."""
+        return (self.loaded is other.loaded and self.model_id == other.model_id and self.image_id == other.image_id
+                and tuple(self.size) == tuple(other.size) and np.array_equal(self.mask, other.mask)
+                and np.array_equal(self.head_mask, other.head_mask))
+
 
 @dataclass
 class ForwardResult:
