@@ -83,11 +83,14 @@ def choose_image(path: str | None) -> tuple[Image.Image, dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------- the report
+Figures = dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
+
+
 @dataclass
 class Report:
     summary: dict[str, Any]
     params: ParameterTable
-    figures: dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
+    figures: Figures
 
 
 def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs
@@ -98,7 +101,6 @@ def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int,
     return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads, needs=needs))
 
 
-Figures = dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
 
 
 def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[str, str],
