@@ -73,10 +73,10 @@ def _check_outputs(out: Path, expected_figures: set[str], absent: set[str] = fro
 def test_native_cls_at_another_rectangular_resolution(tmp_path: Path) -> None:
     source = _native(tmp_path / "model")
     assert _inspect(source, "--out", tmp_path / "out", "--resolution", "24x40") == 0
-    summary = _check_outputs(tmp_path / "out", {"pe_similarity.png", "pe_prefix_similarity.png",
+    summary = _check_outputs(tmp_path / "out", {"pe_similarity.png", "token_similarity.png",
                                                 "patch_embedding_components.png", "attention_layers.png",
                                                 "rollout.png", "attention_distance.png", "prediction.png"},
-                             absent={"cls_dist_similarity.png", "class_attention.png"})
+                             absent={"class_attention.png"})
     assert summary["input_size"] == [24, 40]
     assert summary["token_layout"] == {"prefix_tokens": ["cls"], "grid": [6, 10], "patch_size": 4, "num_tokens": 61,
                                        "class_attention": False}
@@ -90,9 +90,11 @@ def test_native_distilled_with_an_image_file(tmp_path: Path) -> None:
     image = tmp_path / "photo.png"
     Image.fromarray((np.random.default_rng(0).random((50, 70, 3)) * 255).astype(np.uint8)).save(image)
     assert _inspect(source, "--image", image, "--out", tmp_path / "out", "--top-k", "3") == 0
-    summary = _check_outputs(tmp_path / "out", {"cls_dist_similarity.png", "pe_prefix_similarity.png"})
+    summary = _check_outputs(tmp_path / "out", {"token_similarity.png", "pe_similarity.png"})
     assert summary["image"] == {"kind": "file", "path": str(image)}
-    assert len(summary["cls_dist_similarity"]) == 3  # embeddings + 2 blocks
+    curves = summary["token_similarity"]
+    assert set(curves) == {"cos([CLS], patch), mean over patches", "cos([CLS], [DIST])"}
+    assert all(len(curve) == 3 for curve in curves.values())  # embeddings + 2 blocks
     assert len(summary["top_k"]) == 3
 
 
@@ -100,7 +102,7 @@ def test_native_gap_with_rope_has_no_pe_figures(tmp_path: Path) -> None:
     source = _native(tmp_path / "model", prefix_tokens="none", pool="gap", pos_embed="rope")
     assert _inspect(source, "--out", tmp_path / "out") == 0
     summary = _check_outputs(tmp_path / "out", {"attention_layers.png", "rollout.png"},
-                             absent={"pe_similarity.png", "pe_prefix_similarity.png"})
+                             absent={"pe_similarity.png", "token_similarity.png"})
     assert "no additive PE" in summary["position_embedding"]["note"]
 
 
@@ -115,7 +117,7 @@ def test_timm_cait_hub_folder(tmp_path: Path) -> None:
     source = _timm_cait(tmp_path / "timm")
     assert _inspect(source, "--out", tmp_path / "out") == 0
     summary = _check_outputs(tmp_path / "out", {"class_attention.png", "rollout.png", "pe_similarity.png"},
-                             absent={"pe_prefix_similarity.png"})
+                             absent={"token_similarity.png"})
     assert summary["kind"] == "timm"
     assert summary["token_layout"]["prefix_tokens"] == [] and summary["token_layout"]["class_attention"]
     assert set(summary["parameters"]["by_stage"]) == {"embeddings", "encoder", "class attention", "head"}

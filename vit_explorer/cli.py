@@ -127,8 +127,6 @@ def _inspect(args: argparse.Namespace) -> int:
     from .checkpoints import load
     from .gui.figures import render_png  # the app's compositions draw the report's figures
 
-    if args.top_k < 1:
-        raise ValueError("--top-k must be at least 1")
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
     loaded = load(args.source, device=args.device, arch=args.arch)
     image, image_info = report.choose_image(args.image)

@@ -27,7 +27,7 @@ from .analysis.pe import PESimilarity
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
 from .explore import attention, embeddings, features, position
-from .explore.figures import Figure, MapsFigure, small_multiples_shape
+from .explore.figures import Figure, small_multiples_shape
 from .explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
@@ -83,11 +83,14 @@ def choose_image(path: str | None) -> tuple[Image.Image, dict[str, str]]:
 
 
 # ---------------------------------------------------------------------------- the report
+Figures = dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
+
+
 @dataclass
 class Report:
     summary: dict[str, Any]
     params: ParameterTable
-    figures: dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
+    figures: Figures
 
 
 def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs
@@ -98,7 +101,6 @@ def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int,
     return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads, needs=needs))
 
 
-Figures = dict[str, tuple[Figure, tuple[int, int]]]  # PNG name -> (figure, (width, height))
 
 
 def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[str, str],
@@ -122,9 +124,9 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
         name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
         figures[name] = (facts.filters.figure(), (900, 640))
     figures.update(_attention_figures(result, query))
-    if result.cls_dist is not None:
-        figures["cls_dist_similarity.png"] = (facts.tokens_figure(), (900, 600))
-    feature_figures, pca_images = _feature_figures(loaded, result, image_info)
+    if facts.tokens:
+        figures["token_similarity.png"] = (facts.tokens_figure(), (900, 600))
+    feature_figures, pca_images, skipped = _feature_figures(loaded, result, image_info)
     figures.update(feature_figures)
     top_rows = loaded.top_k(result.logits, top_k) if cfg.num_classes else []  # no classifier: nothing to rank
     if top_rows:
@@ -132,6 +134,7 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
         figures["prediction.png"] = (prediction_figure(result, top_k, title), (900, 160 + 70 * len(top_rows)))
     summary = _summary(loaded, result, tables, sim.scheme, sim.note, facts, query, image_info, top_rows)
     summary["pca_images"] = pca_images
+    summary["warnings"] += [f"{name} not written: {why}" for name, why in skipped.items()]
     summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
     return Report(summary, tables.params, figures)
 
@@ -143,11 +146,6 @@ def _position_figures(loaded: LoadedModel, sim: PESimilarity, grid: tuple[int, i
     if sim.patches is not None:
         figures["pe_similarity.png"] = (position.pe_figure(sim, position.title(loaded.model, grid)),
                                         (1000, mosaic_height + 480))
-        if sim.prefix:
-            names = tuple(f"[{name.upper()}] PE vs each patch PE" for name in sim.prefix)
-            figures["pe_prefix_similarity.png"] = (MapsFigure(
-                "", np.stack(list(sim.prefix.values())), names, None, grid, colorbar_label="cosine similarity",
-                cmap="CET-D1", levels=(-1.0, 1.0)), (620 * len(sim.prefix) + 100, 600))
     inside = position.attention_scheme_figure(loaded.model, grid)
     if inside is not None:
         name = "relative_position_bias.png" if loaded.config.pos_embed == "rel_bias" else "rope_similarity.png"
@@ -168,27 +166,32 @@ def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures
 
 
 def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str]
-                     ) -> tuple[Figures, list[str]]:
+                     ) -> tuple[Figures, list[str], dict[str, str]]:
     """PCA of the last block's patch tokens over the image and up to three bundled samples (one basis), the
     last block's [CLS] attention per head, token norms; the embedding of a model without classifier. Also the
-    names of the images in the PCA."""
+    names of the images in the PCA and the figures that could not be drawn, with why (NaN features)."""
     others = features.pca_companions(image_info.get("path") or image_info["kind"])
     tokens_only = Needs(tokens=frozenset({loaded.config.depth}))  # the PCA uses only the last block's tokens
     results = [result] + [forward_for_report(loaded, open_image(p), result.inputs.size, tokens_only)
                           for p in others]
     names = [Path(image_info["path"]).stem if image_info.get("path") else image_info["kind"]] + [p.stem for p in others]
     figures: Figures = {
-        "pca_features.png": (features.pca_figure(results, names, loaded.config.depth, False),
-                             (700, 300 * len(results) + 90)),  # one row per image: the photo and its colours
         "token_norms.png": (features.norms_figure(result), (1000, 600)),
         "token_norm_map.png": (features.outliers_figure(result, loaded.config.depth), (800, 700)),
     }
+    skipped = {}
+    try:
+        figures["pca_features.png"] = (features.pca_figure(results, names, loaded.config.depth, False),
+                                       (700, 300 * len(results) + 90))  # one row per image: photo, colours
+    except ValueError as e:  # no finite patch tokens
+        skipped["pca_features.png"] = str(e)
+        names = []
     if result.layout.num_prefix_tokens and result.layout.prefix_names[0] == "cls":
         heads = features.cls_heads_figure(result)
         figures["cls_attention_heads.png"] = (heads, _multiples_size(len(heads.maps)))
     if not loaded.config.num_classes:
         figures["embedding.png"] = (features.embedding_figure(result.features), (900, 600))
-    return figures, names
+    return figures, names, skipped
 
 
 def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False) -> dict[str, Any]:
@@ -233,8 +236,7 @@ def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, sc
     if facts.filters is not None and facts.filters.variance is not None:
         summary["patch_embedding"] = {"explained_variance": [round(float(s), 6) for s in facts.filters.variance],
                                       "conv_vs_unfold_max_abs_difference": facts.unfold_max_diff}
-    if result.cls_dist is not None:
-        summary["cls_dist_similarity"] = [round(float(v), 6) for v in result.cls_dist]
+    summary["token_similarity"] = {name: [round(float(v), 6) for v in curve] for name, curve in facts.tokens.items()}
     return summary
 
 

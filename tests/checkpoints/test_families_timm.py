@@ -156,3 +156,18 @@ def test_each_family_round_trips_through_the_native_format(hub, tmp_path: Path, 
     x = torch.randn(2, 3, 24, 48)
     with torch.no_grad():
         torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
+
+
+def test_a_clip_tower_head_is_the_projection_to_the_joint_space(tmp_path: Path) -> None:
+    """timm keeps CLIP's visual projection as `head` with a zero bias: we load it as the projection (an
+    embedding, as from Hugging Face), not as 16 classes; a bias or a fine-tuned tag keeps a classifier."""
+    model = build("clip")
+    with torch.no_grad():
+        model.head.bias.zero_()
+    loaded = load(save_timm_hub(model, tmp_path / "tower"))
+    assert loaded.config.num_classes == 0 and loaded.config.proj_dim == 16 and loaded.labels == []
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert_close(loaded.model(x), model(x), "projected embedding")
+    model.pretrained_cfg = {**model.pretrained_cfg, "tag": "openai_ft_in1k"}
+    assert load(save_timm_hub(model, tmp_path / "fine-tuned")).config.num_classes == 16

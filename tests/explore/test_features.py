@@ -110,6 +110,9 @@ def test_rotary_similarity_depends_on_the_offset_only() -> None:
     assert sim.shape == (4, 6, 4, 6)
     np.testing.assert_allclose(np.diagonal(sim.reshape(24, 24)), 1.0, atol=1e-6)
     assert sim[0, 0, 1, 2] == pytest.approx(sim[2, 3, 3, 5], abs=1e-6)  # the same (1, 2) offset
+    angles = model.rope_angles((4, 6)).float()  # (N, K): the mean cosine of the angle differences, written out
+    by_hand = (angles[:, None, :] - angles[None, :, :]).cos().mean(dim=-1)
+    np.testing.assert_allclose(sim.reshape(24, 24), by_hand.numpy(), atol=1e-5)
     assert position.attention_scheme_figure(model, (4, 6)) is not None
 
 
@@ -124,3 +127,14 @@ def test_relative_bias_is_the_blocks_table_at_each_offset() -> None:
     assert bias[2, 3, 0, 1] == pytest.approx(float(table[offset]), abs=1e-6)
     with pytest.raises(ValueError, match="block 9"):
         position.relative_bias(model, (4, 6), block=9)
+
+
+def test_pca_leaves_non_finite_patches_black_and_refuses_when_none_are_finite() -> None:
+    tokens = torch.randn(12, 8, generator=torch.Generator().manual_seed(0))
+    tokens[[1, 5]] = float("nan")
+    pca = features.pca_colours([tokens], [(3, 4)], remove_background=False)
+    colours, kept = pca.colours[0].reshape(12, 3), pca.foreground[0].reshape(12)
+    assert np.isfinite(colours).all() and not kept[[1, 5]].any() and kept.sum() == 10
+    np.testing.assert_array_equal(colours[[1, 5]], 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        features.pca_colours([torch.full((12, 8), float("nan"))], [(3, 4)], remove_background=True)

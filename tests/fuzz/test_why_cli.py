@@ -40,12 +40,12 @@ def test_top_k_below_one_is_a_usage_error(valid_sources: Path, k: str) -> None:
                    "--top-k")
 
 
-def _nan_native(valid_sources: Path, tmp_path: Path) -> Path:
+def _nan_native(valid_sources: Path, tmp_path: Path, tensor: str = "head.weight") -> Path:
     import shutil
 
     folder = Path(shutil.copytree(valid_sources / "native", tmp_path / "nan"))
     state = load_file(folder / "model.safetensors")
-    state["head.weight"][:] = float("nan")
+    state[tensor][:] = float("nan")
     save_file(state, folder / "model.safetensors")
     return folder
 
@@ -69,6 +69,17 @@ def test_inspect_reports_nan_weights(valid_sources: Path, tmp_path: Path) -> Non
     outcome = run(["inspect", str(folder), "--out", str(tmp_path / "report")])
     warnings = [line for line in outcome.err.splitlines() if "warning:" in line]
     assert warnings and warnings[0].startswith("vit-explorer inspect: warning: ") and "head.weight" in warnings[0]
+
+
+def test_inspect_with_nan_in_a_block_writes_what_it_can(valid_sources: Path, tmp_path: Path) -> None:
+    """NaN before the head makes every token NaN: the figures that need numbers are skipped, and said so."""
+    folder = _nan_native(valid_sources, tmp_path, "blocks.0.mlp.fc1.weight")
+    outcome = run(["inspect", str(folder), "--out", str(tmp_path / "report")])
+    assert outcome.status == 0 and "Traceback" not in outcome.err
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert any(w.startswith("pca_features.png not written: ") and "finite" in w for w in summary["warnings"])
+    assert not (tmp_path / "report" / "pca_features.png").exists() and summary["pca_images"] == []
+    assert (tmp_path / "report" / "attention_layers.png").is_file()
 
 
 def test_a_decompression_bomb_is_a_one_line_error(valid_sources: Path, tmp_path: Path) -> None:

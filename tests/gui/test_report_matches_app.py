@@ -86,8 +86,8 @@ def test_report_and_app_draw_the_same_numbers(qtbot, tmp_path: Path, sample_png:
                     timeout=10000)
     tiles = next(figure for name, figure in figures.items() if name.endswith(("components.png", "filters.png")))
     assert_same(arrays(embeddings.facts.filters.figure()), arrays(tiles), "stem filters")
-    if "cls_dist_similarity.png" in figures:
-        assert_same(arrays(embeddings.facts.tokens_figure()), arrays(figures["cls_dist_similarity.png"]),
+    if "token_similarity.png" in figures:
+        assert_same(arrays(embeddings.facts.tokens_figure()), arrays(figures["token_similarity.png"]),
                     "token similarity")
 
     parameters = show("Parameters")

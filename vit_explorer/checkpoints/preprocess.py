@@ -115,15 +115,28 @@ class Preprocess:
         x = x * torch.tensor(self.std)[:, None, None] + torch.tensor(self.mean)[:, None, None]  # in 0..1
         return (x.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
+    def source_point(self, y: float, x: float, h: int, w: int) -> tuple[float, float]:
+        """Where the point (y, x) of the model's input lies in the h x w image it was made from (the resize
+        and the centre crop undone), e.g. to draw on the photo under the cursor."""
+        rh, rw = self.resized_size(h, w)
+        if self.crop:
+            top, left = self._crop_origin(rh, rw)
+            y, x = y + top, x + left
+        return y * h / rh, x * w / rw
+
+    def _crop_origin(self, h: int, w: int) -> tuple[int, int]:
+        """(top, left) of the centre crop of `size` from an h x w image."""
+        ch, cw = self.size
+        if self.crop_offset == "floor":
+            return (h - ch) // 2, (w - cw) // 2
+        return int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+
     def _centre_crop(self, pixels: torch.Tensor) -> torch.Tensor:
         ch, cw = self.size
         h, w = pixels.shape[-2:]
         if ch > h or cw > w:
             raise ValueError(f"cannot centre-crop {ch}x{cw} from a {h}x{w} image")
-        if self.crop_offset == "floor":
-            top, left = (h - ch) // 2, (w - cw) // 2
-        else:
-            top, left = int(round((h - ch) / 2.0)), int(round((w - cw) / 2.0))
+        top, left = self._crop_origin(h, w)
         return pixels[:, top:top + ch, left:left + cw]
 
     def with_size(self, size: tuple[int, int]) -> Preprocess:

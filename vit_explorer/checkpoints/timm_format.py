@@ -368,9 +368,26 @@ def read_bare(source: Source) -> Declared[TimmConfig]:
     return Declared(spec, source.file, f"the model name {source.arch!r}")
 
 
+def clip_projection(spec: TimmConfig, state: dict[str, torch.Tensor]) -> int:
+    """The width of a CLIP tower's projection to the joint image-text space, which timm keeps as `head` with a
+    zero bias (the "openai", "laion2b"... weights); 0 for a classifier (a fine-tuned tag, labels, a bias)."""
+    if parse_name(spec.architecture).family != "clip" or spec.label_names:
+        return 0
+    tag = str(spec.pretrained_cfg.get("tag") or spec.architecture.partition(".")[2])
+    head, bias = state.get("head.weight"), state.get("head.bias")
+    if head is None or head.dim() != 2 or "_ft_" in f"_{tag}_" or (bias is not None and torch.count_nonzero(bias)):
+        return 0
+    return int(head.shape[0])
+
+
 def convert(declared: Declared[TimmConfig], raw: dict[str, torch.Tensor]) -> Checkpoint:
     spec, where = declared.spec, declared.described_by
-    config = config_from_timm(spec.architecture, raw, spec.model_args, where, spec.num_classes)
+    projection = clip_projection(spec, raw)
+    if projection:  # our CLIP tower names it `proj` and shows it as the embedding, as from Hugging Face
+        raw = {("proj.weight" if k == "head.weight" else k): v for k, v in raw.items() if k != "head.bias"}
+    config = config_from_timm(spec.architecture, raw, spec.model_args, where, {} if projection else spec.num_classes)
+    if projection:
+        config = config.replace(proj_dim=projection)
     if spec.num_features is not None and spec.num_features != config.embed_dim:
         raise CheckpointError(f"{where}: num_features {spec.num_features} contradicts the width {config.embed_dim} "
                               "of the name and model_args")

@@ -7,8 +7,12 @@ inputs it depends on and the arrays it draws.
 - embeddings: patch-embedding filters, Conv2d = Unfold + Linear, dropout demo, token similarity
 - heads:      head importance on the current input, cancellable
 - prediction: top-k bars on a fixed 0-100 % axis, the masks' effect in words
+- features:   PCA of patch features as colour, [CLS] attention per head, token norms and registers,
+              patch correspondence, nearest images and the embedding of a model without classifier
+- compare:    two models side by side on the same image, masks and head switches
 - tables:     parameters per stage / layer / tensor and FLOPs (and multiply-adds) per stage
 - build:      a freshly initialised model from a config (the builder)
+- lessons:    lesson files (a sequence of app states with captions), read and validated
 - figures:    the figure descriptions (plain data) that `gui/figures.py` draws for the app and the report
 
 The app's views read the session, call these functions in a worker, and draw the result; `report.py`

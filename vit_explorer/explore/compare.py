@@ -26,8 +26,10 @@ class Side:
     note: str = ""
 
 
-def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5) -> Side:
-    """`loaded` run on `inputs`' image at its own input size, with the masks where they fit its grid."""
+def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5, done: ForwardResult | None = None
+         ) -> Side:
+    """`loaded` run on `inputs`' image at its own input size, with the masks where they fit its grid; `done`,
+    a pass already made (the app's current result), is used instead when it is that same pass."""
     cfg = loaded.config
     size = inputs.size if inputs.loaded is loaded else tuple(loaded.preprocessing.size)
     grid = (size[0] // cfg.patch_size, size[1] // cfg.patch_size)
@@ -39,8 +41,11 @@ def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5) -> Side
     heads = inputs.head_mask if inputs.head_mask.shape == layers else np.ones(layers, np.float32)
     if (inputs.head_mask < 1).any() and inputs.head_mask.shape != layers:
         notes.append("the switched-off heads do not exist in this model: all heads on")
-    ours = Inputs(loaded, inputs.image, (int(size[0]), int(size[1])), mask, heads, needs=Needs(fusion="mean"))
-    result = run_forward(ours)
+    model_id = inputs.model_id if loaded is inputs.loaded else 0
+    ours = Inputs(loaded, inputs.image, (int(size[0]), int(size[1])), mask, heads, model_id, inputs.image_id,
+                  needs=Needs(fusion="mean"))
+    reuse = done is not None and done.inputs.same_pass(ours) and ours.needs.covered_by(done.inputs.needs)
+    result = done if reuse and done is not None else run_forward(ours)
     query = attention.query_for(result.layout, cfg.pool)
     rollout = attention.rollout_figure(result, query)
     sim = position.similarity(loaded.model, result.layout.grid)

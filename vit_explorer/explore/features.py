@@ -24,11 +24,12 @@ import torch.nn.functional as F
 
 from ..data.images import sample_images
 from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure
-from .forward import ForwardResult
+from .forward import STATE_AXIS, ForwardResult
 
 
 def patch_tokens(result: ForwardResult, state: int) -> torch.Tensor:
-    """(N, D) patch tokens of a state (0: the embedded input, i: after block i) the forward pass kept."""
+    """(N, D) patch tokens of a state the forward pass kept (state 0: the embedded input; state i: the output of
+    block i - 1, blocks counted from 0 as everywhere in the app)."""
     if state not in result.tokens:
         raise ValueError(f"the tokens after block {state} were not kept in this forward pass")
     return result.tokens[state][0, result.layout.num_prefix_tokens:].float()
@@ -61,14 +62,18 @@ def pca_colours(token_sets: Sequence[torch.Tensor], grids: Sequence[tuple[int, i
     of a picture usually are) and the three colours come from a second PCA of the foreground patches only.
     """
     tokens = torch.cat([t.float() for t in token_sets])  # (sum N, D)
-    keep = torch.ones(len(tokens), dtype=torch.bool)
+    keep = torch.isfinite(tokens).all(dim=1)  # a patch with NaN or infinity is left black
+    if int(keep.sum()) < 3:
+        raise ValueError(f"only {int(keep.sum())} of {len(tokens)} patch tokens are finite numbers (the model "
+                         "gives NaN or infinity): there are no principal components to show")
     if remove_background:
-        first = _components(tokens, 1)[0][:, 0]  # (sum N,) scores on the first component
-        keep = first > 0
-        if keep.sum() > len(keep) / 2:
-            keep = ~keep
-        if keep.sum() < 3:  # nothing stands out: keep every patch
-            keep = torch.ones(len(tokens), dtype=torch.bool)
+        first = _components(tokens[keep], 1)[0][:, 0]  # scores of the finite patches on the first component
+        side = first > 0
+        if side.sum() > len(side) / 2:
+            side = ~side
+        if side.sum() >= 3:  # else nothing stands out: keep every finite patch
+            keep = keep.clone()
+            keep[keep.clone()] = side
     projected, explained = _components(tokens[keep], 3)
     rgb = torch.zeros(len(tokens), 3)
     lo, hi = projected.min(dim=0).values, projected.max(dim=0).values  # (3,)
@@ -104,7 +109,9 @@ def pca_figure(results: Sequence[ForwardResult], names: Sequence[str], state: in
         images += [result.display, _upsample(colours, (h, w))]
         titles += [name, "its PCA colours"]
     where = "embedded input" if state == 0 else f"after block {state - 1}"
-    background = ", background removed by the first component" if remove_background else ""
+    kept, total = sum(int(f.sum()) for f in pca.foreground), sum(f.size for f in pca.foreground)
+    background = f", background removed by the first component ({kept} of {total} patches kept)" \
+        if remove_background else ""
     share = ", ".join(f"{v:.0%}" for v in pca.explained)
     return ImagesFigure(f"First three principal components of the patch tokens ({where}{background}) as red, "
                         f"green, blue; {share} of the variance", tuple(images), tuple(titles),
@@ -154,7 +161,7 @@ def cls_heads_figure(result: ForwardResult, share: float = 0.6) -> MapsFigure:
 # ---------------------------------------------------------------------------- token norms and registers
 @dataclass(frozen=True)
 class Outliers:
-    state: int  # the state whose patch norms are shown (0: input, i: after block i)
+    state: int  # the state whose patch norms are shown (0: the embedded input, i: after block i - 1)
     patch_norms: np.ndarray  # (gh, gw)
     outliers: np.ndarray  # (gh, gw) bool: more than `factor` times the median patch norm
     first_state: np.ndarray  # (gh, gw) int: the first state in which each patch became an outlier (-1: never)
@@ -182,7 +189,7 @@ def norms_figure(result: ForwardResult) -> LinesFigure:
     for i, name in enumerate(layout.prefix_names):
         series[f"[{name.upper()}]"] = norms[:, i]
     return LinesFigure("Token norms through the layers (high-norm outliers; registers take their role)",
-                       np.arange(len(norms), dtype=np.float64), series, "layer (0 = embedded input)", "L2 norm")
+                       np.arange(len(norms), dtype=np.float64) - 1, series, STATE_AXIS, "L2 norm")
 
 
 def outliers_figure(result: ForwardResult, state: int, factor: float = 2.0) -> MapsFigure:
@@ -190,6 +197,9 @@ def outliers_figure(result: ForwardResult, state: int, factor: float = 2.0) -> M
     registers = ", ".join(f"[{k.upper()}] {v:.1f}" for k, v in found.register_norms.items())
     where = f"after block {state - 1}" if state else "at the input"
     title = f"patch token norms {where} · {int(found.outliers.sum())} outliers (> {factor:g}× the median)"
+    if found.outliers.any():  # where they are born (Darcet et al.: in the middle of the network)
+        born = int(found.first_state[found.outliers].min())
+        title += f", the first after block {born - 1}" if born else ", the first already at the input"
     if registers:
         title += f" · {registers}"
     return MapsFigure("", found.patch_norms[None], (title,), result.display, result.layout.grid,
@@ -208,6 +218,8 @@ def correspondence_figure(a: ForwardResult, b: ForwardResult, state: int, patch:
                           names: tuple[str, str]) -> ImagesFigure:
     """Image A with the chosen patch outlined, image B tinted by how like that patch each of its patches is
     (red: alike, blue: opposite), its best match outlined."""
+    if not (0 <= patch[0] < a.layout.grid[0] and 0 <= patch[1] < a.layout.grid[1]):
+        raise ValueError(f"patch {patch} is outside the {a.layout.grid[0]}×{a.layout.grid[1]} grid of {names[0]}")
     index = patch[0] * a.layout.grid[1] + patch[1]
     sim = correspondence(patch_tokens(a, state), patch_tokens(b, state), index, b.layout.grid)
     row, col = np.unravel_index(int(np.argmax(sim)), sim.shape)

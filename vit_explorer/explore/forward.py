@@ -30,7 +30,8 @@ class Needs:
     fusion: keep every block's attention fused over heads this way, for rollout (None: no rollout);
     distance: measure each block's mean attention distance per head;
     query_rows: keep each block's attention of these query rows (averaged over them), per head;
-    tokens: the token states kept whole, by index (0: the embedded input, i: after block i; None: all).
+    tokens: the token states kept whole, by index (None: all). State 0 is the embedded input, state i the output
+        of block i - 1 (blocks are counted from 0, as everywhere in the app).
     """
 
     maps: frozenset[int] | None = frozenset()
@@ -62,6 +63,7 @@ class Needs:
 
 
 EVERYTHING = Needs(maps=None, fusion="mean", distance=True, tokens=None)
+STATE_AXIS = "after block (-1: the embedded input)"  # the x axis of curves over the token states
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ class Inputs:
     @property
     def masked(self) -> bool:
         return bool(self.mask.any()) or bool((self.head_mask < 1).any())
+
+    def same_pass(self, other: Inputs) -> bool:
+        """Whether both feed the model the same thing (the needs aside)."""
+        return (self.loaded is other.loaded and self.model_id == other.model_id and self.image_id == other.image_id
+                and tuple(self.size) == tuple(other.size) and np.array_equal(self.mask, other.mask)
+                and np.array_equal(self.head_mask, other.head_mask))
 
 
 @dataclass

@@ -29,8 +29,8 @@ from ..paths import BUNDLED, LESSONS
 from .attention import MODES
 
 FORMAT, VERSION = "vit-explorer-lesson", 1
-VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Parameters", "Training",
-         "Model builder", "Compare")
+VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Features", "Compare", "Parameters",
+         "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
 MAX_STEPS = 200
 MAX_TEXT = 2000  # characters of a caption

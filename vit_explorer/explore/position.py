@@ -21,10 +21,14 @@ def similarity(model: VisionTransformer, grid: tuple[int, int] | None = None) ->
 def scheme_similarity(model: VisionTransformer, scheme: str, grid: tuple[int, int]) -> PESimilarity:
     """PE similarity of the same width and grid with another scheme, freshly initialised.
 
-    The position embedding does not depend on the blocks, so a one-block model is enough.
+    The position embedding does not depend on the blocks, so a one-block model is enough. Scheme-only settings
+    (EVA-02's RoPE reference grid) stay behind; CaiT's patch-only PE stays patch-only (its [CLS] joins later).
     """
-    prefix = SCHEMES[scheme].prefix_table and model.config.pos_embed_prefix
-    cfg = model.config.replace(pos_embed=scheme, pos_embed_prefix=prefix, depth=1, class_attn_depth=0, num_classes=0)
+    own = model.config
+    prefix = SCHEMES[scheme].prefix_table and own.pos_embed_prefix
+    tokens = dict(prefix_tokens="none", pool="gap", reg_tokens=0) if own.class_attn_depth else {}
+    cfg = own.replace(pos_embed=scheme, pos_embed_prefix=prefix, depth=1, class_attn_depth=0, num_classes=0,
+                      rope_ref_grid=own.rope_ref_grid if scheme == own.pos_embed else (), **tokens)
     return similarity(VisionTransformer(cfg), grid)
 
 
@@ -91,8 +95,10 @@ def rotary_similarity(model: VisionTransformer, grid: tuple[int, int]) -> np.nda
     angles = model.rope_angles(grid)
     if angles is None:
         raise ValueError(f"the {SCHEMES[model.config.pos_embed].label} scheme does not rotate queries and keys")
-    diff = angles.float()[:, None, :] - angles.float()[None, :, :]  # (N, N, hd/2)
-    return diff.cos().mean(dim=-1).reshape(*grid, *grid).cpu().numpy()
+    angles = angles.float()  # (N, K)
+    cos, sin = angles.cos(), angles.sin()  # mean_k cos(a_k - b_k) without the (N, N, K) differences
+    similarity = (cos @ cos.T + sin @ sin.T) / angles.shape[1]
+    return similarity.reshape(*grid, *grid).cpu().numpy()
 
 
 def attention_scheme_figure(model: VisionTransformer, grid: tuple[int, int], block: int = 0

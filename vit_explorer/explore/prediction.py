@@ -42,6 +42,8 @@ def change_text(result: ForwardResult) -> str:
     n_masked = int(result.inputs.mask.sum())
     n_heads = int((result.inputs.head_mask < 1).sum())
     what = f"{n_masked} masked patches, {n_heads} heads off"
+    if not (np.isfinite(base).all() and np.isfinite(result.probs).all()):
+        return f"With {what}: the probabilities are not numbers (NaN or infinity): the weights hold non-finite values."
     delta = result.probs[top_base] - base[top_base]
     change = f"{delta:+.1%}" if abs(delta) >= 0.0005 else "no change"  # not "-0.0%"
     text = f"With {what}: '{label(top_base)}' {base[top_base]:.1%} → {result.probs[top_base]:.1%} ({change})."

@@ -38,6 +38,11 @@ class ModelTables:
         return (f"one {self.size[0]}×{self.size[1]} image: {macs / 1e9:.3g} G multiply-adds "
                 f"({self.total_flops / 1e9:.3g} GFLOPs at 2 per multiply-add)")
 
+    def at_size(self, model: VisionTransformer, size: tuple[int, int]) -> ModelTables:
+        """The same parameters, the compute at another input size (the size changes only the compute)."""
+        size = (int(size[0]), int(size[1]))
+        return self if size == self.size else ModelTables(self.params, flops_per_stage(model.config, size), size)
+
     def summary(self) -> dict[str, Any]:
         return {"flops": self.flops, "flops_total": self.total_flops,
                 "multiply_adds": {k: v // 2 for k, v in self.flops.items()},

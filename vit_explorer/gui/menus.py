@@ -114,7 +114,8 @@ def show_shortcuts(window: MainWindow) -> None:
 def show_about(window: MainWindow) -> None:
     QMessageBox.about(window, "About vit-explorer", (
         f"<h3>vit-explorer {__version__}</h3>"
-        "<p>Open up Vision Transformers (ViT, DeiT, CaiT) layer by layer: patches, [CLS], position embeddings, "
-        "[MASK], attention per head and rollout, classification.</p>"
+        "<p>Open up Vision Transformers layer by layer (ViT, DeiT, CaiT, DeiT III, DINOv2, CLIP, SigLIP, MAE, "
+        "BEiT, EVA-02): patches, [CLS] and registers, position embeddings, [MASK], attention per head and "
+        "rollout, patch features, classification.</p>"
         "<p>Load a Hugging Face or timm checkpoint (hub id, folder or file), or build and train one. "
         "The command line has the same pictures headless: <tt>vit-explorer inspect</tt>.</p>"))

@@ -44,9 +44,10 @@ class ParametersView(View):
         return self.split
 
     def _compute_changed(self) -> None:
-        """The input size changes the compute, not the parameters."""
-        if self.session.loaded is not None:
-            self.note.setText(model_tables(self.session.loaded.model, self.session.size).compute_text())
+        """A new input size changes the compute, not the parameters (masks change neither)."""
+        if self.session.loaded is not None and self.tables is not None:
+            self.tables = self.tables.at_size(self.session.loaded.model, self.session.size)
+            self.note.setText(self.tables.compute_text())
 
     def refresh(self, *_: object) -> None:
         self.tree.clear()

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 from ...analysis.pe import PESimilarity
 from ...explore import position
 from ...explore.figures import SimilarityFigure
+from ...models import VisionTransformer
 from ...models.position import SCHEMES
 from .. import figures
 from ..session import Session
@@ -21,6 +22,7 @@ class PositionView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.sim: PESimilarity | None = None
+        self.inside: SimilarityFigure | None = None  # the picture of a scheme inside attention (RoPE, BEiT's bias)
         self.other: PESimilarity | None = None
         self.other_name = ""
         self.patch = (0, 0)
@@ -73,12 +75,18 @@ class PositionView(View):
             return
         self._key = key
         model, grid = loaded.model, self.session.grid
-        self.session.run("pe", lambda: position.similarity(model, grid), self._computed)
+        self.session.run("pe", lambda: self._compute(model, grid), self._computed)
         if self.compare.currentData():
             self._compare_scheme()
 
-    def _computed(self, sim: PESimilarity) -> None:
-        self.sim = sim
+    @staticmethod
+    def _compute(model: VisionTransformer, grid: tuple[int, int]) -> tuple[PESimilarity, SimilarityFigure | None]:
+        """In a worker: the similarity, and for a scheme inside attention its own picture (RoPE's is N² big)."""
+        sim = position.similarity(model, grid)
+        return sim, position.attention_scheme_figure(model, grid) if sim.patches is None else None
+
+    def _computed(self, pictures: tuple[PESimilarity, SimilarityFigure | None]) -> None:
+        self.sim, self.inside = pictures
         self.redraw()
 
     def _compare_scheme(self, *_: object) -> None:
@@ -134,10 +142,9 @@ class PositionView(View):
         notes = [sim.note] if sim.note else []
         if sim.patches is None:  # a scheme inside attention (RoPE, BEiT's bias) has its own picture, if any
             self.note.setText(sim.note)
-            inside = position.attention_scheme_figure(loaded.model, sim.grid)
-            if inside is not None:
-                self.figure = inside
-                self._drawn = figures.SimilarityPlot(self.plots.ci, inside)
+            if self.inside is not None:
+                self.figure = self.inside
+                self._drawn = figures.SimilarityPlot(self.plots.ci, self.inside)
             return
         others: tuple[tuple[str, PESimilarity], ...] = ()
         if self.other is not None:
