@@ -266,3 +266,24 @@ def test_the_builder_starts_from_any_open_model(qtbot, window, tmp_path: Path, o
         assert view.classes.text() == "features only"
     view.prefix.setCurrentIndex(view.prefix.findData("cls+dist"))  # another prefix: the head reads what it offers
     assert (view.config().prefix_tokens, view.config().pool) == ("cls+dist", "cls")
+
+
+def test_drawing_lands_under_the_cursor_on_a_cropped_photo(qtbot, window, tmp_path: Path) -> None:
+    """A timm-like recipe (shortest side to 36, centre crop 32) on a wide photo: the stroke is where it was drawn."""
+    from PIL import Image
+    from PySide6.QtCore import QPointF
+
+    from vit_explorer.checkpoints import Preprocess, load
+    from vit_explorer.checkpoints.native import save_native
+
+    tiny = load(save_tiny(tmp_path / "plain"))
+    recipe = Preprocess((32, 32), resize_shortest=36, crop=True, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
+    open_model(qtbot, window, save_native(tmp_path / "cropped", tiny.model, tiny.labels, recipe))
+    window.session.set_image(Image.new("RGB", (300, 120)), "black")
+    wait_result(qtbot, window.session)
+    panel = window.image_panel
+    panel.mode_group.button(2).setChecked(True)  # Draw
+    panel.brush.setValue(2)
+    panel.press(QPointF(24.5, 8.5), start=True)  # model pixel (row 8, column 24)
+    result = wait_result(qtbot, window.session)
+    assert result.display[8, 24].min() > 150 and result.display[8, 8].max() < 50

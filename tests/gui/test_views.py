@@ -223,4 +223,5 @@ def test_compare_two_models_on_the_same_masked_image(qtbot, window, deit_checkpo
     assert other.name == "deit" and mine.prediction is not None and other.prediction is not None
     assert (other.result.inputs.mask == mask).all() and other.result.inputs.image is window.session.image
     assert other.similarity is not None and other.rollout.maps.shape == (1, 8, 8)
+    assert mine.result is window.session.result  # the app's own pass, not run a second time
     assert view.table()[1]

@@ -39,11 +39,16 @@ def patch_tokens(result: ForwardResult, state: int) -> torch.Tensor:
 PCA_COMPANIONS = 3  # bundled samples run beside the image for a shared PCA basis
 
 
+def same_image(name: str, other: str) -> bool:
+    """Whether two image names are the same picture for the views that set an image beside others: matched by
+    file stem, so "chelsea.png" and "/photos/chelsea.jpg" are the same."""
+    return Path(name).stem == Path(other).stem
+
+
 def pca_companions(image_name: str) -> list[Path]:
     """The bundled samples whose PCA colours are shown beside an image's (one basis): the first few that are
-    not the image itself (matched by file stem, so "chelsea.png" and "/photos/chelsea.jpg" are the same)."""
-    stem = Path(image_name).stem
-    return [p for p in sample_images() if p.stem != stem][:PCA_COMPANIONS]
+    not the image itself."""
+    return [p for p in sample_images() if not same_image(str(p), image_name)][:PCA_COMPANIONS]
 
 
 @dataclass(frozen=True)

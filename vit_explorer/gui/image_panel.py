@@ -316,12 +316,17 @@ class ImagePanel(SessionWidget):
             self.session.toggle_patch(*patch, value=self._paint_value)
 
     def _draw(self, pos: QPointF, start: bool) -> None:
-        """Draw a white stroke on the image (mapped from model pixels to the image's own pixels)."""
+        """Draw a white stroke on the image, under the cursor: model pixels are mapped to the image's own through
+        the model's resize and centre crop."""
+        loaded = self.session.loaded
+        if loaded is None:
+            return
         image = self.session.image.copy()
-        h, w = self.session.size
-        sx, sy = image.width / w, image.height / h
-        point = (pos.x() * sx, pos.y() * sy)
-        width = max(1, round(self.brush.value() * (sx + sy) / 2))
+        recipe = loaded.preprocessing.with_size(self.session.size)
+        y, x = recipe.source_point(pos.y(), pos.x(), image.height, image.width)
+        point = (x, y)
+        rh, rw = recipe.resized_size(image.height, image.width)
+        width = max(1, round(self.brush.value() * (image.height / rh + image.width / rw) / 2))
         draw = ImageDraw.Draw(image)
         if start or self._last_draw is None:
             r = width / 2

@@ -101,7 +101,7 @@ SHORTCUTS = (
     ("Ctrl+O", "open an image"), ("Ctrl+V", "paste an image"), ("Ctrl+L", "load the model named in the box"),
     ("Ctrl+E", "export the current view as PNG"), ("Ctrl+Up / Ctrl+Down", "previous / next layer"),
     ("Esc or Ctrl+Shift+M", "clear the mask"), ("Ctrl+plus / Ctrl+minus / Ctrl+0", "larger / smaller / default text"),
-    ("F11", "presentation mode"), ("PageDown / PageUp, arrows", "next / previous lesson step"),
+    ("F11", "presentation mode"), ("PageDown / PageUp (arrows in the lesson panel)", "next / previous lesson step"),
     ("Ctrl+Q", "quit"),
 )
 

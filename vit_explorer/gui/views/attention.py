@@ -102,11 +102,6 @@ class AttentionView(View):
         self._clear("")
         self.schedule()
 
-    def set_on_screen(self, shown: bool) -> None:
-        if not shown:  # a hidden view draws nothing: forward passes need not compute its maps
-            self.session.release(self.title)
-        super().set_on_screen(shown)
-
     @property
     def maps(self) -> np.ndarray | None:
         """(maps, gh, gw) last drawn, or None."""

@@ -114,8 +114,11 @@ class View(SessionWidget):
         self.session.run(channel, fn, done, failed)
 
     def set_on_screen(self, shown: bool) -> None:
-        """Told by the window when the view's dock becomes the current tab (or is hidden)."""
+        """Told by the window when the view's dock becomes the current tab (or is hidden). A hidden view draws
+        nothing, so later forward passes leave out what it asked for (Session.require)."""
         self.on_screen = shown
+        if not shown:
+            self.session.release(self.title)
         if shown and self._dirty:
             self._dirty = False
             self.refresh()

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
 from ...explore.compare import Side, side
+from ...explore.forward import Needs
 from ...paths import BUNDLED
 from .. import figures
 from ..session import Session
@@ -66,15 +67,16 @@ class CompareView(View):
         self.session.error.emit(f"could not load {source} to compare: {message}")
 
     def refresh(self, *_: object) -> None:
-        inputs, other = self.session.inputs(), self.other
-        if inputs is None or other is None:
-            self.note.setText("" if other is not None else "Choose a second model to compare with the current one.")
+        result, other, mine = self.session.result, self.other, self.session.loaded
+        if other is None:
+            self.note.setText("Choose a second model to compare with the current one.")
             return
-        mine = self.session.loaded
-        assert mine is not None
-        names = (_name(mine), self.other_name)
+        if result is None or mine is None or not self.session.require(self.title, Needs(fusion="mean")):
+            return  # drawn when the pass with the rollout arrives
+        inputs, names = result.inputs, (_name(mine), self.other_name)
         self.run_for_model(inputs.model_id, "compare",
-                           lambda: (side(mine, names[0], inputs), side(other, names[1], inputs)), self._draw)
+                           lambda: (side(mine, names[0], inputs, done=result), side(other, names[1], inputs)),
+                           self._draw)
 
     def _draw(self, sides: tuple[Side, Side]) -> None:
         self.sides = sides

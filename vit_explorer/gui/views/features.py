@@ -81,11 +81,6 @@ class FeaturesView(View):
     def mode_name(self) -> str:
         return MODES[self.mode.currentIndex()]
 
-    def set_on_screen(self, shown: bool) -> None:
-        if not shown:
-            self.session.release(self.title)
-        super().set_on_screen(shown)
-
     def _model_changed(self) -> None:
         loaded = self.session.loaded
         depth = loaded.config.depth if loaded else 1
@@ -161,7 +156,7 @@ class FeaturesView(View):
                                lambda found: self._samples_ready(key, found), self._failed)
             return
         self.session.cancel("features")  # an older figure still computing would replace this one
-        others = [(stem, pooled) for stem, pooled in self._samples[1] if stem != Path(name).stem]
+        others = [(stem, pooled) for stem, pooled in self._samples[1] if not features.same_image(stem, name)]
         nearest = features.nearest(result.features, [pooled for _, pooled in others], [stem for stem, _ in others])
         without_classifier = not inputs.loaded.config.num_classes  # then the embedding is all there is to see
         self._draw((nearest, features.embedding_figure(result.features) if without_classifier else None))
