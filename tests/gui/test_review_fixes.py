@@ -252,8 +252,9 @@ def test_the_colour_bar_names_what_the_map_shows(qtbot, window) -> None:
 @pytest.mark.parametrize("overrides", [{"prefix_tokens": "none", "pool": "map", "num_classes": 0},  # SigLIP
                                        {"num_classes": 0, "reg_tokens": 4, "pos_embed_prefix": False,
                                         "layer_scale_init": 1e-5},  # DINOv2 with registers
-                                       {"pool": "gap"}],  # [CLS] kept, the head on the mean of the patches
-                         ids=["siglip", "dinov2", "cls-gap"])
+                                       {"pool": "gap"},  # [CLS] kept, the head on the mean of the patches
+                                       {"layer_scale_init": 1e-6}],  # DeiT III's LayerScale
+                         ids=["siglip", "dinov2", "cls-gap", "deit3-layer-scale"])
 def test_the_builder_starts_from_any_open_model(qtbot, window, tmp_path: Path, overrides: dict) -> None:
     from vit_explorer.checkpoints import load
 

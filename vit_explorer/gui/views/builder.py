@@ -31,6 +31,8 @@ POOLING = {"cls": "output from [CLS]", "gap": "output from the mean of the patch
            "map": "output from an attention pool of the patches"}  # what the classifier (or features-only output) reads
 
 
+DEFAULT_LAYER_SCALE = 1e-5  # CaiT's LayerScale init
+
 class BuilderView(View):
     title = "Model builder"
 
@@ -90,7 +92,7 @@ class BuilderView(View):
         self.classes = spin(0, 10000, 10, "Number of classes of the classifier; 0: features only (no classifier, the "
                                           "model returns its pooled features, as DINOv2 and SigLIP do).")
         self.classes.setSpecialValueText("features only")
-        self.layer_scale = QCheckBox("LayerScale (1e-5)")
+        self.layer_scale = QCheckBox(f"LayerScale ({DEFAULT_LAYER_SCALE:g})")
         self.layer_scale.setToolTip("Scale each residual branch by a learned per-channel factor, as CaiT does.")
         self.layer_scale.toggled.connect(self.update_estimate)
         self.class_attn = spin(0, 4, 0, "CaiT class-attention blocks where only [CLS] is updated (needs [CLS]).")
@@ -135,6 +137,7 @@ class BuilderView(View):
         self.image_w.setValue(cfg.image_size[1])
         self.classes.setValue(cfg.num_classes)
         self.layer_scale.setChecked(cfg.layer_scale_init is not None)
+        self.layer_scale.setText(f"LayerScale ({cfg.layer_scale_init or DEFAULT_LAYER_SCALE:g})")
         self.class_attn.setValue(cfg.class_attn_depth)
         for w in widgets:
             w.blockSignals(False)
@@ -171,7 +174,9 @@ class BuilderView(View):
             "patch_size": self.patch.value(),
             "image_size": (self.image_h.value(), self.image_w.value()),
             "num_classes": self.classes.value(),
-            "layer_scale_init": 1e-5 if self.layer_scale.isChecked() else None,
+            # the open model's or preset's own init (DeiT III: 1e-6), else CaiT's
+            "layer_scale_init": (self._base.get("layer_scale_init") or DEFAULT_LAYER_SCALE)
+            if self.layer_scale.isChecked() else None,
             "class_attn_depth": class_attn,
         }
         if class_attn:
