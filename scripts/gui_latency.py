@@ -4,6 +4,9 @@
     python scripts/gui_latency.py --clicks 10 --preset vit-s16
         # latency from a mask click to the updated prediction and attention map, for a random-weight
         # model of that preset (saved as a native checkpoint in a temporary folder)
+    python scripts/gui_latency.py --training 20
+        # the longest gap between 10 ms timer ticks while the Training view trains with its default recipe
+        # for that many seconds, its curves redrawing (the event loop must stay under 50 ms)
 
 Start-up runs in a fresh interpreter (imports included), like `vit-explorer` does.
 """
@@ -18,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 def child(start: float, source: str | None) -> None:
@@ -99,12 +104,52 @@ def click_latency(source: str, clicks: int) -> list[float]:
     return latencies
 
 
+def training_gaps(source: str | None, seconds: float) -> np.ndarray:
+    """Milliseconds between 10 ms timer ticks while the Training view runs its default recipe."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    app = make_app()
+    window = MainWindow(source)
+    window.resize(1600, 1000)
+    window.show()
+    while window.session is None or window.session.result is None:
+        app.processEvents()
+        time.sleep(0.005)
+    window.docks["Training"].raise_()
+    view = window.views["Training"]
+    view.out.setText(str(Path(tempfile.mkdtemp()) / "run"))
+    assert view.start(), "the training run did not start"
+    while not view.runs or not view.runs[0].steps:  # past building the data and the first step
+        app.processEvents()
+        time.sleep(0.005)
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start(10)
+    loop = QEventLoop()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+    timer.stop()
+    steps = len(view.runs[0].steps)
+    view.stop()
+    while view.running:
+        app.processEvents()
+        time.sleep(0.005)
+    window.close()
+    print(f"{steps} training steps recorded")
+    return np.diff(ticks) * 1000
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--source", default=None, help="checkpoint to open (default: the bundled model)")
     parser.add_argument("--preset", default=None, help="measure clicks on a random-weight model of this preset")
     parser.add_argument("--clicks", type=int, default=0, help="measure this many mask clicks instead of start-up")
+    parser.add_argument("--training", type=float, default=0, help="measure the event loop while training this long (s)")
     args = parser.parse_args()
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     if args.child is not None:
@@ -124,6 +169,11 @@ def main() -> int:
         source = str(save_native(Path(tempfile.mkdtemp()) / args.preset, model,
                                  [f"class {i}" for i in range(model.config.num_classes)],
                                  Preprocess(model.config.image_size)))
+    if args.training:
+        gaps = training_gaps(source, args.training)
+        print(f"while training: {len(gaps) + 1} ticks of 10 ms, longest gap {gaps.max():.1f} ms, "
+              f"99th percentile {np.percentile(gaps, 99):.1f} ms, median {np.median(gaps):.1f} ms")
+        return 0
     if not args.clicks:
         times = [startup(source) for _ in range(3)]
         for key in ("paint", "prediction"):

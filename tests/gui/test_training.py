@@ -72,8 +72,8 @@ def test_stop_and_resume(qtbot, window, tmp_path: Path) -> None:
 
 def test_window_stays_responsive_while_training_and_computing(qtbot, window, tmp_path: Path) -> None:
     """Training and forward passes together: the event loop keeps serving timers and every mask click's result
-    arrives. The longest gap between 10 ms ticks is printed (target < 50 ms; scripts/gui_latency.py measures it
-    on a quiet machine: a timed assertion here would fail on a loaded one)."""
+    arrives. The longest gap between 10 ms ticks is printed (target < 50 ms; `scripts/gui_latency.py --training`
+    measures it on a quiet machine: a timed assertion here would fail on a loaded one)."""
     view = window.views["Training"]
     configure(view, tmp_path / "run", steps=100_000)
     assert view.start()
