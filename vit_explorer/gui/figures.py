@@ -300,9 +300,15 @@ def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.
     return bar
 
 
-def similarity_mosaic(sim: np.ndarray, separator: int = 1) -> np.ndarray:
+def mosaic_separator(grid: tuple[int, ...]) -> int:
+    """The NaN gap between the tiles of a similarity mosaic: wider on a large grid, where tiles are small."""
+    return 1 if max(grid[0], grid[1]) < 24 else 2
+
+
+def similarity_mosaic(sim: np.ndarray) -> np.ndarray:
     """(gh, gw, gh, gw) -> one 2D array: tile (i, j) is patch (i, j)'s map, NaN separators between."""
     gh, gw = sim.shape[:2]
+    separator = mosaic_separator((gh, gw))
     tiles = np.full((gh, gh + separator, gw, gw + separator), np.nan, dtype=np.float32)
     tiles[:, :gh, :, :gw] = np.asarray(sim, dtype=np.float32).transpose(0, 2, 1, 3)  # (i, r, j, c)
     mosaic = tiles.reshape(gh * (gh + separator), gw * (gw + separator))
@@ -319,8 +325,8 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     if sim.ndim != 4 or sim.shape[:2] != sim.shape[2:]:
         raise ValueError(f"draw_similarity_grid needs (gh, gw, gh, gw), got shape {sim.shape}")
     gh, gw = sim.shape[:2]
-    separator = 1 if max(gh, gw) < 24 else 2
-    mosaic = similarity_mosaic(sim, separator)
+    separator = mosaic_separator((gh, gw))
+    mosaic = similarity_mosaic(sim)
     plot = _image_plot(layout, title, "input patch column", "input patch row")
     colormap = _colormap(cmap)
     lv = finite_levels(mosaic, levels)

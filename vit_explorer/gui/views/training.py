@@ -192,6 +192,7 @@ class TrainingView(View):
         self.snapshot_run = ""  # the run the snapshot belongs to
         self._key: tuple | None = None  # structure of the drawn figures
         self._curves: dict[tuple[str, str, str], pg.PlotDataItem] = {}  # (run, metric, train/val) -> curve
+        self._plots: dict[str, pg.PlotItem] = {}  # metric -> its plot
         self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -392,38 +393,59 @@ class TrainingView(View):
         self.split.setSizes([width, 3 * width])
 
     def redraw(self) -> None:
-        """Draw the curves and the PE grid; while the runs and series stay the same, only feed new data."""
+        """Draw the curves and the PE grid. The plots are built once per set of runs; later series (validation
+        dots, the PE grid) join them in place and new points only feed the curves, so a step never rebuilds
+        the layout on the GUI thread."""
         runs = [r for r in self.runs if r.steps]
         if not runs:
             self.plots.ci.clear()
-            self._curves = {}
-            self._key = None
+            self._curves, self._plots, self._pe, self._key = {}, {}, None, None
             return
-        key = (tuple((r.name, bool(r.val)) for r in runs), self.snapshot is not None and self.snapshot.similarity.shape)
-        if key != self._key:
+        key = tuple(r.name for r in runs)
+        built = key != self._key
+        if built:
             self._build_figures(runs)
             self._key = key
-        for run in runs:
+        for i, run in enumerate(runs):
             for metric in ("loss", "accuracy"):
                 self._curves[(run.name, metric, "train")].setData(run.steps, getattr(run, metric))
                 if run.val:
                     values = [v[1] if metric == "loss" else v[2] for v in run.val]
-                    self._curves[(run.name, metric, "val")].setData([v[0] for v in run.val], values)
-        if self.snapshot is not None:
-            plot, image = self._pe
-            gh, gw = self.snapshot.similarity.shape[:2]
-            separator = 1 if max(gh, gw) < 24 else 2  # as figures.draw_similarity_grid draws it
-            image.setImage(figures.similarity_mosaic(self.snapshot.similarity, separator), levels=(-1, 1),
-                           autoLevels=False)
-            figures.set_title(plot, self._snapshot_title())
+                    self._val_curve(run.name, metric, i).setData([v[0] for v in run.val], values)
+        if self.snapshot is not None and built:
+            self._schedule_redraw()  # the PE grid on the next turn: two builds in one would stall the window
+        elif self.snapshot is not None:
+            self._draw_snapshot(self.snapshot)
+
+    def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
+        """The validation dots of a run, added to its plot when the first validation arrives."""
+        if (run, metric, "val") not in self._curves:
+            plot = self._plots[metric]
+            colour = figures.PALETTE[index % len(figures.PALETTE)]
+            self._curves[(run, metric, "val")] = plot.plot([], [], pen=None, symbol="o", symbolBrush=colour,
+                                                           symbolSize=9)
+            figures.set_title(plot, f"{metric} (dots: validation)")
+        return self._curves[(run, metric, "val")]
+
+    def _draw_snapshot(self, snapshot: PESnapshot) -> None:
+        """The PE similarity grid below the curves: added with the first snapshot, then only its image changes."""
+        mosaic = figures.similarity_mosaic(snapshot.similarity)
+        if self._pe is not None and self._pe[1].image.shape != mosaic.shape:  # another grid: a new plot
+            self.plots.ci.removeItem(self._pe[0])
+            self._pe = None
+        if self._pe is None:
+            self._pe = figures.draw_similarity_grid(self.plots.ci, snapshot.similarity, title=self._snapshot_title())
+            return
+        plot, image = self._pe
+        image.setImage(mosaic, levels=(-1, 1), autoLevels=False)
+        figures.set_title(plot, self._snapshot_title())
 
     def _build_figures(self, runs: list[Run]) -> None:
         self.plots.ci.clear()
-        self._curves = {}
-        dots = " (dots: validation)" if any(run.val for run in runs) else ""  # a short legend covers less
-        for metric, label in (("loss", f"loss{dots}"), ("accuracy", f"accuracy{dots}")):
-            plot = figures.draw_lines(self.plots.ci, [], {}, title=label, xlabel="step", ylabel=metric, markers=False,
-                                      integer_x=True)
+        self._curves, self._plots, self._pe = {}, {}, None
+        for metric in ("loss", "accuracy"):
+            plot = self._plots[metric] = figures.draw_lines(self.plots.ci, [], {}, title=metric, xlabel="step",
+                                                            ylabel=metric, markers=False, integer_x=True)
             # one legend, top right of the loss plot (loss falls, so that corner stays clear); the accuracy plot
             # uses the same colours and keeps its curves uncovered
             if metric == "loss":
@@ -434,13 +456,7 @@ class TrainingView(View):
                 colour = figures.PALETTE[i % len(figures.PALETTE)]
                 self._curves[(run.name, metric, "train")] = plot.plot([], [], pen=pg.mkPen(colour, width=2.5),
                                                                       name=run.name)
-                if run.val:
-                    self._curves[(run.name, metric, "val")] = plot.plot(
-                        [], [], pen=None, symbol="o", symbolBrush=colour, symbolSize=9)
             self.plots.ci.nextRow()
-        if self.snapshot is not None:
-            self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
-                                                    title=self._snapshot_title())
 
     def _snapshot_title(self) -> str:
         return f"PE similarity · {self.snapshot_run} · step {self.snapshot.step}"
