@@ -90,3 +90,11 @@ def test_unreadable_and_oversized_files(tmp_path: Path) -> None:
         read_lesson(deep)
     with pytest.raises(LessonError, match="not a vit-explorer lesson"):
         parse_lesson([], tmp_path / "list.json")
+
+
+def test_a_bundled_model_missing_from_the_installation_is_named(tmp_path: Path, monkeypatch) -> None:
+    from vit_explorer.explore import lessons
+
+    monkeypatch.setitem(lessons.BUNDLED, "where", tmp_path / "gone")
+    with pytest.raises(LessonError, match=r"step 1.*bundled model 'where' is missing from .*gone"):
+        read_lesson(write(tmp_path, lesson(steps=[{**STEP, "model": "bundled:where"}])))

@@ -24,8 +24,10 @@ def _settings(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.fixture(scope="package", autouse=True)
 def _gc_back_on_after_gui_tests() -> Iterator[None]:
-    """make_app hands garbage collection to the GUI thread's timer; later (non-GUI) tests get it back."""
+    """make_app hands garbage collection to the GUI thread's timer (which freezes long-lived objects); later
+    (non-GUI) tests get it back."""
     yield
+    gc.unfreeze()
     gc.collect()
     gc.enable()
 

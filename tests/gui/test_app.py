@@ -244,6 +244,38 @@ def test_garbage_is_collected_on_the_gui_thread_only(qtbot) -> None:
     qtbot.waitUntil(lambda: alive() is None, timeout=5000)  # the GUI thread's timer does, whatever the counts
 
 
+def test_full_collections_freeze_their_survivors_and_a_new_model_collects_them(qtbot, window, tmp_path) -> None:
+    """A full collection's survivors are frozen, so the next full collections stay short; garbage among them (an
+    old model in a reference cycle) is collected once a model has been replaced."""
+    import gc
+    import weakref
+
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.collector import GuiThreadGarbageCollector
+
+    from .conftest import save_tiny
+
+    collector = make_app().findChild(GuiThreadGarbageCollector)
+
+    class Node:
+        pass
+
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    alive = weakref.ref(a)
+    gc.collect(1)  # gen 2's count passes its threshold at the next tick
+    for _ in range(collector.thresholds[2] + 1):
+        gc.collect(1)
+    collector.collect()  # a full collection: the cycle, still referenced, survives and is frozen
+    assert gc.get_freeze_count() > 0
+    del a, b
+    collector.collect()
+    assert alive() is not None  # frozen: the ticks leave it
+    with qtbot.waitSignal(window.session.model_changed, timeout=30000):
+        window.load(str(save_tiny(tmp_path / "other")))
+    qtbot.waitUntil(lambda: alive() is None, timeout=5000)
+
+
 def session_receivers(session) -> dict[str, int]:
     """How many slots each of the session's signals reaches, by signature."""
     from PySide6.QtCore import SIGNAL, QMetaMethod

@@ -183,6 +183,9 @@ def _source(value: str, path: Path, where: str) -> str:
         name = value.removeprefix("bundled:")
         if name not in BUNDLED:
             raise LessonError(f"{where}: no bundled model {name!r}; bundled: {sorted(BUNDLED)}")
+        if not (BUNDLED[name] / "vit_explorer.json").is_file():
+            raise LessonError(f"{where}: the bundled model {name!r} is missing from {BUNDLED[name]} (an incomplete "
+                              "installation: reinstall vit-explorer, or see resources/README.md to train it)")
         return str(BUNDLED[name])
     local = (path.parent / value).resolve()
     return str(local) if local.exists() else value

@@ -5,37 +5,13 @@ from __future__ import annotations
 import gc
 import sys
 
-from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
 from . import theme
+from .collector import GuiThreadGarbageCollector
 from .main_window import MainWindow
 from .theme import FONT_POINTS
-
-
-class GuiThreadGarbageCollector(QObject):
-    """Python's cyclic garbage collector runs in whichever thread happens to cross a threshold. When
-    that is a worker thread and the garbage holds Qt objects (a closed window, a rebuilt plot), their
-    C++ destructors run there and can deadlock with the GUI thread (seen: QObject::~QObject in a
-    worker waiting for the GIL while the GUI thread, holding it, waits for Qt's lock). So automatic
-    collection is switched off and the GUI thread collects on a timer: the youngest generation at every
-    tick (cheap, and independent of allocation counts, which deferred Qt deletions can hold below the
-    threshold for good), the older ones when their counts pass Python's own thresholds."""
-
-    def __init__(self, parent: QObject, interval_ms: int = 500) -> None:
-        super().__init__(parent)
-        self.thresholds = gc.get_threshold()
-        self.timer = QTimer(self)
-        self.timer.timeout.connect(self.collect)
-        self.timer.start(interval_ms)
-
-    def collect(self) -> None:
-        generation = 0
-        for older, (count, threshold) in enumerate(zip(gc.get_count()[1:], self.thresholds[1:], strict=True), 1):
-            if count > threshold:
-                generation = older
-        gc.collect(generation)
 
 
 def make_app(argv: list[str] | None = None) -> QApplication:

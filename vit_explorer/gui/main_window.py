@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from .banner import Banner
+from .collector import collect_everything
 from .lesson import LessonRunner
 from .menus import install_menus
 from .presentation import Presentation
@@ -156,6 +157,8 @@ class MainWindow(QMainWindow):
         self.session.result_ready.connect(self._result)
         self.session.loading.connect(self._loading)
         self.session.model_changed.connect(self._model_changed)
+        # once the views have let go of the old model: its garbage may have been frozen (collector.py)
+        self.session.model_changed.connect(lambda: QTimer.singleShot(1000, collect_everything))
         opened = self._open_initial()  # the model loads in the background while the views are built
         self._build_views()
         self.load_button.setEnabled(True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QStandardPaths, QTimer
 from PySide6.QtGui import QFontMetrics
@@ -30,9 +31,11 @@ from PySide6.QtWidgets import (
 
 from ...checkpoints.native import CONFIG_NAME
 from ...models import PRESETS, ViTConfig, preset
+from ...models.position import SCHEMES
 from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
 from ...training.recipe import Recipe
 from .. import figures
+from ..collector import collect_everything
 from ..session import Session
 from ..workers import GeneratorThread
 from .base import Table, View
@@ -69,6 +72,7 @@ class Run:
     val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
     total_steps: int | None = None
     time_budget: float | None = None
+    started: bool = False  # past setting up: its plots exist
     finished: Finished | None = None
     saved: Path | None = None
 
@@ -333,6 +337,15 @@ class TrainingView(View):
             self.status.setText(f"{run.name}: building the model…")
         elif isinstance(event, Started):
             run.total_steps, run.time_budget = event.total_steps, event.time_budget
+            run.started = True
+            # still setting up (the user waits for the first step): the garbage collector scans the modules the
+            # optimizer imported (torch._dynamo) now, then leaves them frozen; the plots are built now too, so
+            # the steps only feed them
+            collect_everything()
+            if self.on_screen:
+                self.redraw()
+            else:
+                self._dirty = True
             self.status.setText(f"{run.name}: training on {event.device}, {event.num_parameters:,} parameters")
         elif isinstance(event, Step):
             run.steps.append(event.step)
@@ -396,14 +409,13 @@ class TrainingView(View):
         """Draw the curves and the PE grid. The plots are built once per set of runs; later series (validation
         dots, the PE grid) join them in place and new points only feed the curves, so a step never rebuilds
         the layout on the GUI thread."""
-        runs = [r for r in self.runs if r.steps]
+        runs = [r for r in self.runs if r.started]
         if not runs:
             self.plots.ci.clear()
             self._curves, self._plots, self._pe, self._key = {}, {}, None, None
             return
         key = tuple(r.name for r in runs)
-        built = key != self._key
-        if built:
+        if key != self._key:
             self._build_figures(runs)
             self._key = key
         for i, run in enumerate(runs):
@@ -412,9 +424,7 @@ class TrainingView(View):
                 if run.val:
                     values = [v[1] if metric == "loss" else v[2] for v in run.val]
                     self._val_curve(run.name, metric, i).setData([v[0] for v in run.val], values)
-        if self.snapshot is not None and built:
-            self._schedule_redraw()  # the PE grid on the next turn: two builds in one would stall the window
-        elif self.snapshot is not None:
+        if self.snapshot is not None:
             self._draw_snapshot(self.snapshot)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
@@ -428,7 +438,7 @@ class TrainingView(View):
         return self._curves[(run, metric, "val")]
 
     def _draw_snapshot(self, snapshot: PESnapshot) -> None:
-        """The PE similarity grid below the curves: added with the first snapshot, then only its image changes."""
+        """The PE similarity grid below the curves (built with them): only its image changes, unless the grid does."""
         mosaic = figures.similarity_mosaic(snapshot.similarity)
         if self._pe is not None and self._pe[1].image.shape != mosaic.shape:  # another grid: a new plot
             self.plots.ci.removeItem(self._pe[0])
@@ -457,6 +467,14 @@ class TrainingView(View):
                 self._curves[(run.name, metric, "train")] = plot.plot([], [], pen=pg.mkPen(colour, width=2.5),
                                                                       name=run.name)
             self.plots.ci.nextRow()
+        newest = runs[-1]
+        if self.snapshot is not None:
+            self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
+                                                    title=self._snapshot_title())
+        elif SCHEMES[newest.config.pos_embed].additive:  # its grid, empty until the first snapshot
+            gh, gw = newest.config.grid_size
+            self._pe = figures.draw_similarity_grid(self.plots.ci, np.full((gh, gw, gh, gw), np.nan, np.float32),
+                                                    title=f"PE similarity · {newest.name} · at the first snapshot")
 
     def _snapshot_title(self) -> str:
         return f"PE similarity · {self.snapshot_run} · step {self.snapshot.step}"
