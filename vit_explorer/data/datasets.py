@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ..checkpoints.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from . import cifar, folder, synthetic
-from .folder import Batch
+from .folder import Batch, ImageSet
 
 BUILTIN_MEAN = (0.5, 0.5, 0.5)
 BUILTIN_STD = (0.5, 0.5, 0.5)
@@ -78,7 +78,7 @@ def check_memory(needed: int, what: str, change: str) -> None:
                          f"memory available; {change}")
 
 
-class TensorImages(torch.utils.data.Dataset):
+class TensorImages(ImageSet):
     """Images held in memory: uint8 (N, 3, H, W) and labels (N,)."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -95,8 +95,8 @@ class TensorImages(torch.utils.data.Dataset):
 
 @dataclass
 class TrainingData:
-    train: torch.utils.data.Dataset  # __getitems__(indices) -> Batch(uint8 (B, 3, H, W), int64 (B,), skipped)
-    val: torch.utils.data.Dataset
+    train: ImageSet  # __getitems__(indices) -> Batch(uint8 (B, 3, H, W), int64 (B,), skipped)
+    val: ImageSet
     labels: list[str]  # class names
     preprocessing: Preprocess  # the eval transform recorded in the checkpoint (normalisation included)
     spec: dict[str, Any]  # recorded in the checkpoint; `load_data(**spec)` rebuilds the same data

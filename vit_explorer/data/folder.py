@@ -25,6 +25,16 @@ class Batch(NamedTuple):
     skipped: list[str]  # messages naming the unreadable images left out of this batch
 
 
+class ImageSet(torch.utils.data.Dataset[Batch]):
+    """A training or validation split: its length, and whole batches by index (never one image at a time)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        raise NotImplementedError
+
+
 def _class_folders(root: Path) -> list[Path]:
     if not root.is_dir():
         raise ValueError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
@@ -80,7 +90,7 @@ def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> st
     return None
 
 
-class FolderImages(torch.utils.data.Dataset):
+class FolderImages(ImageSet):
     """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones."""
 
     def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]) -> None:
@@ -127,11 +137,12 @@ class FolderImages(torch.utils.data.Dataset):
 def split_holdout(labels: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Indices (train, val): a seeded `fraction` of each class (at least one image when it has two) held out."""
     g = torch.Generator().manual_seed(seed)
-    train, val = [], []
+    train: list[int] = []
+    val: list[int] = []
     label_tensor = torch.tensor(labels)
     for c in range(int(label_tensor.max()) + 1):
-        idx = (label_tensor == c).nonzero().squeeze(1)
-        idx = idx[torch.randperm(idx.numel(), generator=g)].tolist()
+        members = (label_tensor == c).nonzero().squeeze(1)
+        idx: list[int] = members[torch.randperm(members.numel(), generator=g)].tolist()
         k = int(round(len(idx) * fraction)) if len(idx) > 1 else 0
         k = max(k, 1) if len(idx) > 1 else 0
         val += idx[:k]

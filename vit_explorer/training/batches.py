@@ -25,8 +25,8 @@ class Batches:
     """Batches of an epoch in the seeded sampler order, from a position inside the epoch."""
 
     def __init__(self, data: TrainingData, batch: int, seed: int, rank: int, world: int) -> None:
-        self.sampler = DistributedSampler(data.train, num_replicas=world, rank=rank, shuffle=True, seed=seed,
-                                          drop_last=True)
+        self.sampler: DistributedSampler[int] = DistributedSampler(data.train, num_replicas=world, rank=rank,
+                                                                   shuffle=True, seed=seed, drop_last=True)
         self.dataset = data.train
         self.batch = batch
         self.steps_per_epoch = len(self.sampler) // batch
@@ -45,7 +45,8 @@ class Batches:
 def evaluate(forward: Callable[..., torch.Tensor], data: TrainingData, recipe: Recipe, dev: torch.device, rank: int,
              world: int, mpp: tuple[int, float] | None = None) -> tuple[float, float]:
     """(mean loss, accuracy) on the validation set, summed over processes. mpp = (patch size, ratio)."""
-    sampler = DistributedSampler(data.val, num_replicas=world, rank=rank, shuffle=False, drop_last=False)
+    sampler: DistributedSampler[int] = DistributedSampler(data.val, num_replicas=world, rank=rank, shuffle=False,
+                                                          drop_last=False)
     loader = DataLoader(data.val, sampler=sampler, batch_size=max(1, recipe.batch_size // world),
                         collate_fn=_identity, num_workers=0, generator=torch.Generator())
     gen = torch.Generator().manual_seed(recipe.seed + 2)  # the same masks at every validation

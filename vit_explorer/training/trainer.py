@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ class RunState:
     mpp_head: nn.Linear | None  # the masked-patch-prediction head (task "mpp")
     teacher: Teacher | None  # the distillation teacher
     net: TrainStep  # model (+ MPP head) as one module: what validation runs for MPP
-    run_net: nn.Module  # net, wrapped by DistributedDataParallel and torch.compile when asked
+    run_net: Callable[..., Any]  # net, wrapped by DistributedDataParallel and torch.compile when asked
     optimizer: torch.optim.Optimizer
     batches: Batches
     gen: torch.Generator  # crops and masks (saved, so a resume draws the same ones)
@@ -100,7 +100,8 @@ class RunState:
     batch_iter: Iterator[Batch] | None = None
     lr: float = 0.0  # the learning rate of the last step
     clock: float = 0.0  # training time as last agreed at the top of the loop
-    window: torch.Tensor | None = None  # (3,) loss sum, correct, count since the last Step event
+    # (3,) loss sum, correct, count since the last Step event; on the device, so a step never waits for it
+    window: torch.Tensor = field(default_factory=lambda: torch.zeros(3, dtype=torch.float64))
     window_images: int = 0
     window_start: float = 0.0  # time.perf_counter() when the window's training time began
 
@@ -115,7 +116,17 @@ class RunState:
 
     def progress(self, clock: float) -> float:
         """The fraction of the run done after `self.step` steps and `clock` seconds of training."""
-        return self.step / self.total if self.total is not None else clock / self.budget
+        if self.total is not None:
+            return self.step / self.total
+        assert self.budget is not None, "a run is sized by steps or by a time budget"
+        return clock / self.budget
+
+    def eta(self) -> float:
+        """Seconds of training left: at the pace so far (a sized run), or what the budget has left (a timed one)."""
+        if self.total is not None:
+            return (self.total - self.step) * self.elapsed / max(self.step - self.start_step, 1)
+        assert self.budget is not None, "a run is sized by steps or by a time budget"
+        return max(self.budget - self.elapsed, 0.0)
 
 
 def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.PathLike[str] | None = None, *,
@@ -176,7 +187,9 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     batches, total = _length(data, recipe, rank, world)
     state = _saved_run(out_dir, config) if resume and out_dir is not None else None
     model, mpp_head = yield from _model(config, recipe, init, state, dev)
-    teacher = (yield from _teacher(data, recipe, dev, state)) if recipe.distill else None
+    # a recipe that distills names its teacher (Recipe checks it)
+    teacher = (yield from _teacher(data, recipe, recipe.teacher, dev, state)) if recipe.distill and recipe.teacher \
+        else None
     net = TrainStep(model, mpp_head)
     optimizer = torch.optim.AdamW(_param_groups(net, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
                                   fused=dev.type == "cuda")
@@ -267,14 +280,13 @@ def _init_from(model: VisionTransformer, source: str) -> list[str]:
     return sorted(set(own) - set(usable))
 
 
-def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: TrainingState | None
+def _teacher(data: TrainingData, recipe: Recipe, source: str, dev: torch.device, state: TrainingState | None
              ) -> Generator[Event, None, Teacher]:
     """The distillation teacher: the saved or a freshly trained CNN, or a checkpoint that `load` opens."""
-    if recipe.teacher == "cnn":
+    if source == "cnn":
         cnn = SmallCNN(data.num_classes).to(dev)
         if state is not None and state.teacher is not None:
-            check_module(state, "teacher", cnn)
-            cnn.load_state_dict(state.teacher)
+            cnn.load_state_dict(check_module(state, "teacher", cnn))
         else:
             for item in train_cnn_teacher(data, recipe, dev):
                 if isinstance(item, SmallCNN):
@@ -284,9 +296,9 @@ def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: Train
         return Teacher(cnn, data.preprocessing, data.preprocessing)
     from ..checkpoints import load
 
-    loaded = load(recipe.teacher, device=str(dev))
+    loaded = load(source, device=str(dev))
     if len(loaded.labels) != data.num_classes:
-        raise ValueError(f"teacher {recipe.teacher} has {len(loaded.labels)} classes; "
+        raise ValueError(f"teacher {source} has {len(loaded.labels)} classes; "
                          f"the dataset has {data.num_classes}")
     return Teacher(loaded.model, data.preprocessing, loaded.preprocessing)
 
@@ -306,11 +318,9 @@ def _param_groups(net: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 def _restore(run: RunState, state: TrainingState) -> None:
     """Continue from a checked training state: weights, optimizer, counters and random states."""
-    check_module(state, "model", run.model)
-    run.model.load_state_dict(state.model)
+    run.model.load_state_dict(check_module(state, "model", run.model))
     if run.mpp_head is not None:
-        check_module(state, "mpp_head", run.mpp_head)
-        run.mpp_head.load_state_dict(state.mpp_head)
+        run.mpp_head.load_state_dict(check_module(state, "mpp_head", run.mpp_head))
     check_optimizer(state, run.optimizer)
     settings = [{k: v for k, v in group.items() if k != "params"} for group in run.optimizer.param_groups]
     run.optimizer.load_state_dict(state.optimizer)
@@ -331,16 +341,14 @@ def _restore(run: RunState, state: TrainingState) -> None:
             raise state.fail("rng.cuda", "is not a CUDA random-number state for this GPU") from None
 
 
-def _wrap(run: RunState) -> nn.Module:
-    """The module the training step calls: DDP under torchrun, compiled when the recipe asks."""
+def _wrap(run: RunState) -> Callable[..., Any]:
+    """What the training step calls: the net, under DDP with torchrun, compiled when the recipe asks."""
     wrapped: nn.Module = run.net
     if run.distributed:
         wrapped = nn.parallel.DistributedDataParallel(
             run.net, device_ids=[run.dev.index] if run.dev.type == "cuda" else None,
             find_unused_parameters=run.mpp_head is not None)
-    if run.recipe.compile:
-        wrapped = torch.compile(wrapped)
-    return wrapped
+    return torch.compile(wrapped) if run.recipe.compile else wrapped
 
 
 def _agree(run: RunState, control: Control) -> tuple[bool, float]:
@@ -412,9 +420,10 @@ def _forward_loss(run: RunState, x: torch.Tensor, y: torch.Tensor, mask: torch.T
     if mask is not None:
         return out.float()[mask], y[mask], F.cross_entropy(out.float()[mask], y[mask])  # (M, 512), (M,)
     heads = {k: v.float() for k, v in out.items()}
-    logits = sum(heads.values()) / len(heads)
+    logits = torch.stack(list(heads.values())).mean(0)  # (B, classes)
     if run.teacher is None:
-        loss = sum(F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing) for h in heads.values()) / len(heads)
+        loss = torch.stack([F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing)
+                            for h in heads.values()]).mean()
     elif recipe.distill == "hard":
         loss = losses.hard_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.label_smoothing)
     else:
@@ -443,13 +452,9 @@ def _log(run: RunState) -> Generator[Event, None, str | None]:
                 f"(learning rate {run.lr:.3g}); training stopped and {kept}. "
                 "Try a lower --lr or a smaller --batch-size.")
     if count:
-        if run.total is not None:
-            eta = (run.total - run.step) * run.elapsed / max(run.step - run.start_step, 1)
-        else:
-            eta = max(run.budget - run.elapsed, 0.0)
         run.history.append([run.step, loss_sum / count, correct / count])
         yield Step(run.step, run.step / run.batches.steps_per_epoch, loss_sum / count, correct / count, run.lr,
-                   run.window_images / max(span, 1e-9), eta, run.elapsed)
+                   run.window_images / max(span, 1e-9), run.eta(), run.elapsed)
     run.window.zero_()
     run.window_images = 0
     # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one
