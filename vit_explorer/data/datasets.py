@@ -4,6 +4,7 @@ int64 labels (a `Batch`) through `__getitems__`; normalisation and augmentation 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,9 +89,13 @@ class TensorImages(ImageSet):
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    def __getitems__(self, indices: list[int]) -> Batch:
-        idx = torch.as_tensor(indices, dtype=torch.int64)
+    def __getitems__(self, indices: list[int] | torch.Tensor) -> Batch:
+        idx = torch.as_tensor(indices, dtype=torch.int64, device=self.images.device)
         return Batch(self.images[idx], self.labels[idx], [])
+
+    def to(self, device: torch.device) -> TensorImages:
+        """The same images on `device` (a GPU run keeps a built-in set there: no copy per step)."""
+        return TensorImages(self.images.to(device), self.labels.to(device))
 
 
 @dataclass
@@ -223,10 +228,24 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     return TrainingData(train, val, names, pre, spec, augment=True, notes=notes)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device: a plain copy to a GPU would first wait
+    for every queued kernel (a host sync in the middle of a training step)."""
+    if device.type != "cuda" or tensor.device == device:
+        return tensor.to(device)
+    return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _scale(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(255 mean, 255 std) as (1, 3, 1, 1) tensors on `device`, made once: a training step copies nothing."""
+    scaled = [to_device(torch.tensor(v, dtype=torch.float32).view(1, 3, 1, 1) * 255, device) for v in (mean, std)]
+    return scaled[0], scaled[1]
+
+
 def normalize(images: torch.Tensor, pre: Preprocess) -> torch.Tensor:
     """uint8 (B, 3, H, W) -> float (B, 3, H, W) normalised as `pre` does (same device as images)."""
-    mean = torch.tensor(pre.mean, device=images.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(pre.std, device=images.device).view(1, 3, 1, 1) * 255
+    mean, std = _scale(tuple(pre.mean), tuple(pre.std), images.device)
     return (images.float() - mean) / std
 
 
@@ -239,9 +258,11 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int 
     b, _, h, w = images.shape
     pad = max(1, h // 8) if pad is None else pad
     padded = F.pad(images, (pad, pad, pad, pad))  # zeros, like torchvision's default fill
-    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    flip = (torch.rand(b, generator=generator) < 0.5).to(images.device)
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    flip = torch.rand(b, generator=generator) < 0.5
+    oy, ox, flip = to_device(torch.stack([oy, ox, flip.long()]), images.device)  # one copy, not three
+    flip = flip.bool()
     rows = oy[:, None] + torch.arange(h, device=images.device)  # (B, H)
     cols = ox[:, None] + torch.arange(w, device=images.device)  # (B, W)
     cols = torch.where(flip[:, None], cols.flip(1), cols)

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..models.config import POS_EMBEDS, STEMS
+from .recipe import COMPILE, PRECISION
 
 RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same name (only when given)
     "steps", "epochs", "time_budget", "batch_size", "lr", "seed", "warmup", "weight_decay", "label_smoothing",
-    "grad_clip", "compile", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
+    "grad_clip", "compile", "precision", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
     "distill_tau", "checkpoint_every",
 )
 
@@ -53,7 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distill-alpha", type=float, help="soft distillation: weight of the KL term (0.5)")
     parser.add_argument("--distill-tau", type=float, help="soft distillation: temperature (1.0)")
     parser.add_argument("--checkpoint-every", type=float, metavar="SECONDS", help="checkpoint interval (60)")
-    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    parser.add_argument("--compile", nargs="?", const="default", choices=COMPILE, metavar="MODE",
+                        help="torch.compile the model: --compile alone, or a mode (reduce-overhead: CUDA graphs), "
+                             "or off (default auto: compiled on a CUDA GPU when the run is long enough to repay it)")
+    parser.add_argument("--precision", choices=PRECISION,
+                        help="bf16 autocast or fp32 (default auto: bf16 on a CUDA GPU, fp32 on the CPU)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU if there is one)")
     parser.add_argument("--no-state", action="store_true",
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
@@ -88,7 +93,7 @@ def _flag(field: str) -> str:
     return f"--{field.replace('_', '-')}"
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, data, recipe) from the arguments, or from the saved run with --resume; every check that
     needs no data runs before the data are loaded. Errors name the flag (or the file) and the problem."""
     from ..data.datasets import DataError
@@ -187,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     distributed = _setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
-        config, data, recipe = _build(args)
+        config, data, recipe = build(args)
         printer = _Printer(args, len(data.train), quiet=rank != 0)
         for note in data.notes:
             printer.say(f"note: {note}")

@@ -32,12 +32,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.pe import pe_similarity
-from ..data.datasets import TrainingData, normalize, random_crop_flip
+from ..data.datasets import TrainingData, normalize, random_crop_flip, to_device
 from ..data.folder import Batch
 from ..models import VisionTransformer, ViTConfig
 from . import losses
 from .batches import Batches, evaluate
 from .checkpoint import remove_leftovers, write_checkpoint
+from .device import autocast, compile_mode, resident
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
 from .memory import check_training_memory, pick_device
 from .recipe import MAX_STEPS, Recipe
@@ -184,7 +185,8 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     dev = pick_device(device)
     _check_setup(config, data, recipe, world)
     check_training_memory(config, recipe.batch_size // world, dev)
-    batches, total = _length(data, recipe, rank, world)
+    data = resident(data, dev)
+    batches, total = _length(data, recipe, rank, world, dev)
     state = _saved_run(out_dir, config) if resume and out_dir is not None else None
     model, mpp_head = yield from _model(config, recipe, init, state, dev)
     # a recipe that distills names its teacher (Recipe checks it)
@@ -198,7 +200,10 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
                    recipe.time_budget if total is None else None, 0, 0, 0.0)
     if state is not None:
         _restore(run, state)
-    run.run_net = _wrap(run)
+    mode = compile_mode(recipe, dev, data, sum(p.numel() for p in net.parameters()), distributed, total)
+    run.run_net = _wrap(run, mode)
+    if mode is not None:
+        yield Notice(f"compiling the model (torch.compile, mode {mode}): the first steps take longer")
     run.next_eval = (math.floor(run.progress(run.elapsed) / recipe.eval_every) + 1) * recipe.eval_every
     run.window = torch.zeros(3, dtype=torch.float64, device=dev)
     if out_dir is not None and rank == 0:
@@ -207,9 +212,10 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     return run
 
 
-def _length(data: TrainingData, recipe: Recipe, rank: int, world: int) -> tuple[Batches, int | None]:
+def _length(data: TrainingData, recipe: Recipe, rank: int, world: int, dev: torch.device
+            ) -> tuple[Batches, int | None]:
     """This process's batches, and the run's length in steps (None when a time budget sizes it)."""
-    batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world)
+    batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world, pin_memory=dev.type == "cuda")
     if batches.steps_per_epoch < 1:
         raise ValueError(f"the training set has {len(data.train)} images, fewer than one batch of "
                          f"{recipe.batch_size}; use a smaller --batch-size")
@@ -341,14 +347,14 @@ def _restore(run: RunState, state: TrainingState) -> None:
             raise state.fail("rng.cuda", "is not a CUDA random-number state for this GPU") from None
 
 
-def _wrap(run: RunState) -> Callable[..., Any]:
-    """What the training step calls: the net, under DDP with torchrun, compiled when the recipe asks."""
+def _wrap(run: RunState, mode: str | None) -> Callable[..., Any]:
+    """What the training step calls: the net, under DDP with torchrun, compiled in `mode` (None: eager)."""
     wrapped: nn.Module = run.net
     if run.distributed:
         wrapped = nn.parallel.DistributedDataParallel(
             run.net, device_ids=[run.dev.index] if run.dev.type == "cuda" else None,
             find_unused_parameters=run.mpp_head is not None)
-    return torch.compile(wrapped) if run.recipe.compile else wrapped
+    return torch.compile(wrapped, mode=mode) if mode is not None else wrapped
 
 
 def _agree(run: RunState, control: Control) -> tuple[bool, float]:
@@ -380,19 +386,24 @@ def _set_lr(run: RunState, lr: float) -> None:
 
 
 def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str | None:
-    """One optimizer step on a batch, added to the window; a message if the device ran out of memory."""
+    """One optimizer step on a batch, added to the window; a message if the device ran out of memory.
+
+    Nothing here waits for the device (no .item(), no blocking copy, no boolean indexing): on a GPU the
+    host queues step after step, and `_log` reads the window once per log_every steps."""
     recipe, dev = run.recipe, run.dev
+    images = to_device(images, dev)
     if run.data.augment:
         images = random_crop_flip(images, run.gen)
-    x = normalize(images.to(dev, non_blocking=True), run.data.preprocessing)
-    y = labels.to(dev, non_blocking=True)
+    x = normalize(images, run.data.preprocessing)
+    y = to_device(labels, dev)
     mask = None
     if run.mpp is not None:
-        mask = losses.random_patch_mask(len(labels), run.config.num_patches, recipe.mask_ratio, run.gen).to(dev)
-        y = losses.mpp_targets(images, run.config.patch_size).to(dev)  # (B, N)
+        mask = to_device(losses.random_patch_mask(len(labels), run.config.num_patches, recipe.mask_ratio, run.gen),
+                         dev)
+        y = losses.mpp_targets(images, run.config.patch_size)  # (B, N)
     try:
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda" and recipe.amp):
-            logits, y, loss = _forward_loss(run, x, y, mask)
+        with autocast(recipe, dev):
+            loss, correct, count = _forward_loss(run, x, y, mask)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if recipe.grad_clip > 0:
@@ -405,21 +416,22 @@ def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str 
             raise
         return (f"out of memory at batch size {recipe.batch_size} ({recipe.batch_size // run.world} per "
                 f"process) on {dev}; try --batch-size {max(1, recipe.batch_size // 2)}")
-    run.window += torch.stack([loss.detach().double() * y.numel(), (logits.detach().argmax(-1) == y).sum().double(),
-                               torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
+    run.window[0] += loss.detach().double() * count
+    run.window[1] += correct
+    run.window[2] += count
     run.window_images += len(labels) * run.world
     return None
 
 
 def _forward_loss(run: RunState, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits, targets, loss) of one training forward: MPP on corrupted patches, or classification
-    (distilled when there is a teacher) with the heads' logits averaged."""
+    """(loss, correct predictions, predictions counted) of one training forward, as device tensors: MPP on
+    the corrupted patches, or classification (distilled when there is a teacher), accuracy from the heads'
+    averaged logits."""
     recipe = run.recipe
-    out = run.run_net(x, mask, run.gen)
     if mask is not None:
-        return out.float()[mask], y[mask], F.cross_entropy(out.float()[mask], y[mask])  # (M, 512), (M,)
-    heads = {k: v.float() for k, v in out.items()}
+        return losses.masked_cross_entropy(run.run_net(x, mask, run.gen).float(), y, mask)  # (B, N, 512), (B, N)
+    heads = {k: v.float() for k, v in run.run_net(x).items()}
     logits = torch.stack(list(heads.values())).mean(0)  # (B, classes)
     if run.teacher is None:
         loss = torch.stack([F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing)
@@ -429,7 +441,7 @@ def _forward_loss(run: RunState, x: torch.Tensor, y: torch.Tensor, mask: torch.T
     else:
         loss = losses.soft_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.distill_alpha,
                                              recipe.distill_tau, recipe.label_smoothing)
-    return logits, y, loss
+    return loss, (logits.detach().argmax(-1) == y).sum(), torch.full((), y.numel(), device=y.device)
 
 
 def _log(run: RunState) -> Generator[Event, None, str | None]:
