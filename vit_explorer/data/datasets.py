@@ -23,6 +23,7 @@ BUILTIN_TRAIN = 20_000  # default sizes of the built-in sets (about 8 s to draw 
 BUILTIN_VAL = 2_000
 MAX_BUILTIN = 1_000_000  # images per split of a built-in set (3 GB at 32x32)
 MAX_SIDE = 16_384  # pixels per side of the training input
+KEEP_BYTES = 2 * 10**9  # an image folder whose decoded images take at most this is decoded once and kept
 MAX_SEED = 2**31 - 1  # seeds are multiplied (seed * 1_000_003 + chunk) and must stay int64
 DRAW_BYTES = 100  # bytes per pixel of each image in a chunk while the built-in generator draws it (measured)
 
@@ -205,15 +206,17 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     if (root / "train").is_dir() and (root / "val").is_dir():
         files, labels, names = folder.scan(root / "train")
         val_files, val_labels, _ = folder.scan(root / "val", classes=names)
-        train = folder.FolderImages(files, labels, (h, w))
-        val = folder.FolderImages(val_files, val_labels, (h, w))
+        keep = _keeps(len(files) + len(val_files), h, w)
+        train = folder.FolderImages(files, labels, (h, w), keep)
+        val = folder.FolderImages(val_files, val_labels, (h, w), keep)
     else:
         files, labels, names = folder.scan(root)
         train_idx, val_idx = folder.split_holdout(labels, val_fraction, seed)
         if not train_idx:
             raise ValueError(f"{root}: too few images to train on ({len(files)})")
-        train = folder.FolderImages([files[i] for i in train_idx], [labels[i] for i in train_idx], (h, w))
-        val = folder.FolderImages([files[i] for i in val_idx], [labels[i] for i in val_idx], (h, w))
+        keep = _keeps(len(files), h, w)
+        train = folder.FolderImages([files[i] for i in train_idx], [labels[i] for i in train_idx], (h, w), keep)
+        val = folder.FolderImages([files[i] for i in val_idx], [labels[i] for i in val_idx], (h, w), keep)
         notes.append(f"{root}: held out {len(val_idx)} of {len(files)} images for validation "
                      "(use train/ and val/ sub-folders to choose them)")
     if len(names) < 2:
@@ -226,6 +229,12 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     spec["val_fraction"] = val_fraction
     pre = Preprocess((h, w), interpolation="bilinear", mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return TrainingData(train, val, names, pre, spec, augment=True, notes=notes)
+
+
+def _keeps(images: int, h: int, w: int) -> bool:
+    """Whether a folder of `images` is small enough to keep decoded in memory (see FolderImages)."""
+    needed = images * 3 * h * w
+    return needed <= min(KEEP_BYTES, (available_memory() or 0) // 4)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

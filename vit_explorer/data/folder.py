@@ -91,20 +91,30 @@ def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> st
 
 
 class FolderImages(ImageSet):
-    """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones."""
+    """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones.
 
-    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]) -> None:
+    With `keep`, each image is decoded once and kept (a small set: later epochs cost no decoding, and
+    the loader needs no worker processes); an unreadable one is retried, and reported, every time.
+    """
+
+    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int], keep: bool = False) -> None:
         self.files = files
         self.labels = torch.tensor(labels, dtype=torch.int64)
         self.size = size
+        self.kept: dict[int, torch.Tensor] | None = {} if keep else None
 
     def __len__(self) -> int:
         return len(self.files)
 
     def load(self, index: int) -> torch.Tensor:
         """(3, H, W) uint8; raises ImageError naming the file."""
+        if self.kept is not None and index in self.kept:
+            return self.kept[index]
         image = open_image(self.files[index]).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
-        return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+        pixels = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+        if self.kept is not None:
+            self.kept[index] = pixels
+        return pixels
 
     def check_readable(self, what: str) -> None:
         """Refuse a set with no image that decodes: training on it would save an untrained model."""

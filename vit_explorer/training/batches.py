@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ..data.datasets import TensorImages, TrainingData, normalize, to_device
-from ..data.folder import Batch
+from ..data.folder import Batch, FolderImages
 from . import losses
 from .device import autocast
 from .recipe import Recipe
@@ -53,7 +53,9 @@ class Batches:
     def _files(self) -> DataLoader[Batch]:
         """The loader of file-backed images, made once: its workers serve every epoch (reading `chunks`)."""
         if self.loader is None:
-            workers = min(4, os.cpu_count() or 1)
+            # images kept after their first decoding are served faster by this process than through workers
+            kept = isinstance(self.dataset, FolderImages) and self.dataset.kept is not None
+            workers = 0 if kept else min(4, os.cpu_count() or 1)
             # its own generator: a DataLoader otherwise draws its worker seed from the global RNG (dropout's)
             self.loader = DataLoader(self.dataset, batch_sampler=self.chunks, collate_fn=_identity,
                                      num_workers=workers, pin_memory=self.pin_memory,

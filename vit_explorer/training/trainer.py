@@ -40,6 +40,7 @@ from .batches import Batches, evaluate
 from .checkpoint import remove_leftovers, write_checkpoint
 from .device import autocast, compile_mode, resident
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
+from .init import mimetic_init
 from .memory import check_training_memory, pick_device
 from .recipe import MAX_STEPS, Recipe
 from .state import STATE_NAME, TrainingState, check_description, check_module, check_optimizer, read_state
@@ -232,6 +233,8 @@ def _model(config: ViTConfig, recipe: Recipe, init: str | None, state: TrainingS
     """The model (seeded, or started from `init`'s weights) and the MPP head, on the device."""
     torch.manual_seed(recipe.seed)
     model = VisionTransformer(config)
+    if recipe.attention_init == "mimetic":
+        mimetic_init(model, torch.Generator().manual_seed(recipe.seed))
     mpp_head = nn.Linear(config.embed_dim, losses.MPP_CLASSES) if recipe.task == "mpp" else None
     if init and state is None:
         skipped = _init_from(model, init)
