@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     length.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="train for this many seconds, the schedule sized to fit (default when no length is "
                              "given: 120)")
-    parser.add_argument("--batch-size", type=int, help="global batch size (default 64)")
+    parser.add_argument("--batch-size", type=int, help="global batch size (default 32)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default 1.5e-3)")
     parser.add_argument("--warmup", type=float, help="warm-up fraction of the run (default 0.06)")
     parser.add_argument("--weight-decay", type=float)

@@ -65,7 +65,8 @@ class Recipe:
     steps: int | None = None
     epochs: float | None = None
     time_budget: float | None = None  # seconds of training (validation and saving not counted)
-    batch_size: int = 64  # global batch (split over the processes under torchrun)
+    batch_size: int = 32  # global batch (split over the processes under torchrun); on one CPU thread 32 costs
+    # per image what 64 does and makes twice the steps: 70-78 % against 67 % for the classroom model in 120 s
     lr: float = 1.5e-3  # peak learning rate after warm-up (best of 1e-3, 1.5e-3, 3e-3 on the classroom model)
     min_lr_ratio: float = 0.02  # the cosine decays to lr * min_lr_ratio
     warmup: float = 0.06  # warm-up as a fraction of the run
