@@ -153,6 +153,15 @@ def test_random_crop_flip_matches_a_padded_crop() -> None:
         assert torch.equal(out[b], crop.flip(-1) if flip[b] else crop)
 
 
+def test_random_crop_without_flip_takes_the_same_crops_unflipped() -> None:
+    images = torch.arange(16 * 3 * 8 * 8, dtype=torch.int64).view(16, 3, 8, 8).to(torch.uint8)
+    both = random_crop_flip(images, torch.Generator().manual_seed(0), pad=2)
+    crops = random_crop_flip(images, torch.Generator().manual_seed(0), pad=2, flip=False)
+    flipped = [b for b in range(16) if not torch.equal(both[b], crops[b])]
+    assert 0 < len(flipped) < 16
+    assert all(torch.equal(both[b], crops[b].flip(-1)) for b in flipped)
+
+
 def test_normalize_uses_the_recorded_mean_and_std() -> None:
     data = load_data("shapes", train_size=4, val_size=2)
     x = normalize(torch.full((1, 3, 2, 2), 255, dtype=torch.uint8), data.preprocessing)

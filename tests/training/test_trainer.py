@@ -153,6 +153,21 @@ def test_pause_then_resume_from_another_thread(colour_data: TrainingData) -> Non
 
 
 # the Step losses of this run, recorded from the trainer before it was split into named steps (f4273a9)
+def test_augment_overrides_the_data_sets_choice(tiny_data: TrainingData, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'auto' follows the data set (none for a built-in set), 'crop' crops without flipping, 'none' never augments."""
+    from vit_explorer.training import trainer
+
+    calls: list[bool] = []
+    real = trainer.random_crop_flip
+    monkeypatch.setattr(trainer, "random_crop_flip", lambda images, gen, flip: calls.append(flip) or real(images, gen,
+                                                                                                         flip=flip))
+    for augment, data, expected in (("auto", tiny_data, []), ("auto", replace(tiny_data, augment=True), [True] * 2),
+                                    ("crop", tiny_data, [False] * 2), ("none", replace(tiny_data, augment=True), [])):
+        calls.clear()
+        list(train(tiny_config(), data, _recipe(steps=2, augment=augment)))
+        assert calls == expected, augment
+
+
 RECORDED = {  # attention_init: (the losses of 12 steps, the final validation loss)
     "model": ([2.294792652130127, 2.306966543197632, 2.3455004692077637, 2.3035855293273926, 2.318037748336792,
                2.3501741886138916, 2.3339457511901855, 2.3090336322784424, 2.2831389904022217,

@@ -258,8 +258,10 @@ def normalize(images: torch.Tensor, pre: Preprocess) -> torch.Tensor:
     return (images.float() - mean) / std
 
 
-def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int | None = None) -> torch.Tensor:
-    """torchvision-style RandomCrop(size, padding) + RandomHorizontalFlip on a batch (B, C, H, W).
+def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int | None = None, flip: bool = True
+                     ) -> torch.Tensor:
+    """torchvision-style RandomCrop(size, padding) + RandomHorizontalFlip (unless not `flip`) on a batch
+    (B, C, H, W).
 
     pad defaults to H/8 (4 pixels at 32, as in the CIFAR recipes). Random numbers come from
     `generator` (a CPU generator), so a resumed run draws the same crops.
@@ -269,12 +271,11 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int 
     padded = F.pad(images, (pad, pad, pad, pad))  # zeros, like torchvision's default fill
     oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
     ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
-    flip = torch.rand(b, generator=generator) < 0.5
-    oy, ox, flip = to_device(torch.stack([oy, ox, flip.long()]), images.device)  # one copy, not three
-    flip = flip.bool()
+    flips = (torch.rand(b, generator=generator) < 0.5) & flip  # drawn either way: the same crops with or without
+    oy, ox, flips = to_device(torch.stack([oy, ox, flips.long()]), images.device)  # one copy, not three
     rows = oy[:, None] + torch.arange(h, device=images.device)  # (B, H)
     cols = ox[:, None] + torch.arange(w, device=images.device)  # (B, W)
-    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    cols = torch.where(flips.bool()[:, None], cols.flip(1), cols)
     batch = torch.arange(b, device=images.device)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..models.config import POS_EMBEDS, STEMS
-from .recipe import ATTENTION_INIT, COMPILE, PRECISION
+from .recipe import ATTENTION_INIT, AUGMENT, COMPILE, PRECISION
 
 RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same name (only when given)
     "steps", "epochs", "time_budget", "batch_size", "lr", "seed", "warmup", "weight_decay", "label_smoothing",
     "grad_clip", "compile", "precision", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
-    "distill_tau", "checkpoint_every", "attention_init",
+    "distill_tau", "checkpoint_every", "attention_init", "augment",
 )
 
 
@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-size", type=int, help="built-in dataset: training images (default 20000)")
     parser.add_argument("--val-size", type=int, help="built-in dataset: validation images (default 2000)")
     parser.add_argument("--seed", type=int, help="seed for the model, the data order and the built-in data")
+    parser.add_argument("--augment", choices=AUGMENT,
+                        help="random crops and flips of the training images (default auto: none for the built-in "
+                             "sets, crop+flip for CIFAR and image folders; crop for images a flip changes)")
     parser.add_argument("--attention-init", choices=ATTENTION_INIT,
                         help="start attention 'mimetic' (near the identity, as trained ViTs are: learns in far "
                              "fewer steps; default) or from the model's own random 'model' init")

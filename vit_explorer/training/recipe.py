@@ -14,6 +14,7 @@ TASKS = ("classify", "mpp")
 DISTILL = (None, "hard", "soft")
 COMPILE = ("auto", "off", "default", "reduce-overhead", "max-autotune")  # "auto": see trainer._compile_mode
 PRECISION = ("auto", "bf16", "fp32")  # "auto": bf16 autocast on a CUDA GPU, float32 elsewhere
+AUGMENT = ("auto", "crop+flip", "crop", "none")  # "auto": the data set's own (none for the built-in sets)
 ATTENTION_INIT = ("mimetic", "model")  # see init.py; "model": the model's own (timm-style) random init
 MAX_STEPS = 100_000_000  # a hundred million optimizer steps: weeks on the largest preset
 MAX_EPOCHS = 100_000.0
@@ -47,7 +48,8 @@ RANGES: dict[str, tuple[bool, float, float, str]] = {
 }
 SIZED_BY = ("steps", "epochs", "time_budget")
 FLAGS = ("save_state",)
-CHOICES = {"compile": COMPILE, "precision": PRECISION, "task": TASKS, "attention_init": ATTENTION_INIT}
+CHOICES = {"compile": COMPILE, "precision": PRECISION, "task": TASKS, "attention_init": ATTENTION_INIT,
+           "augment": AUGMENT}
 
 
 class RecipeError(ValueError):
@@ -74,6 +76,9 @@ class Recipe:
     label_smoothing: float = 0.1
     grad_clip: float = 1.0  # max gradient norm; 0 = no clipping
     seed: int = 0
+    # random crops (padding H/8) and horizontal flips of the training batches: "auto" is the data set's own
+    # choice (none for the built-in sets, both for CIFAR and image folders); "crop" for images flips change
+    augment: str = "auto"
     attention_init: str = "mimetic"  # how a model trained from scratch starts its attention: "mimetic" or "model"
     log_every: int = 10  # steps between Step events (and NaN checks)
     eval_every: float = 0.25  # validate at each multiple of this fraction of the run, and at the end

@@ -395,8 +395,9 @@ def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str 
     host queues step after step, and `_log` reads the window once per log_every steps."""
     recipe, dev = run.recipe, run.dev
     images = to_device(images, dev)
-    if run.data.augment:
-        images = random_crop_flip(images, run.gen)
+    augment = recipe.augment if recipe.augment != "auto" else "crop+flip" if run.data.augment else "none"
+    if augment != "none":
+        images = random_crop_flip(images, run.gen, flip=augment == "crop+flip")
     x = normalize(images, run.data.preprocessing)
     y = to_device(labels, dev)
     mask = None
