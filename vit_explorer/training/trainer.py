@@ -6,8 +6,9 @@ A run is one `RunState` (the model, optimizer, generators, counters and the wind
 the last report) set up once and then advanced by small named steps: `_setup`, `_optimize` (one
 optimizer step), `_log` (close the window: NaN check, report, maybe validate and save),
 `_validate`, `_snapshot` and `_save`. `train` reads top to bottom as the loop that calls them.
-Around it: memory.py checks the device and the memory a step needs, state.py reads and checks a
-saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
+Around it: memory.py checks the device and the memory a step needs, device.py chooses the GPU paths
+(bf16, torch.compile, data kept on the device), init.py starts attention mimetically, state.py reads and
+checks a saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
 
 Determinism: the model is initialised from `recipe.seed`; epoch e visits the training set in the
 order of `DistributedSampler(seed=recipe.seed).set_epoch(e)` (the same permutation for any number
