@@ -56,6 +56,30 @@ def test_corrupt_image_is_skipped_and_named(tmp_path: Path) -> None:
     assert len(batch.skipped) == 1 and "broken.png" in batch.skipped[0]
 
 
+def test_a_small_folder_is_decoded_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder that fits in memory keeps its decoded images: the second epoch opens no file, while an
+    unreadable image is tried (and reported) again each time."""
+    from vit_explorer.data import datasets, folder
+
+    _tree(tmp_path)
+    (tmp_path / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    data = load_data(str(tmp_path), image_size=(16, 16), val_fraction=0.01)
+    assert isinstance(data.train, folder.FolderImages) and data.train.kept is not None
+    opened: list[Path] = []
+    real_open = folder.open_image
+    monkeypatch.setattr(folder, "open_image", lambda path: opened.append(path) or real_open(path))
+    everything = list(range(len(data.train)))
+    checked = len(data.train.kept)  # load_data's readability check decoded (and kept) the first image
+    first = data.train.__getitems__(everything)
+    assert len(first.skipped) == 1 and len(opened) == len(everything) - checked
+    opened.clear()
+    second = data.train.__getitems__(everything)
+    assert torch.equal(first.images, second.images) and len(second.skipped) == 1
+    assert [p.name for p in opened] == ["broken.png"]
+    monkeypatch.setattr(datasets, "KEEP_BYTES", 0)  # a folder too large to keep decodes every time
+    assert load_data(str(tmp_path), image_size=(16, 16), val_fraction=0.01).train.kept is None
+
+
 @pytest.mark.parametrize("problem", ["missing", "no_classes", "empty_class", "one_class"])
 def test_bad_folders_give_clear_messages(tmp_path: Path, problem: str) -> None:
     root = tmp_path / "data"
@@ -127,6 +151,15 @@ def test_random_crop_flip_matches_a_padded_crop() -> None:
     for b in range(2):
         crop = padded[b, :, oy[b]:oy[b] + 8, ox[b]:ox[b] + 8]
         assert torch.equal(out[b], crop.flip(-1) if flip[b] else crop)
+
+
+def test_random_crop_without_flip_takes_the_same_crops_unflipped() -> None:
+    images = torch.arange(16 * 3 * 8 * 8, dtype=torch.int64).view(16, 3, 8, 8).to(torch.uint8)
+    both = random_crop_flip(images, torch.Generator().manual_seed(0), pad=2)
+    crops = random_crop_flip(images, torch.Generator().manual_seed(0), pad=2, flip=False)
+    flipped = [b for b in range(16) if not torch.equal(both[b], crops[b])]
+    assert 0 < len(flipped) < 16
+    assert all(torch.equal(both[b], crops[b].flip(-1)) for b in flipped)
 
 
 def test_normalize_uses_the_recorded_mean_and_std() -> None:

@@ -153,15 +153,37 @@ def test_pause_then_resume_from_another_thread(colour_data: TrainingData) -> Non
 
 
 # the Step losses of this run, recorded from the trainer before it was split into named steps (f4273a9)
-RECORDED_LOSSES = [2.294792652130127, 2.306966543197632, 2.3455004692077637, 2.3035855293273926, 2.318037748336792,
-                   2.3501741886138916, 2.3339457511901855, 2.3090336322784424, 2.2831389904022217,
-                   2.2691421508789062, 2.3196165561676025, 2.2830822467803955]
+def test_augment_overrides_the_data_sets_choice(tiny_data: TrainingData, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'auto' follows the data set (none for a built-in set), 'crop' crops without flipping, 'none' never augments."""
+    from vit_explorer.training import trainer
+
+    calls: list[bool] = []
+    real = trainer.random_crop_flip
+    monkeypatch.setattr(trainer, "random_crop_flip", lambda images, gen, flip: calls.append(flip) or real(images, gen,
+                                                                                                         flip=flip))
+    for augment, data, expected in (("auto", tiny_data, []), ("auto", replace(tiny_data, augment=True), [True] * 2),
+                                    ("crop", tiny_data, [False] * 2), ("none", replace(tiny_data, augment=True), [])):
+        calls.clear()
+        list(train(tiny_config(), data, _recipe(steps=2, augment=augment)))
+        assert calls == expected, augment
 
 
-def test_a_fixed_seed_run_gives_the_recorded_losses(tiny_data: TrainingData) -> None:
+RECORDED = {  # attention_init: (the losses of 12 steps, the final validation loss)
+    "model": ([2.294792652130127, 2.306966543197632, 2.3455004692077637, 2.3035855293273926, 2.318037748336792,
+               2.3501741886138916, 2.3339457511901855, 2.3090336322784424, 2.2831389904022217,
+               2.2691421508789062, 2.3196165561676025, 2.2830822467803955], 2.2827069759368896),
+    "mimetic": ([2.323871374130249, 2.307462692260742, 2.297433614730835, 2.315912961959839, 2.3280837535858154,
+                 2.346527099609375, 2.3391029834747314, 2.310387372970581, 2.292926073074341, 2.2934749126434326,
+                 2.2976272106170654, 2.299696207046509], 2.2988709211349487),
+}
+
+
+@pytest.mark.parametrize("attention_init", list(RECORDED))
+def test_a_fixed_seed_run_gives_the_recorded_losses(tiny_data: TrainingData, attention_init: str) -> None:
     config = tiny_config(drop_rate=0.1, drop_path_rate=0.1)
-    found = list(train(config, replace(tiny_data, augment=True), _recipe(steps=12)))
+    found = list(train(config, replace(tiny_data, augment=True), _recipe(steps=12, attention_init=attention_init)))
     losses = [e.loss for e in found if isinstance(e, ev.Step)]
+    recorded, final = RECORDED[attention_init]
     # equal on the machine that recorded them; another CPU's vector kernels may sum in another order
-    assert losses == pytest.approx(RECORDED_LOSSES, rel=1e-5)
-    assert found[-2].loss == pytest.approx(2.2827069759368896, rel=1e-5)  # the final validation
+    assert losses == pytest.approx(recorded, rel=1e-5)
+    assert found[-2].loss == pytest.approx(final, rel=1e-5)  # the final validation

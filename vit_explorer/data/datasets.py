@@ -4,6 +4,7 @@ int64 labels (a `Batch`) through `__getitems__`; normalisation and augmentation 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from ..checkpoints.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from . import cifar, folder, synthetic
-from .folder import Batch
+from .folder import Batch, ImageSet
 
 BUILTIN_MEAN = (0.5, 0.5, 0.5)
 BUILTIN_STD = (0.5, 0.5, 0.5)
@@ -22,6 +23,7 @@ BUILTIN_TRAIN = 20_000  # default sizes of the built-in sets (about 8 s to draw 
 BUILTIN_VAL = 2_000
 MAX_BUILTIN = 1_000_000  # images per split of a built-in set (3 GB at 32x32)
 MAX_SIDE = 16_384  # pixels per side of the training input
+KEEP_BYTES = 2 * 10**9  # an image folder whose decoded images take at most this is decoded once and kept
 MAX_SEED = 2**31 - 1  # seeds are multiplied (seed * 1_000_003 + chunk) and must stay int64
 DRAW_BYTES = 100  # bytes per pixel of each image in a chunk while the built-in generator draws it (measured)
 
@@ -78,7 +80,7 @@ def check_memory(needed: int, what: str, change: str) -> None:
                          f"memory available; {change}")
 
 
-class TensorImages(torch.utils.data.Dataset):
+class TensorImages(ImageSet):
     """Images held in memory: uint8 (N, 3, H, W) and labels (N,)."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -88,15 +90,19 @@ class TensorImages(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.images.shape[0]
 
-    def __getitems__(self, indices: list[int]) -> Batch:
-        idx = torch.as_tensor(indices, dtype=torch.int64)
+    def __getitems__(self, indices: list[int] | torch.Tensor) -> Batch:
+        idx = torch.as_tensor(indices, dtype=torch.int64, device=self.images.device)
         return Batch(self.images[idx], self.labels[idx], [])
+
+    def to(self, device: torch.device) -> TensorImages:
+        """The same images on `device` (a GPU run keeps a built-in set there: no copy per step)."""
+        return TensorImages(self.images.to(device), self.labels.to(device))
 
 
 @dataclass
 class TrainingData:
-    train: torch.utils.data.Dataset  # __getitems__(indices) -> Batch(uint8 (B, 3, H, W), int64 (B,), skipped)
-    val: torch.utils.data.Dataset
+    train: ImageSet  # __getitems__(indices) -> Batch(uint8 (B, 3, H, W), int64 (B,), skipped)
+    val: ImageSet
     labels: list[str]  # class names
     preprocessing: Preprocess  # the eval transform recorded in the checkpoint (normalisation included)
     spec: dict[str, Any]  # recorded in the checkpoint; `load_data(**spec)` rebuilds the same data
@@ -200,15 +206,17 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     if (root / "train").is_dir() and (root / "val").is_dir():
         files, labels, names = folder.scan(root / "train")
         val_files, val_labels, _ = folder.scan(root / "val", classes=names)
-        train = folder.FolderImages(files, labels, (h, w))
-        val = folder.FolderImages(val_files, val_labels, (h, w))
+        keep = _keeps(len(files) + len(val_files), h, w)
+        train = folder.FolderImages(files, labels, (h, w), keep)
+        val = folder.FolderImages(val_files, val_labels, (h, w), keep)
     else:
         files, labels, names = folder.scan(root)
         train_idx, val_idx = folder.split_holdout(labels, val_fraction, seed)
         if not train_idx:
             raise ValueError(f"{root}: too few images to train on ({len(files)})")
-        train = folder.FolderImages([files[i] for i in train_idx], [labels[i] for i in train_idx], (h, w))
-        val = folder.FolderImages([files[i] for i in val_idx], [labels[i] for i in val_idx], (h, w))
+        keep = _keeps(len(files), h, w)
+        train = folder.FolderImages([files[i] for i in train_idx], [labels[i] for i in train_idx], (h, w), keep)
+        val = folder.FolderImages([files[i] for i in val_idx], [labels[i] for i in val_idx], (h, w), keep)
         notes.append(f"{root}: held out {len(val_idx)} of {len(files)} images for validation "
                      "(use train/ and val/ sub-folders to choose them)")
     if len(names) < 2:
@@ -223,15 +231,37 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     return TrainingData(train, val, names, pre, spec, augment=True, notes=notes)
 
 
+def _keeps(images: int, h: int, w: int) -> bool:
+    """Whether a folder of `images` is small enough to keep decoded in memory (see FolderImages)."""
+    needed = images * 3 * h * w
+    return needed <= min(KEEP_BYTES, (available_memory() or 0) // 4)
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device: a plain copy to a GPU would first wait
+    for every queued kernel (a host sync in the middle of a training step)."""
+    if device.type != "cuda" or tensor.device == device:
+        return tensor.to(device)
+    return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _scale(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(255 mean, 255 std) as (1, 3, 1, 1) tensors on `device`, made once: a training step copies nothing."""
+    scaled = [to_device(torch.tensor(v, dtype=torch.float32).view(1, 3, 1, 1) * 255, device) for v in (mean, std)]
+    return scaled[0], scaled[1]
+
+
 def normalize(images: torch.Tensor, pre: Preprocess) -> torch.Tensor:
     """uint8 (B, 3, H, W) -> float (B, 3, H, W) normalised as `pre` does (same device as images)."""
-    mean = torch.tensor(pre.mean, device=images.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(pre.std, device=images.device).view(1, 3, 1, 1) * 255
+    mean, std = _scale(tuple(pre.mean), tuple(pre.std), images.device)
     return (images.float() - mean) / std
 
 
-def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int | None = None) -> torch.Tensor:
-    """torchvision-style RandomCrop(size, padding) + RandomHorizontalFlip on a batch (B, C, H, W).
+def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int | None = None, flip: bool = True
+                     ) -> torch.Tensor:
+    """torchvision-style RandomCrop(size, padding) + RandomHorizontalFlip (unless not `flip`) on a batch
+    (B, C, H, W).
 
     pad defaults to H/8 (4 pixels at 32, as in the CIFAR recipes). Random numbers come from
     `generator` (a CPU generator), so a resumed run draws the same crops.
@@ -239,12 +269,13 @@ def random_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int 
     b, _, h, w = images.shape
     pad = max(1, h // 8) if pad is None else pad
     padded = F.pad(images, (pad, pad, pad, pad))  # zeros, like torchvision's default fill
-    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator).to(images.device)
-    flip = (torch.rand(b, generator=generator) < 0.5).to(images.device)
+    oy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    ox = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    flips = (torch.rand(b, generator=generator) < 0.5) & flip  # drawn either way: the same crops with or without
+    oy, ox, flips = to_device(torch.stack([oy, ox, flips.long()]), images.device)  # one copy, not three
     rows = oy[:, None] + torch.arange(h, device=images.device)  # (B, H)
     cols = ox[:, None] + torch.arange(w, device=images.device)  # (B, W)
-    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    cols = torch.where(flips.bool()[:, None], cols.flip(1), cols)
     batch = torch.arange(b, device=images.device)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()

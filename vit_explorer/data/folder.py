@@ -25,6 +25,16 @@ class Batch(NamedTuple):
     skipped: list[str]  # messages naming the unreadable images left out of this batch
 
 
+class ImageSet(torch.utils.data.Dataset[Batch]):
+    """A training or validation split: its length, and whole batches by index (never one image at a time)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        raise NotImplementedError
+
+
 def _class_folders(root: Path) -> list[Path]:
     if not root.is_dir():
         raise ValueError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
@@ -80,21 +90,31 @@ def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> st
     return None
 
 
-class FolderImages(torch.utils.data.Dataset):
-    """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones."""
+class FolderImages(ImageSet):
+    """Images from files, resized to `size` (H, W); `__getitems__` leaves out (and names) unreadable ones.
 
-    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int]) -> None:
+    With `keep`, each image is decoded once and kept (a small set: later epochs cost no decoding, and
+    the loader needs no worker processes); an unreadable one is retried, and reported, every time.
+    """
+
+    def __init__(self, files: list[Path], labels: list[int], size: tuple[int, int], keep: bool = False) -> None:
         self.files = files
         self.labels = torch.tensor(labels, dtype=torch.int64)
         self.size = size
+        self.kept: dict[int, torch.Tensor] | None = {} if keep else None
 
     def __len__(self) -> int:
         return len(self.files)
 
     def load(self, index: int) -> torch.Tensor:
         """(3, H, W) uint8; raises ImageError naming the file."""
+        if self.kept is not None and index in self.kept:
+            return self.kept[index]
         image = open_image(self.files[index]).resize((self.size[1], self.size[0]), Image.Resampling.BILINEAR)
-        return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+        pixels = torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)  # (3, H, W)
+        if self.kept is not None:
+            self.kept[index] = pixels
+        return pixels
 
     def check_readable(self, what: str) -> None:
         """Refuse a set with no image that decodes: training on it would save an untrained model."""
@@ -127,11 +147,12 @@ class FolderImages(torch.utils.data.Dataset):
 def split_holdout(labels: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """Indices (train, val): a seeded `fraction` of each class (at least one image when it has two) held out."""
     g = torch.Generator().manual_seed(seed)
-    train, val = [], []
+    train: list[int] = []
+    val: list[int] = []
     label_tensor = torch.tensor(labels)
     for c in range(int(label_tensor.max()) + 1):
-        idx = (label_tensor == c).nonzero().squeeze(1)
-        idx = idx[torch.randperm(idx.numel(), generator=g)].tolist()
+        members = (label_tensor == c).nonzero().squeeze(1)
+        idx: list[int] = members[torch.randperm(members.numel(), generator=g)].tolist()
         k = int(round(len(idx) * fraction)) if len(idx) > 1 else 0
         k = max(k, 1) if len(idx) > 1 else 0
         val += idx[:k]

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..models.config import POS_EMBEDS, STEMS
+from .recipe import ATTENTION_INIT, AUGMENT, COMPILE, PRECISION
 
 RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same name (only when given)
     "steps", "epochs", "time_budget", "batch_size", "lr", "seed", "warmup", "weight_decay", "label_smoothing",
-    "grad_clip", "compile", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
-    "distill_tau", "checkpoint_every",
+    "grad_clip", "compile", "precision", "task", "mask_ratio", "distill", "teacher", "teacher_steps", "distill_alpha",
+    "distill_tau", "checkpoint_every", "attention_init", "augment",
 )
 
 
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     length.add_argument("--time-budget", type=float, metavar="SECONDS",
                         help="train for this many seconds, the schedule sized to fit (default when no length is "
                              "given: 120)")
-    parser.add_argument("--batch-size", type=int, help="global batch size (default 64)")
+    parser.add_argument("--batch-size", type=int, help="global batch size (default 32)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default 1.5e-3)")
     parser.add_argument("--warmup", type=float, help="warm-up fraction of the run (default 0.06)")
     parser.add_argument("--weight-decay", type=float)
@@ -43,6 +44,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-size", type=int, help="built-in dataset: training images (default 20000)")
     parser.add_argument("--val-size", type=int, help="built-in dataset: validation images (default 2000)")
     parser.add_argument("--seed", type=int, help="seed for the model, the data order and the built-in data")
+    parser.add_argument("--augment", choices=AUGMENT,
+                        help="random crops and flips of the training images (default auto: none for the built-in "
+                             "sets, crop+flip for CIFAR and image folders; crop for images a flip changes)")
+    parser.add_argument("--attention-init", choices=ATTENTION_INIT,
+                        help="start attention 'mimetic' (near the identity, as trained ViTs are: learns in far "
+                             "fewer steps; default) or from the model's own random 'model' init")
     parser.add_argument("--task", choices=("classify", "mpp"),
                         help="'mpp' pretrains by masked patch prediction (ViT paper); fine-tune with --init")
     parser.add_argument("--mask-ratio", type=float, help="MPP: fraction of patches corrupted (default 0.5)")
@@ -53,7 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--distill-alpha", type=float, help="soft distillation: weight of the KL term (0.5)")
     parser.add_argument("--distill-tau", type=float, help="soft distillation: temperature (1.0)")
     parser.add_argument("--checkpoint-every", type=float, metavar="SECONDS", help="checkpoint interval (60)")
-    parser.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    parser.add_argument("--compile", nargs="?", const="default", choices=COMPILE, metavar="MODE",
+                        help="torch.compile the model: --compile alone, or a mode (reduce-overhead: CUDA graphs), "
+                             "or off (default auto: compiled on a CUDA GPU when the run is long enough to repay it)")
+    parser.add_argument("--precision", choices=PRECISION,
+                        help="bf16 autocast or fp32 (default auto: bf16 on a CUDA GPU, fp32 on the CPU)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU if there is one)")
     parser.add_argument("--no-state", action="store_true",
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
@@ -88,7 +99,7 @@ def _flag(field: str) -> str:
     return f"--{field.replace('_', '-')}"
 
 
-def _build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, data, recipe) from the arguments, or from the saved run with --resume; every check that
     needs no data runs before the data are loaded. Errors name the flag (or the file) and the problem."""
     from ..data.datasets import DataError
@@ -187,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     distributed = _setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
-        config, data, recipe = _build(args)
+        config, data, recipe = build(args)
         printer = _Printer(args, len(data.train), quiet=rank != 0)
         for note in data.notes:
             printer.say(f"note: {note}")

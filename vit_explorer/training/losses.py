@@ -44,6 +44,20 @@ def mpp_targets(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     return classes.flatten(1)  # (B, N)
 
 
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean cross entropy, correct, count) over the masked tokens: logits (B, N, C), targets and mask (B, N).
+
+    Weighted by the mask rather than indexed with it: boolean indexing needs the count on the host, which
+    makes the host wait for the device in every step.
+    """
+    weight = mask.to(logits.dtype)
+    count = weight.sum()
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(weight)  # (B, N)
+    correct = ((logits.detach().argmax(-1) == targets) & mask).sum()
+    return (ce * weight).sum() / count, correct, count
+
+
 def random_patch_mask(batch: int, num_patches: int, ratio: float, generator: torch.Generator) -> torch.Tensor:
     """(B, N) bool with exactly round(ratio * N) patches chosen per image."""
     k = max(1, round(ratio * num_patches))

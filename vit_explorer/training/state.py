@@ -175,15 +175,16 @@ def _history(value: Any, fail: Any) -> list[list[float]]:
     return [list(row) for row in value]
 
 
-def check_module(state: TrainingState, field: str, module: nn.Module) -> None:
-    """The saved tensors of `field` must have the module's names and shapes."""
-    tensors = getattr(state, field)
+def check_module(state: TrainingState, field: str, module: nn.Module) -> dict[str, torch.Tensor]:
+    """The saved tensors of `field`, which must have the module's names and shapes."""
+    tensors: dict[str, torch.Tensor] | None = getattr(state, field)
     if tensors is None:
         raise state.fail(field, "is missing (this run needs it)")
     try:
         check_state_dict(module, tensors, f"{state.path}: field '{field}'")
     except CheckpointError as error:
         raise StateError(str(error)) from None
+    return tensors
 
 
 def check_optimizer(state: TrainingState, optimizer: torch.optim.Optimizer) -> None:

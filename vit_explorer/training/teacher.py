@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoints.preprocess import Preprocess
-from ..data.datasets import TrainingData, normalize, random_crop_flip
+from ..data.datasets import TrainingData, normalize, random_crop_flip, to_device
 from .batches import Batches, evaluate
 from .events import Event, Notice
 from .recipe import Recipe
@@ -52,8 +52,9 @@ class Teacher(nn.Module):
     @torch.no_grad()
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dev = x.device
-        s_mean, s_std = (torch.tensor(v, device=dev).view(1, 3, 1, 1) for v in (self.student.mean, self.student.std))
-        t_mean, t_std = (torch.tensor(v, device=dev).view(1, 3, 1, 1) for v in (self.teacher.mean, self.teacher.std))
+        # copied without waiting for the device: the teacher runs inside every training step
+        s_mean, s_std, t_mean, t_std = (to_device(torch.tensor(v).view(1, 3, 1, 1), dev) for v in (
+            self.student.mean, self.student.std, self.teacher.mean, self.teacher.std))
         pixels = x * s_std + s_mean  # (B, 3, H, W) in [0, 1]
         if tuple(pixels.shape[2:]) != tuple(self.teacher.size):
             pixels = F.interpolate(pixels, size=self.teacher.size, mode="bilinear", antialias=True,

@@ -6,8 +6,9 @@ A run is one `RunState` (the model, optimizer, generators, counters and the wind
 the last report) set up once and then advanced by small named steps: `_setup`, `_optimize` (one
 optimizer step), `_log` (close the window: NaN check, report, maybe validate and save),
 `_validate`, `_snapshot` and `_save`. `train` reads top to bottom as the loop that calls them.
-Around it: memory.py checks the device and the memory a step needs, state.py reads and checks a
-saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
+Around it: memory.py checks the device and the memory a step needs, device.py chooses the GPU paths
+(bf16, torch.compile, data kept on the device), init.py starts attention mimetically, state.py reads and
+checks a saved run, checkpoint.py writes one so that a kill at any moment never mixes two runs.
 
 Determinism: the model is initialised from `recipe.seed`; epoch e visits the training set in the
 order of `DistributedSampler(seed=recipe.seed).set_epoch(e)` (the same permutation for any number
@@ -21,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.pe import pe_similarity
-from ..data.datasets import TrainingData, normalize, random_crop_flip
+from ..data.datasets import TrainingData, normalize, random_crop_flip, to_device
 from ..data.folder import Batch
 from ..models import VisionTransformer, ViTConfig
 from . import losses
 from .batches import Batches, evaluate
 from .checkpoint import remove_leftovers, write_checkpoint
+from .device import autocast, compile_mode, resident
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
+from .init import mimetic_init
 from .memory import check_training_memory, pick_device
 from .recipe import MAX_STEPS, Recipe
 from .state import STATE_NAME, TrainingState, check_description, check_module, check_optimizer, read_state
@@ -82,7 +85,7 @@ class RunState:
     mpp_head: nn.Linear | None  # the masked-patch-prediction head (task "mpp")
     teacher: Teacher | None  # the distillation teacher
     net: TrainStep  # model (+ MPP head) as one module: what validation runs for MPP
-    run_net: nn.Module  # net, wrapped by DistributedDataParallel and torch.compile when asked
+    run_net: Callable[..., Any]  # net, wrapped by DistributedDataParallel and torch.compile when asked
     optimizer: torch.optim.Optimizer
     batches: Batches
     gen: torch.Generator  # crops and masks (saved, so a resume draws the same ones)
@@ -100,7 +103,8 @@ class RunState:
     batch_iter: Iterator[Batch] | None = None
     lr: float = 0.0  # the learning rate of the last step
     clock: float = 0.0  # training time as last agreed at the top of the loop
-    window: torch.Tensor | None = None  # (3,) loss sum, correct, count since the last Step event
+    # (3,) loss sum, correct, count since the last Step event; on the device, so a step never waits for it
+    window: torch.Tensor = field(default_factory=lambda: torch.zeros(3, dtype=torch.float64))
     window_images: int = 0
     window_start: float = 0.0  # time.perf_counter() when the window's training time began
 
@@ -115,7 +119,17 @@ class RunState:
 
     def progress(self, clock: float) -> float:
         """The fraction of the run done after `self.step` steps and `clock` seconds of training."""
-        return self.step / self.total if self.total is not None else clock / self.budget
+        if self.total is not None:
+            return self.step / self.total
+        assert self.budget is not None, "a run is sized by steps or by a time budget"
+        return clock / self.budget
+
+    def eta(self) -> float:
+        """Seconds of training left: at the pace so far (a sized run), or what the budget has left (a timed one)."""
+        if self.total is not None:
+            return (self.total - self.step) * self.elapsed / max(self.step - self.start_step, 1)
+        assert self.budget is not None, "a run is sized by steps or by a time budget"
+        return max(self.budget - self.elapsed, 0.0)
 
 
 def train(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.PathLike[str] | None = None, *,
@@ -173,10 +187,13 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     dev = pick_device(device)
     _check_setup(config, data, recipe, world)
     check_training_memory(config, recipe.batch_size // world, dev)
-    batches, total = _length(data, recipe, rank, world)
+    data = resident(data, dev)
+    batches, total = _length(data, recipe, rank, world, dev)
     state = _saved_run(out_dir, config) if resume and out_dir is not None else None
     model, mpp_head = yield from _model(config, recipe, init, state, dev)
-    teacher = (yield from _teacher(data, recipe, dev, state)) if recipe.distill else None
+    # a recipe that distills names its teacher (Recipe checks it)
+    teacher = (yield from _teacher(data, recipe, recipe.teacher, dev, state)) if recipe.distill and recipe.teacher \
+        else None
     net = TrainStep(model, mpp_head)
     optimizer = torch.optim.AdamW(_param_groups(net, recipe.weight_decay), lr=recipe.lr, betas=(0.9, 0.999),
                                   fused=dev.type == "cuda")
@@ -185,7 +202,10 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
                    recipe.time_budget if total is None else None, 0, 0, 0.0)
     if state is not None:
         _restore(run, state)
-    run.run_net = _wrap(run)
+    mode = compile_mode(recipe, dev, data, sum(p.numel() for p in net.parameters()), distributed, total)
+    run.run_net = _wrap(run, mode)
+    if mode is not None:
+        yield Notice(f"compiling the model (torch.compile, mode {mode}): the first steps take longer")
     run.next_eval = (math.floor(run.progress(run.elapsed) / recipe.eval_every) + 1) * recipe.eval_every
     run.window = torch.zeros(3, dtype=torch.float64, device=dev)
     if out_dir is not None and rank == 0:
@@ -194,9 +214,10 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     return run
 
 
-def _length(data: TrainingData, recipe: Recipe, rank: int, world: int) -> tuple[Batches, int | None]:
+def _length(data: TrainingData, recipe: Recipe, rank: int, world: int, dev: torch.device
+            ) -> tuple[Batches, int | None]:
     """This process's batches, and the run's length in steps (None when a time budget sizes it)."""
-    batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world)
+    batches = Batches(data, recipe.batch_size // world, recipe.seed, rank, world, pin_memory=dev.type == "cuda")
     if batches.steps_per_epoch < 1:
         raise ValueError(f"the training set has {len(data.train)} images, fewer than one batch of "
                          f"{recipe.batch_size}; use a smaller --batch-size")
@@ -213,6 +234,8 @@ def _model(config: ViTConfig, recipe: Recipe, init: str | None, state: TrainingS
     """The model (seeded, or started from `init`'s weights) and the MPP head, on the device."""
     torch.manual_seed(recipe.seed)
     model = VisionTransformer(config)
+    if recipe.attention_init == "mimetic":
+        mimetic_init(model, torch.Generator().manual_seed(recipe.seed))
     mpp_head = nn.Linear(config.embed_dim, losses.MPP_CLASSES) if recipe.task == "mpp" else None
     if init and state is None:
         skipped = _init_from(model, init)
@@ -267,14 +290,13 @@ def _init_from(model: VisionTransformer, source: str) -> list[str]:
     return sorted(set(own) - set(usable))
 
 
-def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: TrainingState | None
+def _teacher(data: TrainingData, recipe: Recipe, source: str, dev: torch.device, state: TrainingState | None
              ) -> Generator[Event, None, Teacher]:
     """The distillation teacher: the saved or a freshly trained CNN, or a checkpoint that `load` opens."""
-    if recipe.teacher == "cnn":
+    if source == "cnn":
         cnn = SmallCNN(data.num_classes).to(dev)
         if state is not None and state.teacher is not None:
-            check_module(state, "teacher", cnn)
-            cnn.load_state_dict(state.teacher)
+            cnn.load_state_dict(check_module(state, "teacher", cnn))
         else:
             for item in train_cnn_teacher(data, recipe, dev):
                 if isinstance(item, SmallCNN):
@@ -284,9 +306,9 @@ def _teacher(data: TrainingData, recipe: Recipe, dev: torch.device, state: Train
         return Teacher(cnn, data.preprocessing, data.preprocessing)
     from ..checkpoints import load
 
-    loaded = load(recipe.teacher, device=str(dev))
+    loaded = load(source, device=str(dev))
     if len(loaded.labels) != data.num_classes:
-        raise ValueError(f"teacher {recipe.teacher} has {len(loaded.labels)} classes; "
+        raise ValueError(f"teacher {source} has {len(loaded.labels)} classes; "
                          f"the dataset has {data.num_classes}")
     return Teacher(loaded.model, data.preprocessing, loaded.preprocessing)
 
@@ -306,11 +328,9 @@ def _param_groups(net: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
 
 def _restore(run: RunState, state: TrainingState) -> None:
     """Continue from a checked training state: weights, optimizer, counters and random states."""
-    check_module(state, "model", run.model)
-    run.model.load_state_dict(state.model)
+    run.model.load_state_dict(check_module(state, "model", run.model))
     if run.mpp_head is not None:
-        check_module(state, "mpp_head", run.mpp_head)
-        run.mpp_head.load_state_dict(state.mpp_head)
+        run.mpp_head.load_state_dict(check_module(state, "mpp_head", run.mpp_head))
     check_optimizer(state, run.optimizer)
     settings = [{k: v for k, v in group.items() if k != "params"} for group in run.optimizer.param_groups]
     run.optimizer.load_state_dict(state.optimizer)
@@ -331,16 +351,14 @@ def _restore(run: RunState, state: TrainingState) -> None:
             raise state.fail("rng.cuda", "is not a CUDA random-number state for this GPU") from None
 
 
-def _wrap(run: RunState) -> nn.Module:
-    """The module the training step calls: DDP under torchrun, compiled when the recipe asks."""
+def _wrap(run: RunState, mode: str | None) -> Callable[..., Any]:
+    """What the training step calls: the net, under DDP with torchrun, compiled in `mode` (None: eager)."""
     wrapped: nn.Module = run.net
     if run.distributed:
         wrapped = nn.parallel.DistributedDataParallel(
             run.net, device_ids=[run.dev.index] if run.dev.type == "cuda" else None,
             find_unused_parameters=run.mpp_head is not None)
-    if run.recipe.compile:
-        wrapped = torch.compile(wrapped)
-    return wrapped
+    return torch.compile(wrapped, mode=mode) if mode is not None else wrapped
 
 
 def _agree(run: RunState, control: Control) -> tuple[bool, float]:
@@ -372,19 +390,25 @@ def _set_lr(run: RunState, lr: float) -> None:
 
 
 def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str | None:
-    """One optimizer step on a batch, added to the window; a message if the device ran out of memory."""
+    """One optimizer step on a batch, added to the window; a message if the device ran out of memory.
+
+    Nothing here waits for the device (no .item(), no blocking copy, no boolean indexing): on a GPU the
+    host queues step after step, and `_log` reads the window once per log_every steps."""
     recipe, dev = run.recipe, run.dev
-    if run.data.augment:
-        images = random_crop_flip(images, run.gen)
-    x = normalize(images.to(dev, non_blocking=True), run.data.preprocessing)
-    y = labels.to(dev, non_blocking=True)
+    images = to_device(images, dev)
+    augment = recipe.augment if recipe.augment != "auto" else "crop+flip" if run.data.augment else "none"
+    if augment != "none":
+        images = random_crop_flip(images, run.gen, flip=augment == "crop+flip")
+    x = normalize(images, run.data.preprocessing)
+    y = to_device(labels, dev)
     mask = None
     if run.mpp is not None:
-        mask = losses.random_patch_mask(len(labels), run.config.num_patches, recipe.mask_ratio, run.gen).to(dev)
-        y = losses.mpp_targets(images, run.config.patch_size).to(dev)  # (B, N)
+        mask = to_device(losses.random_patch_mask(len(labels), run.config.num_patches, recipe.mask_ratio, run.gen),
+                         dev)
+        y = losses.mpp_targets(images, run.config.patch_size)  # (B, N)
     try:
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda" and recipe.amp):
-            logits, y, loss = _forward_loss(run, x, y, mask)
+        with autocast(recipe, dev):
+            loss, correct, count = _forward_loss(run, x, y, mask)
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if recipe.grad_clip > 0:
@@ -397,30 +421,32 @@ def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str 
             raise
         return (f"out of memory at batch size {recipe.batch_size} ({recipe.batch_size // run.world} per "
                 f"process) on {dev}; try --batch-size {max(1, recipe.batch_size // 2)}")
-    run.window += torch.stack([loss.detach().double() * y.numel(), (logits.detach().argmax(-1) == y).sum().double(),
-                               torch.tensor(float(y.numel()), dtype=torch.float64, device=dev)])
+    run.window[0] += loss.detach().double() * count
+    run.window[1] += correct
+    run.window[2] += count
     run.window_images += len(labels) * run.world
     return None
 
 
 def _forward_loss(run: RunState, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits, targets, loss) of one training forward: MPP on corrupted patches, or classification
-    (distilled when there is a teacher) with the heads' logits averaged."""
+    """(loss, correct predictions, predictions counted) of one training forward, as device tensors: MPP on
+    the corrupted patches, or classification (distilled when there is a teacher), accuracy from the heads'
+    averaged logits."""
     recipe = run.recipe
-    out = run.run_net(x, mask, run.gen)
     if mask is not None:
-        return out.float()[mask], y[mask], F.cross_entropy(out.float()[mask], y[mask])  # (M, 512), (M,)
-    heads = {k: v.float() for k, v in out.items()}
-    logits = sum(heads.values()) / len(heads)
+        return losses.masked_cross_entropy(run.run_net(x, mask, run.gen).float(), y, mask)  # (B, N, 512), (B, N)
+    heads = {k: v.float() for k, v in run.run_net(x).items()}
+    logits = torch.stack(list(heads.values())).mean(0)  # (B, classes)
     if run.teacher is None:
-        loss = sum(F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing) for h in heads.values()) / len(heads)
+        loss = torch.stack([F.cross_entropy(h, y, label_smoothing=recipe.label_smoothing)
+                            for h in heads.values()]).mean()
     elif recipe.distill == "hard":
         loss = losses.hard_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.label_smoothing)
     else:
         loss = losses.soft_distillation_loss(heads["cls"], heads["dist"], run.teacher(x), y, recipe.distill_alpha,
                                              recipe.distill_tau, recipe.label_smoothing)
-    return logits, y, loss
+    return loss, (logits.detach().argmax(-1) == y).sum(), torch.full((), y.numel(), device=y.device)
 
 
 def _log(run: RunState) -> Generator[Event, None, str | None]:
@@ -443,13 +469,9 @@ def _log(run: RunState) -> Generator[Event, None, str | None]:
                 f"(learning rate {run.lr:.3g}); training stopped and {kept}. "
                 "Try a lower --lr or a smaller --batch-size.")
     if count:
-        if run.total is not None:
-            eta = (run.total - run.step) * run.elapsed / max(run.step - run.start_step, 1)
-        else:
-            eta = max(run.budget - run.elapsed, 0.0)
         run.history.append([run.step, loss_sum / count, correct / count])
         yield Step(run.step, run.step / run.batches.steps_per_epoch, loss_sum / count, correct / count, run.lr,
-                   run.window_images / max(span, 1e-9), eta, run.elapsed)
+                   run.window_images / max(span, 1e-9), run.eta(), run.elapsed)
     run.window.zero_()
     run.window_images = 0
     # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one

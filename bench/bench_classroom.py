@@ -1,0 +1,84 @@
+"""The classroom target in one run: validation accuracy on the built-in `shapes` set after 120 s of
+training on one CPU thread, for the patchify and the convolutional stem, seeds 0-2, from the defaults of
+`vit-explorer train` (the same flags parsed by the same code; only --stem and --seed are given).
+
+    python bench/bench_classroom.py [--stems patchify conv] [--seeds 0 1 2] [--budget 120] [--app] [--json]
+
+--app trains as the app's Training view does (a Step event every 5 steps, a PE snapshot every 10) on the
+data it draws (seed 0 whatever the run's seed). The time is training time as the trainer counts it
+(data drawing, validation and snapshots excluded); the target is >= 90 % for every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from vit_explorer.training import events as ev
+from vit_explorer.training.command import add_arguments, build
+from vit_explorer.training.trainer import train
+
+TARGET = 0.90
+
+
+def one_run(stem: str, seed: int, budget: float, app: bool) -> dict[str, Any]:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--stem", stem, "--seed", str(seed), "--time-budget", str(budget),
+                              "--no-state", "--out", "unused"])
+    config, data, recipe = build(args)
+    if app:  # the Training view's recipe: its own event cadence, the default data (seed 0)
+        from vit_explorer.data.datasets import load_data
+
+        recipe = replace(recipe, log_every=5, snapshot_every=10)
+        data = load_data("shapes", image_size=config.image_size, train_size=20_000, val_size=2_000)
+    start = time.perf_counter()
+    finished = None
+    for event in train(config, data, recipe, None, device="cpu"):
+        if isinstance(event, ev.Finished):
+            finished = event
+        elif isinstance(event, ev.Error):
+            raise RuntimeError(event.message)
+    assert finished is not None and finished.val_accuracy is not None
+    return {"stem": stem, "seed": seed, "steps": finished.step, "train_s": round(finished.elapsed_s, 1),
+            "wall_s": round(time.perf_counter() - start, 1), "val_accuracy": round(finished.val_accuracy, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stems", nargs="+", default=["patchify", "conv"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run")
+    parser.add_argument("--app", action="store_true", help="train as the app's Training view does")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # the target is one core of a laptop-class CPU
+    rows = []
+    for stem in args.stems:
+        for seed in args.seeds:
+            rows.append(one_run(stem, seed, args.budget, args.app))
+            if not args.json:
+                r = rows[-1]
+                print(f"{r['stem']:<9} seed {r['seed']}  {r['steps']:>5} steps  {r['train_s']:>6.1f} s training  "
+                      f"validation accuracy {r['val_accuracy']:.2%}", flush=True)
+    summary = {stem: {"min": min(r["val_accuracy"] for r in rows if r["stem"] == stem),
+                      "mean": round(statistics.mean(r["val_accuracy"] for r in rows if r["stem"] == stem), 4)}
+               for stem in args.stems}
+    met = all(s["min"] >= TARGET for s in summary.values())
+    if args.json:
+        print(json.dumps({"budget_s": args.budget, "form": "app" if args.app else "train", "runs": rows,
+                          "summary": summary, "target": TARGET, "met": met}, indent=2))
+        return
+    for stem, s in summary.items():
+        print(f"{stem:<9} min {s['min']:.2%}  mean {s['mean']:.2%}")
+    print(f"target >= {TARGET:.0%} for every run within {args.budget:g} s: {'met' if met else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()
