@@ -37,7 +37,9 @@ def test_a_bundled_lesson_runs_end_to_end(qtbot, window, path: Path) -> None:
             assert models.setdefault(step.model.key, session.loaded) is session.loaded, where
             if step.model.source:
                 assert Path(session.loaded.source).resolve() == Path(step.model.source).resolve(), where
-        if step.view is not None:
+        if step.view == "Prediction":  # a dock beside the tabs, always in view
+            assert window.views["Prediction"].on_screen and window.docks["Prediction"].isVisible(), where
+        elif step.view is not None:
             assert window.current_view() is window.views[step.view], where
         if step.mode is not None:
             assert window.views["Attention"].mode_name == step.mode, where
