@@ -5,8 +5,9 @@
     python bench/gpu.py --reduced [--json OUT]  # anywhere (the CPU): the same code on tiny shapes, fp32, seconds
 
 Cases (full form, targets from the project's issue):
-- train ViT-B/16, 224 px, batch 128, AdamW: ours (the real trainer) vs timm eager and compiled; MFU against
-  the GPU's dense bf16 peak (--peak-tflops, 989 for an H200/H100 SXM)            target >= 1.0x timm compiled
+- train ViT-B/16, 224 px, batch 128: ours vs timm eager and compiled, the same step for both (bf16 autocast,
+  cross-entropy, AdamW, fused on CUDA); MFU against the GPU's dense bf16 peak (--peak-tflops, 989 for an
+  H200/H100 SXM)                                                                  target >= 1.0x timm compiled
 - infer ViT-B/16, batch 256: ours vs timm eager/compiled                         target >= 1.0x timm compiled
 - latency ViT-B/16, batch 1, fp32: ours vs transformers (SDPA)                    target <= transformers
 - train ViT-Ti/4 at 32 px, batch 512 (the classroom shape): ours compiled with CUDA graphs vs timm with CUDA graphs

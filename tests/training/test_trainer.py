@@ -187,3 +187,21 @@ def test_a_fixed_seed_run_gives_the_recorded_losses(tiny_data: TrainingData, att
     # equal on the machine that recorded them; another CPU's vector kernels may sum in another order
     assert losses == pytest.approx(recorded, rel=1e-5)
     assert found[-2].loss == pytest.approx(final, rel=1e-5)  # the final validation
+
+
+def test_weight_decay_spares_biases_norms_tokens_and_position_tables() -> None:
+    from vit_explorer.models.vit import VisionTransformer
+    from vit_explorer.training.trainer import _param_groups
+
+    for scheme in ("learned", "rel_bias"):
+        net = VisionTransformer(tiny_config(pos_embed=scheme))
+        decay, no_decay = _param_groups(net, 0.05)
+        names = {id(p): name for name, p in net.named_parameters()}
+        weights = {f"{module_name}.weight" for module_name, module in net.named_modules()
+                   if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d))}
+        assert decay["weight_decay"] == 0.05 and no_decay["weight_decay"] == 0.0
+        assert {names[id(p)] for p in decay["params"]} == weights, scheme
+        spared = {names[id(p)] for p in no_decay["params"]}
+        assert spared == set(names.values()) - weights, scheme
+        table = "relative_position_bias_table" if scheme == "rel_bias" else "pos_embed"
+        assert any(name.endswith(table) for name in spared), scheme

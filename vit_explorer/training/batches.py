@@ -90,7 +90,7 @@ def evaluate(forward: Callable[..., torch.Tensor], data: TrainingData, recipe: R
             else:
                 mask = to_device(losses.random_patch_mask(len(labels), x.shape[2] * x.shape[3] // mpp[0] ** 2,
                                                           mpp[1], gen), dev)
-                logits = forward(x, mask, gen).float()[mask]  # (M, 512)
+                logits = forward(x, mask, gen).float()[mask]  # (M, classes)
                 y = to_device(losses.mpp_targets(images, mpp[0]), dev)[mask]
         totals[0] += F.cross_entropy(logits, y, reduction="sum").double()
         totals[1] += (logits.argmax(-1) == y).sum()

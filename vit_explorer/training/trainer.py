@@ -314,12 +314,14 @@ def _teacher(data: TrainingData, recipe: Recipe, source: str, dev: torch.device,
 
 
 def _param_groups(net: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay for biases, norms, tokens and position tables (1-D or named so)."""
+    """AdamW groups: no decay for biases, norms, tokens and position tables (1-D or named so, BEiT's relative
+    position bias tables included, as in timm)."""
     decay, no_decay = [], []
     for name, p in net.named_parameters():
         if not p.requires_grad:
             continue
-        if p.ndim <= 1 or name.endswith("_token") or "pos_embed" in name:
+        if p.ndim <= 1 or name.endswith("_token") or "pos_embed" in name or \
+                name.endswith("relative_position_bias_table"):
             no_decay.append(p)
         else:
             decay.append(p)
