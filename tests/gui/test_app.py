@@ -194,6 +194,17 @@ def test_run_app_returns_exit_code(tiny_checkpoint: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def test_only_the_views_in_sight_compute_after_start_up(qtbot, window) -> None:
+    """The tabs behind the first are told at once that they are hidden: at start-up the Heads view measured
+    every head's importance unseen, beside the first prediction."""
+    shown = {title for title, view in window.views.items() if view.on_screen}
+    assert shown == {"Prediction", window.current_view().title}
+    heads = window.views["Heads"]
+    assert heads._measuring is None and heads.result is None
+    window.docks["Heads"].raise_()
+    qtbot.waitUntil(lambda: heads.result is not None, timeout=30000)  # a small model: measured once in sight
+
+
 def test_current_view_follows_the_tab(window) -> None:
     window.docks["Heads"].raise_()
     assert window.current_view() is window.views["Heads"]

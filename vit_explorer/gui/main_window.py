@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from .banner import Banner
-from .collector import collect_everything
+from .collector import app_collector, collect_everything
 from .lesson import LessonRunner
 from .menus import install_menus
 from .presentation import Presentation
@@ -131,6 +131,10 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ start-up
     def _import_core(self) -> None:
+        collector = app_collector()
+        if collector is not None:
+            collector.hold()  # resumed in _core_ready
+
         def work() -> None:
             try:
                 import torch  # noqa: F401 - the slow imports, off the GUI thread
@@ -146,6 +150,9 @@ class MainWindow(QMainWindow):
         threading.Thread(target=work, name="vit-explorer-import", daemon=True).start()
 
     def _core_ready(self, message: str) -> None:
+        collector = app_collector()
+        if collector is not None:
+            collector.resume()
         if message:
             self.placeholder.setText(message)
             return
@@ -197,6 +204,7 @@ class MainWindow(QMainWindow):
             if first_big is None:
                 first_big = dock
             else:
+                view.set_on_screen(False)  # a tab behind the first: it computes when it is raised
                 self.tabifyDockWidget(first_big, dock)
         if first_big is not None:
             first_big.raise_()

@@ -127,10 +127,15 @@ class HeadsView(View):
         self._measure_next_result = classifier and layers * cfg.num_heads <= AUTO_MEASURE_CELLS
 
     def _result(self, *_: object) -> None:
-        """The first prediction of a small model comes first, then its heads are measured."""
-        if self._measure_next_result:
+        """The first prediction of a small model comes first, then its heads are measured (once in sight)."""
+        if self._measure_next_result and self.on_screen:
             self._measure_next_result = False
             self.measure_importance()
+
+    def set_on_screen(self, shown: bool) -> None:
+        super().set_on_screen(shown)
+        if shown and self.session.result is not None:
+            self._result()
 
     def _inputs_changed(self) -> None:
         """A new [MASK] or size makes what is shown, or being measured, that of another input; a head switched
@@ -144,8 +149,10 @@ class HeadsView(View):
     def _input_changed(self) -> None:
         """A new input: measure again (a measurement still running was for the old one and is dropped)."""
         small = self.buttons and len(self.buttons) * len(self.buttons[0]) <= AUTO_MEASURE_CELLS
-        if self.running or (self.result is not None and small):
+        if self.running or (self.result is not None and small and self.on_screen):
             self.measure_importance()
+        elif self.result is not None and small:
+            self._measure_next_result = True  # when the view is next in sight
         elif self.result is not None:
             self.note.setText("the input changed: measure again for importance on this input")
 
