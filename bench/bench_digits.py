@@ -7,7 +7,7 @@ model's 32x32 and written as an ImageFolder (train/ and val/, a stratified quart
 
     python bench/bench_digits.py [--seeds 0 1 2] [--budget 120] [--json] [-- EXTRA TRAIN FLAGS]
 
-Needs scikit-learn (the `test` extra) for the data set and the baselines.
+Needs scikit-learn for the data set and the baselines: `pip install -e '.[bench]'`.
 """
 
 from __future__ import annotations
