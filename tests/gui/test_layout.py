@@ -64,3 +64,19 @@ def test_no_view_is_clipped_or_overlapping(qtbot, window, size: tuple[int, int],
         if found:
             problems[title] = found
     assert not problems, problems
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
+def test_two_models_side_by_side_fit_the_compare_view(qtbot, window, deit_checkpoint, size: tuple[int, int]) -> None:
+    """Each side has half the view: its titles wrap to fit (the rollout's and the PE grid's titles, and a
+    model named by a long path, made the two columns wider than the view at 1280x800)."""
+    window.resize(*size)
+    window.share_width()
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size, timeout=5000)
+    window.docks["Compare"].raise_()
+    view = window.views["Compare"]
+    view.compare_with(str(deit_checkpoint))
+    qtbot.waitUntil(lambda: view.sides is not None, timeout=30000)
+    qtbot.wait(50)
+    assert view.sides[1].name == deit_checkpoint.name
+    assert not layout_problems(window.docks["Compare"])

@@ -3,7 +3,7 @@ rollout and position-embedding similarity ("patchify against conv stem", "with a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,11 +47,12 @@ def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5, done: F
     reuse = done is not None and done.inputs.same_pass(ours) and ours.needs.covered_by(done.inputs.needs)
     result = done if reuse and done is not None else run_forward(ours)
     query = attention.query_for(result.layout, cfg.pool)
-    rollout = attention.rollout_figure(result, query)
+    # short titles: each side has half the width, and its column is headed by the model's name
+    rollout = replace(attention.rollout_figure(result, query), titles=(f"attention rollout from {query.name}",))
     sim = position.similarity(loaded.model, result.layout.grid)
     similarity = None
     if sim.patches is not None:
-        similarity = SimilarityFigure(position.title(loaded.model, sim.grid), sim.patches)
+        similarity = SimilarityFigure(f"PE similarity ({position.describe(loaded.model, sim.grid)})", sim.patches)
     else:
         notes.append(sim.note)
     prediction = prediction_figure(result, top_k, name) if cfg.num_classes else None

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,25 @@ def _is_integer(values: np.ndarray) -> bool:
     return finite.size > 0 and bool(np.all(finite == np.round(finite)))
 
 
-def wrap_title(text: str, width: int = 44) -> str:
-    """A long title broken at spaces into lines of about `width` characters at text scale 1 (fewer when the
-    text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
-    width = max(16, round(width / _text_scale))
+_title_chars = 44  # titles wrap at about this many characters at text scale 1 (headings a few more)
+
+
+@contextmanager
+def title_width(chars: int) -> Iterator[None]:
+    """Titles drawn inside wrap at about `chars` characters: for figures in narrow columns (the Compare view's
+    two sides), whose titles would otherwise set a minimum width wider than the column."""
+    global _title_chars
+    saved, _title_chars = _title_chars, chars
+    try:
+        yield
+    finally:
+        _title_chars = saved
+
+
+def wrap_title(text: str, heading: bool = False) -> str:
+    """A long title broken at spaces into lines of about `title_width` characters at text scale 1 (fewer when
+    the text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
+    width = max(12, round((_title_chars + (4 if heading else 0)) / _text_scale))
     lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
@@ -188,7 +204,7 @@ def _patch_ticks(plot: pg.PlotItem, height: float, width: float, grid: tuple[int
 # ---------------------------------------------------------------------------- heatmaps and images
 def add_title(layout: pg.GraphicsLayout, text: str, colspan: int = 1) -> pg.LabelItem:
     """A title row over a figure of several plots (call first, then `layout.nextRow()`)."""
-    return layout.addLabel(wrap_title(text, 48), colspan=colspan, size=title_size(), bold=True)
+    return layout.addLabel(wrap_title(text, heading=True), colspan=colspan, size=title_size(), bold=True)
 
 
 def draw_heatmap(layout: pg.GraphicsLayout, array2d: np.ndarray, *, title: str, cmap: str = "viridis",
@@ -391,6 +407,8 @@ class BarsPlot:
             self.plot = _new_plot(layout, figure.title, figure.xlabel, "")
             self.bars = pg.BarGraphItem(x0=0, y=pos, height=0.7, width=figure.values, brushes=brushes, pen=None)
             self.plot.invertY(True)
+            # a row per bar at least as tall as its label, so no two labels overlap
+            self.plot.vb.setMinimumHeight(n * (QtGui.QFontMetrics(_tick_font()).height() + 2))
         else:
             self.plot = _new_plot(layout, figure.title, "", figure.xlabel)
             self.bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=figure.values, brushes=brushes, pen=None)
@@ -405,9 +423,10 @@ class BarsPlot:
             self.plot.addItem(scatter)
             self.scatters.append(scatter)
             keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
-        if keys:  # the key goes in the title, where it never hides a bar or a value
-            set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{'&nbsp;&nbsp;'.join(keys)}",
-                      label_size())
+        if keys:  # the key goes in the title, where it never hides a bar or a value; one entry a line if narrow
+            one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _text_scale
+            key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
+            set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{key}", label_size())
         anchor = (0, 0.5) if figure.horizontal else (0.5, 1)
         self.texts = [pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=anchor) for _ in range(n)]
         for text in self.texts:
@@ -559,8 +578,8 @@ class MapsPlot:
         """New numbers, titles, photo and masked cells, in place (rebuilding plots costs the GUI thread)."""
         old, self.figure = self.figure, figure
         values, levels = figure.shown(), figure.shown_levels()
-        if self.heading is not None and self.heading.text != wrap_title(figure.heading, 48):
-            self.heading.setText(wrap_title(figure.heading, 48), size=title_size(), bold=True)
+        if self.heading is not None and self.heading.text != wrap_title(figure.heading, heading=True):
+            self.heading.setText(wrap_title(figure.heading, heading=True), size=title_size(), bold=True)
         new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
         new_mask = not _same_mask(old.masked, figure.masked)
         for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):

@@ -115,7 +115,7 @@ class ImagePanel(SessionWidget):
         layout.addWidget(flow_row([open_button, self.samples, blank]))
 
         self.plot = pg.GraphicsLayoutWidget()
-        self.plot.setMinimumSize(150, 150)
+        self.plot.setMinimumSize(110, 110)  # small: the panel gives its height to the chart below first
         self.view = self.plot.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.view.addItem(self.canvas)

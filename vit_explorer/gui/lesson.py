@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
@@ -74,6 +74,19 @@ class LessonPanel(QWidget):
         self.counter.setText(f"{index + 1} / {len(lesson.steps)}")
         self.caption.setText(step.caption)
         self.figure.setText(f"See: {step.figure}" if step.figure else "")
+        self._fit()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        """As tall as the wrapped caption at the panel's width: the dock along the bottom does not ask its
+        labels' height-for-width, and cut the caption's lines in half."""
+        layout = self.layout()
+        need = layout.heightForWidth(self.width()) if layout is not None and layout.hasHeightForWidth() else -1
+        if need > 0 and need != self.minimumHeight():
+            self.setMinimumHeight(need)
 
 
 class LessonRunner(QObject):

@@ -236,7 +236,8 @@ class MainWindow(QMainWindow):
             dock = QDockWidget("Lesson", self)
             dock.setObjectName("dock-Lesson")
             dock.setWidget(panel)
-            dock.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable)
+            dock.setFeatures(QDockWidget.DockWidgetFeature.NoDockWidgetFeatures)
+            dock.setTitleBarWidget(QWidget())  # the panel has its own title row: no "Lesson" bar over it
             self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
             self.docks["Lesson"] = dock
         dock.setVisible(shown)

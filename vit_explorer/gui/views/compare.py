@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyqtgraph as pg
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
@@ -14,6 +17,8 @@ from .. import figures
 from ..session import Session
 from .base import Table, View
 
+TOP_K = 3  # classes per side: the maps below need the height more (the Prediction panel lists five)
+
 
 class CompareView(View):
     title = "Compare"
@@ -23,13 +28,15 @@ class CompareView(View):
         self.other: LoadedModel | None = None
         self.other_name = ""
         self.sides: tuple[Side, Side] | None = None
+        self._drawn_chars = 0  # the title width the sides were drawn with
         self.choice = QComboBox()
         self.choice.addItem("compare with a bundled model…", "")
         for name, folder in BUNDLED.items():
             if (folder / "vit_explorer.json").exists():
                 self.choice.addItem(name, str(folder))
         self.choice.setToolTip("A second model to run on the same image, masks and heads.")
-        self.choice.activated.connect(lambda i: self.compare_with(self.choice.itemData(i) or ""))
+        self.choice.activated.connect(
+            lambda i: self.compare_with(self.choice.itemData(i) or "", self.choice.itemText(i)))
         self.source = QLineEdit()
         self.source.setPlaceholderText("or a hub id, folder or file")
         self.source.returnPressed.connect(lambda: self.compare_with(self.source.text().strip()))
@@ -54,7 +61,8 @@ class CompareView(View):
         from ...checkpoints import load
 
         self.note.setText(f"loading {source}…")
-        self.session.run("compare-load", lambda: load(source), lambda loaded: self.set_other(loaded, name or source),
+        name = name or Path(source).name or source  # a folder's or file's name, the last part of a hub id
+        self.session.run("compare-load", lambda: load(source), lambda loaded: self.set_other(loaded, name),
                          lambda message: self._failed(source, message), io=True)
 
     def set_other(self, loaded: LoadedModel, name: str) -> None:
@@ -75,7 +83,8 @@ class CompareView(View):
             return  # drawn when the pass with the rollout arrives
         inputs, names = result.inputs, (_name(mine), self.other_name)
         self.run_for_model(inputs.model_id, "compare",
-                           lambda: (side(mine, names[0], inputs, done=result), side(other, names[1], inputs)),
+                           lambda: (side(mine, names[0], inputs, TOP_K, done=result),
+                                    side(other, names[1], inputs, TOP_K)),
                            self._draw)
 
     def _draw(self, sides: tuple[Side, Side]) -> None:
@@ -83,14 +92,28 @@ class CompareView(View):
         self.plots.ci.clear()
         self.note.setText("; ".join(f"{s.name}: {s.note}" for s in sides if s.note))
         columns = [self.plots.ci.addLayout(row=0, col=i) for i in range(2)]
-        for column, one in zip(columns, sides, strict=True):
-            if one.prediction is not None:
-                figures.BarsPlot(column, one.prediction)
-                column.nextRow()
-            figures.MapsPlot(column, one.rollout)
-            if one.similarity is not None:
-                column.nextRow()
-                figures.SimilarityPlot(column, one.similarity)
+        for i in range(2):  # two equal columns
+            self.plots.ci.layout.setColumnStretchFactor(i, 1)
+        self._drawn_chars = self._title_chars()
+        with figures.title_width(self._drawn_chars):
+            for column, one in zip(columns, sides, strict=True):
+                if one.prediction is not None:
+                    figures.BarsPlot(column, one.prediction)
+                    column.nextRow()
+                figures.MapsPlot(column, one.rollout)
+                if one.similarity is not None:
+                    column.nextRow()
+                    figures.SimilarityPlot(column, one.similarity)
+
+    def _title_chars(self) -> int:
+        """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,
+        beside a colour bar. Wider titles would make the columns wider than the view."""
+        return max(14, min(44, int((self.plots.width() / 2 - 140) / 11)))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.sides is not None and self._title_chars() != self._drawn_chars:
+            self._draw(self.sides)
 
     def restyle(self) -> None:
         if self.sides is not None:
@@ -111,4 +134,4 @@ def _name(loaded: LoadedModel) -> str:
     for name, folder in BUNDLED.items():
         if loaded.source and str(folder) == loaded.source:
             return name
-    return loaded.source or "the current model"
+    return Path(loaded.source).name or loaded.source if loaded.source else "the current model"

@@ -3,8 +3,11 @@ average; the masks' effect in words. What is shown comes from `explore.predictio
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QSpinBox, QWidget
 
 from ...explore.features import embedding_figure
@@ -14,6 +17,9 @@ from ...explore.prediction import change_text, prediction_figure
 from .. import figures
 from ..session import Session
 from .base import Table, View
+
+MIN_HEIGHT = 120  # the chart's least height (more with more bars)
+CHANGE_LINES = 2  # the masks' effect in words: two lines kept, more as the column allows
 
 
 class PredictionView(View):
@@ -29,7 +35,7 @@ class PredictionView(View):
         self.top_k.valueChanged.connect(self.redraw)
         self.controls.addWidget(self.top_k)
         self.plots = pg.GraphicsLayoutWidget()
-        self.plots.setMinimumHeight(120)
+        self.plots.setMinimumHeight(MIN_HEIGHT)
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None
@@ -57,8 +63,7 @@ class PredictionView(View):
             return
         if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
             self.figure = embedding_figure(result.features, self.top_k.value())
-            self.plots.ci.clear()
-            self._drawn = figures.BarsPlot(self.plots.ci, self.figure)
+            self._draw(self.figure)
             self.change.setText("This model has no classifier (features only): its pooled embedding is shown. "
                                 "The Features view finds the nearest images and shows its patch features.")
             return
@@ -66,9 +71,21 @@ class PredictionView(View):
         if self._drawn is not None and self._drawn.matches(figure):
             self._drawn.update(figure)  # same structure: new numbers (and labels only if the classes changed)
         else:
-            self.plots.ci.clear()
-            self._drawn = figures.BarsPlot(self.plots.ci, figure)
+            self._draw(figure)
         self.change.setText(change_text(result))
+
+    def _draw(self, figure: BarsFigure) -> None:
+        """A new chart, and the view at least as tall as the chart needs (a row per bar), which takes the height
+        from the image panel above (it scrolls) rather than pressing the bars' labels together."""
+        self.plots.ci.clear()
+        self._drawn = figures.BarsPlot(self.plots.ci, figure)
+        QTimer.singleShot(0, self, self._fit_height)  # once the chart's items know their sizes
+
+    def _fit_height(self) -> None:
+        need = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        self.plots.setMinimumHeight(max(MIN_HEIGHT, math.ceil(need) + 2))
+        # room for the sentence under the chart as it wraps in a narrow column (the dock asks one line)
+        self.change.setMinimumHeight(CHANGE_LINES * self.change.fontMetrics().lineSpacing())
 
     def table(self) -> Table | None:
         result = self.session.result
