@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -68,10 +69,8 @@ def startup(source: str | None) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def click_latency(source: str, clicks: int) -> list[float]:
-    """Seconds from toggling a patch to the prediction and attention views having redrawn and painted."""
-    from PySide6.QtCore import QEventLoop, QPointF
-
+def open_window(source: str | None) -> tuple[Any, Any]:
+    """The app and its window at 1600x1000 on `source`, once the first prediction is in."""
     from vit_explorer.gui.app import make_app
     from vit_explorer.gui.main_window import MainWindow
 
@@ -82,6 +81,14 @@ def click_latency(source: str, clicks: int) -> list[float]:
     while window.session is None or window.session.result is None:
         app.processEvents()
         time.sleep(0.005)
+    return app, window
+
+
+def click_latency(source: str, clicks: int) -> list[float]:
+    """Seconds from toggling a patch to the prediction and attention views having redrawn and painted."""
+    from PySide6.QtCore import QEventLoop, QPointF
+
+    app, window = open_window(source)
     session, panel = window.session, window.image_panel
     window.docks["Attention"].raise_()
     p = session.loaded.config.patch_size
@@ -108,16 +115,7 @@ def training_gaps(source: str | None, seconds: float) -> np.ndarray:
     """Milliseconds between 10 ms timer ticks while the Training view runs its default recipe."""
     from PySide6.QtCore import QEventLoop, QTimer
 
-    from vit_explorer.gui.app import make_app
-    from vit_explorer.gui.main_window import MainWindow
-
-    app = make_app()
-    window = MainWindow(source)
-    window.resize(1600, 1000)
-    window.show()
-    while window.session is None or window.session.result is None:
-        app.processEvents()
-        time.sleep(0.005)
+    app, window = open_window(source)
     window.docks["Training"].raise_()
     view = window.views["Training"]
     view.out.setText(str(Path(tempfile.mkdtemp()) / "run"))
