@@ -148,6 +148,12 @@ class MainWindow(QMainWindow):
             self.core_ready.emit("")
 
         threading.Thread(target=work, name="vit-explorer-import", daemon=True).start()
+        QTimer.singleShot(0, self._import_drawing)
+
+    def _import_drawing(self) -> None:
+        """pyqtgraph and the figure code (half a second, no torch) here while torch imports in the other thread,
+        so that the views are built as soon as torch is in."""
+        from . import figures  # noqa: F401
 
     def _core_ready(self, message: str) -> None:
         collector = app_collector()
