@@ -200,15 +200,14 @@ class LessonRunner(QObject):
         if step.view is not None:
             window.docks[step.view].raise_()
         if step.compare is not None:
-            self._with_model(step.compare, lambda loaded: self._compared(index, loaded, step.compare))
+            self._with_model(step.compare, lambda loaded: self._compared(index, loaded))
             return
         self.applied.emit(index)
 
-    def _compared(self, index: int, loaded: LoadedModel, model: Model | None) -> None:
+    def _compared(self, index: int, loaded: LoadedModel) -> None:
         if index != self.index:
             return
-        name = (model.source or "").rstrip("/").rsplit("/", 1)[-1] if model is not None and model.source else "preset"
-        self.window.views["Compare"].set_other(loaded, name)
+        self.window.views["Compare"].set_other(loaded)
         self.applied.emit(index)
 
     def _mask(self, step: Step) -> None:

@@ -35,8 +35,7 @@ class CompareView(View):
             if (folder / "vit_explorer.json").exists():
                 self.choice.addItem(name, str(folder))
         self.choice.setToolTip("A second model to run on the same image, masks and heads.")
-        self.choice.activated.connect(
-            lambda i: self.compare_with(self.choice.itemData(i) or "", self.choice.itemText(i)))
+        self.choice.activated.connect(lambda i: self.compare_with(self.choice.itemData(i) or ""))
         self.source = QLineEdit()
         self.source.setPlaceholderText("or a hub id, folder or file")
         self.source.returnPressed.connect(lambda: self.compare_with(self.source.text().strip()))
@@ -54,19 +53,19 @@ class CompareView(View):
         """The two columns once a second model is shown; before that, the view (there is no figure yet)."""
         return self.plots if self.sides is not None else self
 
-    def compare_with(self, source: str, name: str = "") -> None:
+    def compare_with(self, source: str) -> None:
         """Load a second model (in the background) and show both."""
         if not source:
             return
         from ...checkpoints import load
 
         self.note.setText(f"loading {source}…")
-        name = name or Path(source).name or source  # a folder's or file's name, the last part of a hub id
-        self.session.run("compare-load", lambda: load(source), lambda loaded: self.set_other(loaded, name),
+        self.session.run("compare-load", lambda: load(source), self.set_other,
                          lambda message: self._failed(source, message), io=True)
 
-    def set_other(self, loaded: LoadedModel, name: str) -> None:
-        self.other, self.other_name = loaded, name
+    def set_other(self, loaded: LoadedModel, name: str = "") -> None:
+        """Show `loaded` beside the current model, headed `name` (default: its bundled or folder name)."""
+        self.other, self.other_name = loaded, name or _name(loaded, "the other model")
         self.note.setText("")
         self.schedule()
 
@@ -81,7 +80,7 @@ class CompareView(View):
             return
         if result is None or mine is None or not self.session.require(self.title, Needs(fusion="mean")):
             return  # drawn when the pass with the rollout arrives
-        inputs, names = result.inputs, (_name(mine), self.other_name)
+        inputs, names = result.inputs, (_name(mine, "the current model"), self.other_name)
         self.run_for_model(inputs.model_id, "compare",
                            lambda: (side(mine, names[0], inputs, TOP_K, done=result),
                                     side(other, names[1], inputs, TOP_K)),
@@ -130,8 +129,10 @@ class CompareView(View):
         return ["model", "class", "probability"], rows
 
 
-def _name(loaded: LoadedModel) -> str:
+def _name(loaded: LoadedModel, unnamed: str) -> str:
+    """A column's heading: the bundled model's name, else the folder's or file's name (the last part of a hub id);
+    `unnamed` for a model built in the app."""
     for name, folder in BUNDLED.items():
         if loaded.source and str(folder) == loaded.source:
             return name
-    return Path(loaded.source).name or loaded.source if loaded.source else "the current model"
+    return Path(loaded.source).name or loaded.source if loaded.source else unnamed
