@@ -96,3 +96,20 @@ def test_predict_refuses_a_model_without_classifier(tmp_path: Path, image_path: 
     save_native(tmp_path / "headless", model, [], Preprocess((32, 32)))
     assert main(["predict", str(tmp_path / "headless"), str(image_path)]) == 2
     assert "no classifier head" in capsys.readouterr().err
+
+
+def test_predict_into_a_closed_pipe_ends_quietly(hf_dir: Path, image_path: Path) -> None:
+    """`vit-explorer predict ... | head -c 10`: the reader leaving is not an error to print ("[Errno 32] Broken
+    pipe" was), and the exit status says SIGPIPE as a shell's would (141)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails
+    code = "import sys; from vit_explorer.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = subprocess.run([sys.executable, "-c", code, "predict", str(hf_dir), str(image_path), "--json"],
+                          stdout=write, stderr=subprocess.PIPE, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    os.close(write)
+    assert done.returncode == 141 and done.stderr == ""

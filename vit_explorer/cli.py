@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -189,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .training import command as train_command
 
         return train_command.run(args)
+    except BrokenPipeError:  # the reader went away (`| head`): nothing to say, and nowhere to say it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
     except (CheckpointError, ConfigError, OSError, ValueError) as error:
         return fail(error)
     except (MemoryError, RuntimeError) as error:
