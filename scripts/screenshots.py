@@ -10,6 +10,7 @@ Without --source the bundled classroom model is used (or, if it is missing, a fr
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -119,6 +120,7 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
         print(window.banner.text(), file=sys.stderr)
         return 1
     done: list[int] = []
+    measured: list[dict] = []
     runner.applied.connect(done.append)
     for index in range(len(runner.lesson.steps)):
         if index:
@@ -129,8 +131,22 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
             time.sleep(0.02)
         settle(app, window, 2.0)
         shoot(window, out / f"lesson_{index + 1:02d}.png")
+        measured.append(measure_step(window, runner.lesson.steps[index].view, index))
+        print(json.dumps(measured[-1]))
+    (out / "lesson_areas.json").write_text(json.dumps(measured, indent=1))
     window.close()
     return 0
+
+
+def measure_step(window, view_title: str | None, index: int) -> dict:
+    """The short sides (px) of the data areas of the step's view and the input image, as a person sees them."""
+    from vit_explorer.gui.measure import data_areas
+
+    view = window.views.get(view_title) if view_title else window.current_view()
+    areas = sorted((a.short_side for a in data_areas(view, window)), reverse=True) if view is not None else []
+    image = [a.short_side for a in data_areas(window.image_panel.plot, window)]
+    return {"step": index + 1, "view": view_title, "areas": areas, "image": max(image, default=0),
+            "screen_height": window.height()}
 
 
 def shoot(window, path: Path) -> None:

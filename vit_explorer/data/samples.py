@@ -26,6 +26,14 @@ def dataset_samples(size: int = 128, seed: int = 0) -> dict[str, Image.Image]:
     return out
 
 
+def where_sample(cell: str = "top right", size: int = 128, seed: int = 0) -> Image.Image:
+    """One image of the built-in "where" set whose shape sits in `cell` of the 3x3 grid (its label): the
+    task that a model without position embeddings cannot learn."""
+    images, labels = synthetic.generate(synthetic.CHUNK, seed=seed, size=size, variant="where", split="val")
+    k = int((labels == synthetic.WHERE.index(cell)).nonzero()[0])
+    return Image.fromarray(images[k].permute(1, 2, 0).numpy())
+
+
 def hills_scene(size: int = 224) -> Image.Image:
     """A sky gradient, a sun and two rows of hills: a natural-looking picture with large smooth regions."""
     y, x = np.mgrid[0:size, 0:size].astype(np.float32) / size
@@ -61,7 +69,8 @@ def shapes_scene(size: int = 224) -> Image.Image:
 
 def write_samples(folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    images = {**dataset_samples(), "scene-hills": hills_scene(), "scene-shapes": shapes_scene()}
+    images = {**dataset_samples(), "scene-hills": hills_scene(), "scene-shapes": shapes_scene(),
+              "where-corner": where_sample()}
     paths = []
     for name, image in images.items():
         path = folder / f"{name}.png"

@@ -12,9 +12,15 @@ A lesson file:
                 "image": "sample:circle" | "path", "size": [H, W] | "native", "view": "Attention",
                 "attention": {"mode": "one head", "layer": 0, "head": 0}, "query": [row, col] | null,
                 "mask": "none" | {"random": 0.3, "seed": 0} | [[row, col], ...], "heads_off": [[layer, head], ...],
-                "compare": "name"}, ...]}
+                "compare": "name", "panels": ["similarity"], "input": "mask" | "query" | "draw", "hover": true,
+                "expand": ["blocks", "blocks.0"]}, ...]}
 
-Every field of a step but title and caption is optional: what a step does not set stays as it was.
+`panels` names the parts of a multi-panel view the step shows (PANELS; default all of them), `input` what a
+click on the image does (default "mask"), `hover` shows the patch readout under the image in presentation
+mode, and `expand` opens the Parameters tree down to a row.
+
+Every field of a step but title and caption is optional: what a step does not set stays as it was, except
+what is on screen (view panels, input mode, hover readout), which each step sets.
 """
 
 from __future__ import annotations
@@ -31,6 +37,12 @@ from .attention import MODES
 FORMAT, VERSION = "vit-explorer-lesson", 1
 VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Features", "Compare", "Parameters",
          "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
+# the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
+# MAIN_PANELS are always drawn, the others hang on them
+PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),
+          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart")}
+MAIN_PANELS = {"Position embeddings": ("similarity",), "Parameters": ("table",)}
+INPUT_MODES = ("mask", "query", "draw")  # what a click on the image does
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
 MAX_STEPS = 200
 MAX_TEXT = 2000  # characters of a caption
@@ -75,6 +87,10 @@ class Step:
     mask_seed: int = 0
     heads_off: tuple[tuple[int, int], ...] | None = None  # None: unchanged; () switches every head on
     compare: Model | None = None  # a second model side by side
+    panels: tuple[str, ...] | None = None  # the view's panels shown (None: all)
+    input_mode: str = "mask"
+    hover: bool = False
+    expand: tuple[str, ...] = ()  # a row of the Parameters tree to open, by its names from the stage down
 
 
 @dataclass(frozen=True)
@@ -124,7 +140,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",
-             "heads_off", "compare"}
+             "heads_off", "compare", "panels", "input", "hover", "expand"}
 
 
 def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
@@ -144,6 +160,12 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
     if view is not None and view not in VIEWS:
         raise LessonError(f"{where}: view: {view!r} is not one of {VIEWS}")
     mask, seed = _mask(raw.get("mask"), f"{where}: mask")
+    input_mode = raw.get("input", "mask")
+    if input_mode not in INPUT_MODES:
+        raise LessonError(f"{where}: input: {_excerpt(input_mode)} is not one of {INPUT_MODES}")
+    hover = raw.get("hover", False)
+    if not isinstance(hover, bool):
+        raise LessonError(f"{where}: hover: expected true or false")
     return Step(
         title=_text(raw.get("title"), f"{where}: title"),
         caption=_text(raw.get("caption"), f"{where}: caption"),
@@ -158,7 +180,38 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
         mask=mask, mask_seed=seed,
         heads_off=_pairs(raw.get("heads_off"), f"{where}: heads_off"),
         compare=_model(raw.get("compare"), None, named, path, f"{where}: compare"),
+        panels=_panels(raw.get("panels"), view, f"{where}: panels"),
+        input_mode=input_mode, hover=hover,
+        expand=_names(raw.get("expand", []), f"{where}: expand"),
     )
+
+
+def _excerpt(value: Any) -> str:
+    """A value quoted in a message: its first characters only (a lesson can hold anything)."""
+    text = repr(value) if isinstance(value, str | int | float | bool) or value is None else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > 8 or not all(isinstance(v, str) and 0 < len(v) <= 200
+                                                                  for v in value):
+        raise LessonError(f"{where}: expected a list of up to 8 names")
+    return tuple(value)
+
+
+def _panels(value: Any, view: str | None, where: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if view not in PANELS:
+        raise LessonError(f"{where}: only the views {sorted(PANELS)} have panels (this step's view: {view})")
+    names = _names(value, where)
+    unknown = [name for name in names if name not in PANELS[view]]
+    missing = [name for name in MAIN_PANELS.get(view, ()) if name not in names]
+    if unknown or missing or not names:
+        raise LessonError(f"{where}: {view} has the panels {list(PANELS[view])}"
+                          + (f", always {list(MAIN_PANELS[view])}" if view in MAIN_PANELS else "")
+                          + f"; not {[_excerpt(n) for n in unknown] or names}")
+    return names
 
 
 def _text(value: Any, where: str, allow_empty: bool = False) -> str:

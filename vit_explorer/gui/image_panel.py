@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image, sample_images
 from ..explore.forward import ForwardResult
+from ..explore.lessons import INPUT_MODES
 from . import figures
 from .flow import flow_row
 from .session import Session
@@ -100,7 +101,7 @@ class ImagePanel(SessionWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        open_button = QPushButton("Open image…")
+        open_button = self.open_button = QPushButton("Open image…")
         open_button.setToolTip("Open an image file (you can also drop one here or paste with Ctrl+V).")
         open_button.clicked.connect(self.ask_open)
         self.samples = QComboBox()
@@ -151,7 +152,8 @@ class ImagePanel(SessionWidget):
         self.brush.setValue(3)
         self.brush.setPrefix("brush ")
         self.brush.setToolTip("Brush width in model pixels for drawing.")
-        layout_controls.addWidget(flow_row([*self.mode_group.buttons(), self.brush]))
+        self.mode_row = flow_row([*self.mode_group.buttons(), self.brush])
+        layout_controls.addWidget(self.mode_row)
 
         clear = QPushButton("Clear")
         clear.setToolTip("Unmask every patch (Esc).")
@@ -167,7 +169,8 @@ class ImagePanel(SessionWidget):
         random_button = QPushButton("Random")
         random_button.setToolTip("Mask a random share of the patches.")
         random_button.clicked.connect(self.random_mask)
-        layout_controls.addWidget(flow_row([clear, invert, self.percent, random_button]))
+        self.mask_row = flow_row([clear, invert, self.percent, random_button])
+        layout_controls.addWidget(self.mask_row)
         self.height_box, self.width_box = QSpinBox(), QSpinBox()
         for box, name in ((self.height_box, "H "), (self.width_box, "W ")):
             box.setRange(1, 4096)
@@ -180,7 +183,8 @@ class ImagePanel(SessionWidget):
         reset_size = QPushButton("Native")
         reset_size.setToolTip("Go back to the resolution the model was trained at.")
         reset_size.clicked.connect(self.reset_size)
-        layout_controls.addWidget(flow_row([self.height_box, self.width_box, apply_size, reset_size]))
+        self.size_row = flow_row([self.height_box, self.width_box, apply_size, reset_size])
+        layout_controls.addWidget(self.size_row)
         scroll = self.controls_area = ControlsArea()
         scroll.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # extra room is the image's
         scroll.setWidgetResizable(True)
@@ -217,9 +221,18 @@ class ImagePanel(SessionWidget):
         self.session.set_image(image, Path(path).name)
         return True
 
-    def set_compact(self, compact: bool) -> None:
-        """Only the image and its first row (presentation mode): clicks still mask, Esc clears the mask."""
-        self.controls_area.setVisible(not compact)
+    def set_compact(self, compact: bool, hover: bool = False, min_image: int = 110) -> None:
+        """Presentation mode: the image (at least `min_image` px), its first row and the Mask / Query / Draw
+        choice; the hover readout only when `hover` (a lesson step asks the class to hover); Esc clears the mask."""
+        self.hover_label.setVisible(not compact or hover)
+        self.open_button.setVisible(not compact)  # File > Open image (Ctrl+O) is still there
+        for row in (self.mask_row, self.size_row):
+            row.setVisible(not compact)
+        self.plot.setMinimumSize(110, min_image if compact else 110)
+
+    def set_input_mode(self, mode: str) -> None:
+        """"mask", "query" or "draw": what a click on the image does."""
+        self.mode_group.button(INPUT_MODES.index(mode)).setChecked(True)
 
     def open_sample_or_path(self, name: str) -> bool:
         """"sample:NAME" for a bundled sample, else an image file."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QKeySequence, QResizeEvent, QShortcut
+from PySide6.QtGui import QFont, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
@@ -21,6 +21,11 @@ if TYPE_CHECKING:  # torch and the model code load after the window paints (see 
 # (key, step, only in the lesson panel): PageDown / PageUp anywhere in the window, what a presentation clicker
 # sends; the arrows while the panel has the focus (elsewhere they, and Space, belong to the focused control)
 STEP_KEYS = (("PgDown", 1, False), ("PgUp", -1, False), ("Right", 1, True), ("Left", -1, True))
+# (text, tooltip, runner slot); COMPACT_TEXTS while presenting: short labels leave the title its width
+BUTTONS = (("◀ Previous", "The previous step (PageUp; Left in this panel)", "previous"),
+           ("Next ▶", "The next step (PageDown; Right in this panel)", "next"),
+           ("Leave lesson", "Stop the lesson here and explore freely", "leave"))
+COMPACT_TEXTS = ("◀", "▶", "Leave")
 
 
 def materialize(model: Model) -> LoadedModel:
@@ -42,51 +47,72 @@ class LessonPanel(QWidget):
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 4, 8, 4)
-        head = QHBoxLayout()
-        self.title = QLabel("")
+        self.title = QLabel("")  # a row of its own: the whole width, so a title is one line
         self.title.setWordWrap(True)
-        self.title.setStyleSheet("font-weight: bold; font-size: 120%;")
-        head.addWidget(self.title, 1)
-        self.counter = QLabel("")
-        head.addWidget(self.counter)
-        self.buttons: list[QPushButton] = []
-        for text, tip, slot in (("◀ Previous", "The previous step (PageUp; Left in this panel)", runner.previous),
-                                ("Next ▶", "The next step (PageDown; Right in this panel)", runner.next),
-                                ("Leave lesson", "Stop the lesson here and explore freely", runner.leave)):
-            button = QPushButton(text)
-            button.setToolTip(tip)
-            button.clicked.connect(slot)
-            head.addWidget(button)
-            self.buttons.append(button)
-        layout.addLayout(head)
+        bold = QFont()
+        bold.setBold(True)  # only the weight is set: the size follows the app's text scale (Ctrl+plus)
+        self.title.setFont(bold)
+        layout.addWidget(self.title)
         self.caption = QLabel("")
         self.caption.setWordWrap(True)
         self.caption.setTextFormat(Qt.TextFormat.PlainText)
         layout.addWidget(self.caption)
+        foot = QHBoxLayout()  # the source of the figure, then the step counter and the buttons
         self.figure = QLabel("")
         self.figure.setWordWrap(True)
         self.figure.setStyleSheet("font-style: italic;")
-        layout.addWidget(self.figure)
+        foot.addWidget(self.figure, 1)
+        self.counter = QLabel("")
+        foot.addWidget(self.counter)
+        self.compact = False
+        self._figure_text = ""
+        self.hide_caption = QPushButton("Hide caption")
+        self.hide_caption.setCheckable(True)
+        self.hide_caption.setToolTip("Give the caption's room to the figures (the step's title stays)")
+        self.hide_caption.toggled.connect(self._caption_hidden)
+        foot.addWidget(self.hide_caption)
+        self.buttons: list[QPushButton] = []
+        for text, tip, slot in BUTTONS:
+            button = QPushButton(text)
+            button.setToolTip(tip)
+            button.clicked.connect(getattr(runner, slot))
+            foot.addWidget(button)
+            self.buttons.append(button)
+        layout.addLayout(foot)
+
+    def set_compact(self, compact: bool) -> None:
+        """Presenting: short button labels (their tooltips say the rest), so the step's title keeps the width."""
+        for button, (text, _, _), short in zip(self.buttons, BUTTONS, COMPACT_TEXTS, strict=True):
+            button.setText(short if compact else text)
+        self.compact = compact
+        self._caption_hidden(self.hide_caption.isChecked())
+
+    def _caption_hidden(self, hidden: bool) -> None:
+        texts = ("Caption", "Caption") if self.compact else ("Show caption", "Hide caption")
+        self.hide_caption.setText(texts[0] if hidden else texts[1])
+        self.caption.setVisible(not hidden)
+        self.figure.setText("" if hidden else self._figure_text)
+        self._fit()
 
     def show_step(self, lesson: Lesson, index: int) -> None:
         step = lesson.steps[index]
         self.title.setText(step.title)
         self.counter.setText(f"{index + 1} / {len(lesson.steps)}")
         self.caption.setText(step.caption)
-        self.figure.setText(f"See: {step.figure}" if step.figure else "")
-        self._fit()
+        self._figure_text = f"See: {step.figure}" if step.figure else ""
+        self._caption_hidden(self.hide_caption.isChecked())
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
         self._fit()
 
     def _fit(self) -> None:
-        """As tall as the wrapped caption at the panel's width: the dock along the bottom does not ask its
+        """Exactly as tall as the wrapped caption at the panel's width: the dock along the bottom does not ask its
         labels' height-for-width, and cut the caption's lines in half."""
         layout = self.layout()
         need = layout.heightForWidth(self.width()) if layout is not None and layout.hasHeightForWidth() else -1
         if need > 0 and need != self.minimumHeight():
-            self.setMinimumHeight(need)
+            self.setFixedHeight(need)  # and no taller: the figures above need every line the caption does not
 
 
 class LessonRunner(QObject):
@@ -134,6 +160,8 @@ class LessonRunner(QObject):
         """Stop the lesson; the app stays as the last step left it."""
         self.lesson = None
         self.index = -1
+        self.window.prediction_alone(False)  # the views' tabs back, to explore from here
+        self.window.presentation.arrange(hover=False)
         self._enable_keys(False)
         self.window.show_lesson_panel(self.panel, False)
         self.ended.emit()
@@ -197,8 +225,16 @@ class LessonRunner(QObject):
         if step.mode is not None:
             attention.mode.setCurrentText(step.mode)
         session.select(layer=step.layer, head=step.head, query=step.query)
+        image = window.image_panel
+        image.set_input_mode(step.input_mode)
+        window.presentation.arrange(hover=step.hover)
         if step.view is not None:
-            window.docks[step.view].raise_()
+            window.show_view(step.view, step.panels)
+        if step.expand:
+            try:
+                window.views["Parameters"].expand(step.expand)
+            except ValueError as error:
+                session.error.emit(f"lesson step {index + 1}: expand: {error}")
         if step.compare is not None:
             self._with_model(step.compare, lambda loaded: self._compared(index, loaded))
             return

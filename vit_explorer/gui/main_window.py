@@ -62,6 +62,7 @@ class MainWindow(QMainWindow):
         self.presentation = Presentation(self)
         self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
         self.lesson: Any = None  # the LessonRunner, made with the views
+        self._prediction_alone = False  # presenting a Prediction step: image and prediction side by side
 
         bar = self.source_bar = QToolBar("Source")
         bar.setMovable(False)
@@ -260,16 +261,54 @@ class MainWindow(QMainWindow):
         self.lesson.start(lesson)
 
     def share_width(self) -> None:
-        """About a third of the width for the image and the prediction, the rest for the big views."""
-        if self.big_dock is not None:
+        """About a third of the width for the image and the prediction, the rest for the big views (presenting,
+        less: the figure a step is about comes first); with the prediction alone, half each, side by side."""
+        if self.big_dock is None:
+            return
+        image, prediction = self.docks["Image"], self.docks["Prediction"]
+        if self._prediction_alone:
+            self.resizeDocks([image, prediction], [self.width() // 2, self.width() // 2], Qt.Orientation.Horizontal)
+            return
+        if self.presentation.presenting:
+            left = max(300, min(460, self.width() * 31 // 100))
+        else:
             left = max(340, min(560, self.width() * 38 // 100))
-            self.resizeDocks([self.docks["Image"], self.big_dock], [left, self.width() - left],
-                             Qt.Orientation.Horizontal)
-            # the image panel's controls need their height; the prediction chart is readable smaller.
-            # Presenting, the controls are hidden and the large text needs the room in the chart.
-            image_share = 42 if self.presentation.presenting else 56
-            self.resizeDocks([self.docks["Image"], self.docks["Prediction"]], [image_share, 100 - image_share],
-                             Qt.Orientation.Vertical)
+        self.resizeDocks([image, self.big_dock], [left, self.width() - left], Qt.Orientation.Horizontal)
+        # the image panel's controls need their height; the prediction chart is readable smaller.
+        image_share = 56
+        self.resizeDocks([image, prediction], [image_share, 100 - image_share], Qt.Orientation.Vertical)
+
+    def show_view(self, title: str, panels: tuple[str, ...] | None = None) -> None:
+        """Bring view `title` to the front with only `panels` of it drawn (None: all), the others whole again.
+        Presenting, the Prediction view takes the big views' room: the image and the prediction side by side."""
+        for name, view in self.views.items():
+            view.set_panels(panels if name == title else None)
+        self.prediction_alone(self.presentation.presenting and title == "Prediction")
+        if title != "Prediction":
+            self.docks[title].raise_()
+
+    def place_caption(self) -> None:
+        """Presenting, the image and the prediction keep the whole height and the lesson's caption goes under the
+        big view only; with the prediction alone (or not presenting) the caption spans the window."""
+        beside = self.presentation.presenting and not self._prediction_alone
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea if beside
+                       else Qt.DockWidgetArea.BottomDockWidgetArea)
+
+    def prediction_alone(self, alone: bool) -> None:
+        """The image and the prediction side by side with the tabbed views hidden, or back in their places."""
+        if alone == self._prediction_alone or self.big_dock is None:
+            return
+        self._prediction_alone = alone
+        image, prediction = self.docks["Image"], self.docks["Prediction"]
+        tabbed = [dock for title, dock in self.docks.items() if title not in ("Image", "Prediction", "Lesson")]
+        current = next((dock for dock in tabbed if self.views[dock.windowTitle()].on_screen), self.big_dock)
+        for dock in tabbed:
+            dock.setVisible(not alone)
+        self.place_caption()
+        self.splitDockWidget(image, prediction, Qt.Orientation.Horizontal if alone else Qt.Orientation.Vertical)
+        if not alone:
+            current.raise_()
+        QTimer.singleShot(0, self.share_width)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -7,17 +7,19 @@ its own, larger text scale; each scale is remembered.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from .theme import FONT_POINTS
 
 if TYPE_CHECKING:
     from .main_window import MainWindow
 
+IMAGE_SHARE = 0.28  # of the screen height, the least the input image gets while presenting (it is drawn on)
 SCALES = (0.8, 0.9, 1.0, 1.15, 1.3, 1.5, 1.75, 2.0, 2.5)
 NORMAL_KEY, PRESENTING_KEY = "text_scale", "presentation_text_scale"
 DEFAULTS = {NORMAL_KEY: 1.0, PRESENTING_KEY: 1.5}
@@ -27,6 +29,7 @@ class Presentation:
     def __init__(self, window: MainWindow) -> None:
         self.window = window
         self.presenting = False
+        self.hover = False  # the image panel's hover readout while presenting
         self._was_maximized = False
 
     @property
@@ -65,10 +68,32 @@ class Presentation:
             window.showNormal()
         window.source_bar.setVisible(not self.presenting)
         window.statusBar().setVisible(not self.presenting)
-        window.image_panel.set_compact(self.presenting)  # the room goes to the image, prediction and the view
         window.presentation_action.setChecked(self.presenting)
+        self.arrange()
         self.apply()
+        if not self.presenting:
+            window.prediction_alone(False)
         window.share_width()
+
+    def arrange(self, hover: bool | None = None) -> None:
+        """The room goes to the figures while presenting: no dock title bars (the tabs name the views), notes on
+        one line (the whole text in their tooltip), the image at least IMAGE_SHARE of the screen's height, the
+        hover readout only when `hover` (a lesson step asks for it; None: as it was)."""
+        from .views.base import Note  # the views (and torch) come after the window first paints
+
+        window = self.window
+        if hover is not None:
+            self.hover = hover
+        for title, dock in window.docks.items():
+            if title != "Lesson":
+                dock.setTitleBarWidget(QWidget() if self.presenting else None)
+        window.place_caption()
+        window.lesson.panel.set_compact(self.presenting)
+        for view in window.views.values():
+            for note in view.findChildren(Note):
+                note.set_compact(self.presenting)
+        screen = window.screen().geometry().height() if window.screen() is not None else window.height()
+        window.image_panel.set_compact(self.presenting, self.hover, math.ceil(IMAGE_SHARE * screen))
 
     def apply(self) -> None:
         """Set the scale of the current mode on the app's font and the figures, and redraw the views."""

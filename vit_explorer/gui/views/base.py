@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEventLoop, QPoint, QSettings, Qt, QTimer
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtCore import QEventLoop, QPoint, QSettings, QSize, Qt, QTimer
+from PySide6.QtGui import QImage, QPainter, QResizeEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from ..flow import flow_row
@@ -24,26 +24,58 @@ EXPORT_SCALES = (1, 2, 3)  # PNG sizes offered, as multiples of the figure's siz
 
 
 class Note(QLabel):
-    """A line of text under a view's controls that takes no room while it is empty."""
+    """A line of text under a view's controls that takes no room while it is empty. Compact (presentation
+    mode), it is one line, elided to the width, the whole text in its tooltip: the figure keeps the room."""
 
     def __init__(self) -> None:
         super().__init__("")
         self.setWordWrap(True)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setVisible(False)
+        self.full_text = ""
+        self.compact = False
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        super().setText(text)
+        self.full_text = text
+        self._show()
         self.setVisible(bool(text))
+
+    def set_compact(self, compact: bool) -> None:
+        self.compact = compact
+        self.setWordWrap(not compact)
+        if compact:
+            self.setMinimumHeight(0)
+        self._show()
+
+    def _show(self) -> None:
+        if not self.compact:
+            super().setText(self.full_text)
+            self.setToolTip("")
+            return
+        line = " ".join(self.full_text.split())
+        super().setText(self.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, max(self.width(), 40)))
+        self.setToolTip(self.full_text if super().text() != line else "")
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = super().minimumSizeHint()
+        return QSize(40, hint.height()) if self.compact else hint  # elided: any width will do
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.compact:
+            self._show()
 
 
 class View(SessionWidget):
     """A live view of the session. Subclasses fill `self.body` and override `table()` for CSV."""
 
     title = "View"
+    PANELS: tuple[str, ...] = ()  # the parts of a multi-panel view that a lesson step can show alone
+    MAIN_PANELS: tuple[str, ...] = ()  # those always drawn (the others hang on them)
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
+        self.panels: tuple[str, ...] = self.PANELS  # those drawn
         self._dirty = False
         self._refresh_pending = False  # a scheduled refresh waits for the next turn of the event loop
         self.on_screen = True  # the window says when a tabbed dock hides the view
@@ -70,6 +102,20 @@ class View(SessionWidget):
         layout.addWidget(self.note)
         self.body = QVBoxLayout()
         layout.addLayout(self.body, 1)
+
+    def set_panels(self, panels: tuple[str, ...] | None) -> None:
+        """Draw only `panels` (None: all of them), e.g. the one a lesson step is about, each larger."""
+        chosen = self.PANELS if panels is None else tuple(panels)
+        unknown = [name for name in chosen if name not in self.PANELS]
+        if unknown or (self.PANELS and not chosen) or not set(self.MAIN_PANELS) <= set(chosen):
+            raise ValueError(f"{self.title} has the panels {list(self.PANELS)} (always {list(self.MAIN_PANELS)}), "
+                             f"not {list(chosen)}")
+        if chosen != self.panels:
+            self.panels = chosen
+            self.restyle()
+
+    def shows(self, panel: str) -> bool:
+        return panel in self.panels
 
     def refresh(self, *_: object) -> None:
         """Recompute and redraw from the session (views that compute something override it)."""

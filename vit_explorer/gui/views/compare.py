@@ -10,6 +10,7 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
+from ...explore import lessons
 from ...explore.compare import Side, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
@@ -22,6 +23,7 @@ TOP_K = 3  # classes per side: the maps below need the height more (the Predicti
 
 class CompareView(View):
     title = "Compare"
+    PANELS = lessons.PANELS["Compare"]
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -96,13 +98,13 @@ class CompareView(View):
         self._drawn_chars = self._title_chars()
         with figures.title_width(self._drawn_chars):
             for column, one in zip(columns, sides, strict=True):
-                if one.prediction is not None:
-                    figures.BarsPlot(column, one.prediction)
-                    column.nextRow()
-                figures.MapsPlot(column, one.rollout)
-                if one.similarity is not None:
-                    column.nextRow()
-                    figures.SimilarityPlot(column, one.similarity)
+                parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") else None),
+                         (figures.MapsPlot, one.rollout if self.shows("rollout") else None),
+                         (figures.SimilarityPlot, one.similarity if self.shows("position") else None)]
+                for i, (draw, figure) in enumerate((d, f) for d, f in parts if f is not None):
+                    if i:
+                        column.nextRow()
+                    draw(column, figure)
 
     def _title_chars(self) -> int:
         """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,

@@ -7,16 +7,18 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QDoubleSpinBox, QLabel, QWidget
+from PySide6.QtWidgets import QDoubleSpinBox, QWidget
 
+from ...explore import lessons
 from ...explore.embeddings import EmbeddingFacts, embedding_facts
 from .. import figures
 from ..session import Session
-from .base import Table, View
+from .base import Note, Table, View
 
 
 class EmbeddingsView(View):
     title = "Embeddings"
+    PANELS = lessons.PANELS["Embeddings"]
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -32,8 +34,7 @@ class EmbeddingsView(View):
         self.controls.addWidget(self.p)
         self.plots = pg.GraphicsLayoutWidget()
         self.body.addWidget(self.plots, 1)
-        self.facts_label = QLabel("")
-        self.facts_label.setWordWrap(True)
+        self.facts_label = Note()  # the Conv2d = Unfold + Linear check and the dropout demonstration
         self.body.addWidget(self.facts_label)
         self.listen(session.result_ready, self.schedule_soon)
         self.refresh()
@@ -53,7 +54,8 @@ class EmbeddingsView(View):
         same_picture = (self.facts is not None and self.facts.model_id == facts.model_id
                         and list(self.facts.tokens) == list(facts.tokens))
         self.facts = facts
-        if same_picture:  # the filters are the model's: only the curves and the numbers change
+        # the filters are the model's: only the curves and the numbers change
+        if same_picture and (self._curves or not self.shows("tokens")):
             for curve, values in zip(self._curves, facts.tokens.values(), strict=True):
                 curve.setData(np.arange(len(values)), values)
         else:
@@ -67,9 +69,9 @@ class EmbeddingsView(View):
     def _draw(self, facts: EmbeddingFacts) -> None:
         self.plots.ci.clear()
         self._curves = []
-        if facts.filters is not None:
+        if facts.filters is not None and self.shows("filters"):
             figures.draw(self.plots.ci, facts.filters.figure())
-        if facts.tokens:
+        if facts.tokens and self.shows("tokens"):
             self.plots.ci.nextRow()
             plot = figures.draw(self.plots.ci, facts.tokens_figure())
             self._curves = plot.listDataItems()

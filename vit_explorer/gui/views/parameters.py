@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
+from ...explore import lessons
 from ...explore.tables import ModelTables, model_tables
 from .. import figures
 from ..session import Session
@@ -16,6 +17,8 @@ from .base import Table, View
 
 class ParametersView(View):
     title = "Parameters"
+    PANELS = lessons.PANELS["Parameters"]
+    MAIN_PANELS = lessons.MAIN_PANELS["Parameters"]
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -42,6 +45,24 @@ class ParametersView(View):
 
     def picture(self) -> QWidget:
         return self.split
+
+    def restyle(self) -> None:
+        self.chart.setVisible(self.shows("chart"))
+        super().restyle()
+
+    def expand(self, path: tuple[str, ...]) -> None:
+        """Expand the tree down to the row named by `path` (stage, layer, ...) and show it; a name that is not
+        there is a ValueError naming it."""
+        parent = self.tree.invisibleRootItem()
+        for name in path:
+            found = [parent.child(i) for i in range(parent.childCount()) if parent.child(i).text(0) == name]
+            if not found:
+                children = [parent.child(i).text(0) for i in range(min(parent.childCount(), 12))]
+                raise ValueError(f"the parameter tree has no row {name!r} here (rows: {children})")
+            parent = found[0]
+            parent.setExpanded(True)
+        self.tree.scrollToItem(parent)
+        self.tree.setCurrentItem(parent)
 
     def _compute_changed(self) -> None:
         """A new input size changes the compute, not the parameters (masks change neither)."""

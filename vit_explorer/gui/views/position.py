@@ -3,11 +3,13 @@ and a comparison with another scheme or another model. What is shown comes from 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...analysis.pe import PESimilarity
-from ...explore import position
+from ...explore import lessons, position
 from ...explore.figures import SimilarityFigure
 from ...models import VisionTransformer
 from ...models.position import SCHEMES
@@ -18,6 +20,8 @@ from .base import Table, View
 
 class PositionView(View):
     title = "Position embeddings"
+    PANELS = lessons.PANELS["Position embeddings"]
+    MAIN_PANELS = lessons.MAIN_PANELS["Position embeddings"]
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -153,7 +157,8 @@ class PositionView(View):
             others = ((self.other_name, self.other),)
         self.note.setText("; ".join(notes))
         self.patch = position.clamp_patch(sim, self.patch)
-        self.figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others)
+        figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others)
+        self.figure = figure if self.shows("maps") else replace(figure, maps=())
         self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
 
     def table(self) -> Table | None:

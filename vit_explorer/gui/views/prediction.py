@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import QSpinBox, QWidget
 
 from ...explore.features import embedding_figure
 from ...explore.figures import BarsFigure
@@ -16,7 +16,7 @@ from ...explore.forward import ForwardResult
 from ...explore.prediction import change_text, prediction_figure
 from .. import figures
 from ..session import Session
-from .base import Table, View
+from .base import Note, Table, View
 
 MIN_HEIGHT = 120  # the chart's least height (more with more bars)
 CHANGE_LINES = 2  # the masks' effect in words: two lines kept, more as the column allows
@@ -39,8 +39,7 @@ class PredictionView(View):
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None
-        self.change = QLabel("")
-        self.change.setWordWrap(True)
+        self.change = Note()  # how the masks and heads changed the prediction
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
         self.listen(session.busy, lambda busy: self.note.setText("computing…" if busy else ""))
@@ -85,7 +84,8 @@ class PredictionView(View):
         need = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
         self.plots.setMinimumHeight(max(MIN_HEIGHT, math.ceil(need) + 2))
         # room for the sentence under the chart as it wraps in a narrow column (the dock asks one line)
-        self.change.setMinimumHeight(CHANGE_LINES * self.change.fontMetrics().lineSpacing())
+        lines = 1 if self.change.compact else CHANGE_LINES
+        self.change.setMinimumHeight(lines * self.change.fontMetrics().lineSpacing())
 
     def table(self) -> Table | None:
         result = self.session.result
