@@ -132,8 +132,8 @@ class ViTConfig:
                 raise ConfigError(f"{name} must be > 0 and at most {high}, got {getattr(self, name)}")
         if not MIN_ROPE_THETA <= self.rope_theta <= 1e9:  # the frequencies are 1 / theta^k
             raise ConfigError(f"rope_theta (timm: rope_temperature) must be from {MIN_ROPE_THETA:g} to 1e9, got "
-                              f"{self.rope_theta:g}: below 1 the rotation frequencies grow instead of falling, and a tiny "
-                              "base overflows them (every output NaN); real models use 10, 100 or 10000")
+                              f"{self.rope_theta:g}: below 1 the rotation frequencies grow instead of falling, and a "
+                              "tiny base overflows them (every output NaN); real models use 10, 100 or 10000")
         if self.layer_scale_init is not None and not 0 < self.layer_scale_init <= 1e3:
             raise ConfigError(f"layer_scale_init must be None or in (0, 1000], got {self.layer_scale_init}")
 
