@@ -13,6 +13,7 @@ With `captures` every block's attention and hidden states are kept, as the repor
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 
 import torch
 
@@ -26,6 +27,8 @@ MAX_PATCHES = 16_384  # one forward pass at another input size: a 128x128 grid (
 # multiply-adds of one interactive forward pass at another input size (or the model's own, if more): a few
 # seconds on a CPU, on a GPU about a hundred times as much
 MAX_MULTIPLY_ADDS = {"cpu": 200 * 10**9, "gpu": 20 * 10**12}
+WAY_OUT = "use a smaller model or input size, or another device"
+WayOut = str | Callable[[], str]  # the way out a refusal names, or what works it out (only when refused)
 
 
 class BudgetError(CheckpointError, ValueError):
@@ -81,18 +84,17 @@ def _address_space() -> int:
     return 0
 
 
-def check_fits(needed: int, device: torch.device, what: str, where: str,
-               way_out: str = "use a smaller model or input size, or another device") -> None:
+def check_fits(needed: int, device: torch.device, what: str, where: str, way_out: WayOut = WAY_OUT) -> None:
     """BudgetError when `needed` bytes exceed the free memory on `device`."""
     free = available_bytes(device)
     if free is not None and needed > free:
         raise BudgetError(f"{where}: {what} needs about {size_text(needed)}, but only {size_text(free)} of "
-                          f"memory is free on {device}; {way_out}")
+                          f"memory is free on {device}; {way_out() if callable(way_out) else way_out}")
 
 
 def check_model_fits(config: ViTConfig, device: torch.device, where: str, image_size: tuple[int, int] | None = None,
                      batch: int = 1, captures: bool = False, loaded: bool = False, extra: int = 0,
-                     way_out: str = "use a smaller model or input size, or another device") -> None:
+                     way_out: WayOut = WAY_OUT) -> None:
     """Refuse a model whose parameters (unless `loaded` there already) and activations at `image_size`,
     plus `extra` bytes, would not fit on `device`."""
     h, w = image_size or config.image_size
@@ -131,7 +133,7 @@ def check_run(config: ViTConfig, device: torch.device, where: str, image_size: t
                           f"more than the {max_macs / 1e9:,.0f} G one interactive pass may take on {device}; "
                           f"{_way_out(config, device, captures, loaded)}")
     check_model_fits(config, device, where, (h, w), captures=captures, loaded=loaded,
-                     way_out=_way_out(config, device, captures, loaded))
+                     way_out=lambda: _way_out(config, device, captures, loaded))  # worked out only when refused
 
 
 def _way_out(config: ViTConfig, device: torch.device, captures: bool, loaded: bool) -> str:
