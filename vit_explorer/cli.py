@@ -100,8 +100,9 @@ def _finite(value: float) -> float | None:
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
-    from .checkpoints import load
+    from .checkpoints import CheckpointWarning, load
     from .data.images import open_image
+    from .explore.forward import nonfinite_outputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
     loaded = load(args.source, device=args.device, arch=args.arch)
@@ -110,6 +111,8 @@ def _predict(args: argparse.Namespace) -> int:
     pixels = loaded.preprocess(image)
     with torch.inference_mode():
         logits = loaded.model(pixels)[0].float().cpu()
+    if (warning := nonfinite_outputs(logits, args.source)) is not None and not loaded.warnings:
+        warnings.warn(warning, CheckpointWarning, stacklevel=1)  # NaN weights were warned about on loading
     rows = loaded.top_k(logits, args.top_k)
     if args.json:
         top = [{**row, "prob": _finite(row["prob"])} for row in rows]

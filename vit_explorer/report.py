@@ -13,6 +13,7 @@ import csv
 import json
 import re
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +25,12 @@ from tqdm import tqdm
 
 from .analysis.params import ParameterTable
 from .analysis.pe import PESimilarity
+from .checkpoints.errors import CheckpointWarning
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
 from .explore import attention, embeddings, features, position
 from .explore.figures import Figure, small_multiples_shape
-from .explore.forward import ForwardResult, Inputs, Needs, run_forward
+from .explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
 
@@ -107,14 +109,17 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
                  resolution: tuple[int, int] | None = None, top_k: int = 5) -> Report:
     """Every figure and number of the report for one model and image (nothing written yet)."""
     size = resolution or loaded.preprocessing.size
-    loaded.model.check_image_size(*size)
     cfg = loaded.config
+    check_size(loaded, size, Needs())  # before anything runs: a size whose pass would exceed the budget is refused
     query = attention.query_for(loaded.model.layout(size), cfg.pool)
     # reduced as the blocks run: the query's per-layer maps, rollout (mean over heads), distances; kept: the last
     # block's maps and tokens (the [CLS] heads and the PCA of the patch features)
     needs = Needs(maps=frozenset({cfg.depth - 1}), fusion="mean", distance=True, query_rows=query.rows,
                   tokens=frozenset({cfg.depth}))
     result = forward_for_report(loaded, image, size, needs)
+    nonfinite = None if loaded.warnings else nonfinite_outputs(result.logits, loaded.source or "the model")
+    if nonfinite is not None:  # NaN weights were warned about on loading
+        warnings.warn(nonfinite, CheckpointWarning, stacklevel=2)
     tables = model_tables(loaded.model, result.inputs.size)
     sim = position.similarity(loaded.model, result.layout.grid)
     facts = embeddings.embedding_facts(result, 0.1)
@@ -134,6 +139,7 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
         figures["prediction.png"] = (prediction_figure(result, top_k, title), (900, 160 + 70 * len(top_rows)))
     summary = _summary(loaded, result, tables, sim.scheme, sim.note, facts, query, image_info, top_rows)
     summary["pca_images"] = pca_images
+    summary["warnings"] += [nonfinite] if nonfinite else []
     summary["warnings"] += [f"{name} not written: {why}" for name, why in skipped.items()]
     summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
     return Report(summary, tables.params, figures)

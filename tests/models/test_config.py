@@ -42,6 +42,8 @@ INVALID = [
     (dict(embed_dim=15, num_heads=1, pos_embed="learned_2d"), "embed_dim 15 must be even"),
     (dict(embed_dim=15, num_heads=1, pos_embed="sincos_1d"), "need an even embed_dim"),
     (dict(embed_dim=12, num_heads=2, pos_embed="rope"), "head_dim 6 must be divisible by 4"),
+    (dict(pos_embed="rope", rope_theta=1e-300), "rope_theta (timm: rope_temperature) must be from 1 to 1e9"),
+    (dict(pos_embed="learned+rope", rope_theta=0.5), "real models use 10, 100 or 10000"),
     (dict(drop_rate=1.0), "drop_rate must be in [0, 1)"),
     (dict(drop_path_rate=-0.1), "drop_path_rate must be in [0, 1)"),
     (dict(mlp_ratio=0.0), "mlp_ratio must be > 0"),

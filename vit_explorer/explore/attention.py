@@ -15,6 +15,7 @@ import numpy as np
 
 from ..analysis import attention as attn
 from ..models import TokenLayout
+from ..models.config import POOLS
 from .figures import MapsFigure, ScatterFigure
 from .forward import ForwardResult, Needs
 
@@ -36,7 +37,13 @@ class Query:
 
 
 def query_for(layout: TokenLayout, pool: str, patch: tuple[int, int] | None = None) -> Query:
-    """The chosen patch (row, col) if it lies on this grid, else the classifier's query."""
+    """The chosen patch (row, col) if it lies on this grid, else the classifier's query. ValueError for a
+    `pool` that is not one of the config's or a patch that is not two whole numbers from 0."""
+    if pool not in POOLS:
+        raise ValueError(f"pool must be one of {POOLS}, got {pool!r}")
+    if patch is not None and not (len(patch) == 2 and all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and i >= 0 for i in patch)):
+        raise ValueError(f"patch must be (row, col), whole numbers from 0, got {patch!r}")
     if patch is not None and patch[0] < layout.grid[0] and patch[1] < layout.grid[1]:
         index = layout.token_index(*patch)
         return Query((index,), f"patch ({patch[0]}, {patch[1]})")
@@ -47,7 +54,14 @@ def query_for(layout: TokenLayout, pool: str, patch: tuple[int, int] | None = No
 
 
 def needs_for(mode: str, layer: int, fusion: str) -> Needs:
-    """What the forward pass must compute for the Attention view in this mode."""
+    """What the forward pass must compute for the Attention view in this mode (ValueError for a mode not in
+    MODES, a negative layer or a fusion not in HEAD_FUSIONS)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or layer < 0:
+        raise ValueError(f"layer must be a block index from 0, got {layer!r}")
+    if fusion not in attn.HEAD_FUSIONS:
+        raise ValueError(f"fusion must be one of {attn.HEAD_FUSIONS}, got {fusion!r}")
     if mode == "rollout":
         return Needs(fusion=fusion)
     if mode == "mean attention distance":

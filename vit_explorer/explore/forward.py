@@ -19,6 +19,7 @@ from PIL import Image
 from ..analysis.attention import attention_distance, fuse_heads
 from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
+from ..checkpoints.memory import check_run
 from ..models import TokenLayout
 
 
@@ -122,6 +123,63 @@ class ForwardResult:
         return self.inputs.loaded.config.depth
 
 
+def check_size(loaded: LoadedModel, size: tuple[int, int], needs: Needs = EVERYTHING) -> None:
+    """Refuse (BudgetError, a ValueError) an input size whose forward pass would exceed the budget of one
+    interactive pass (patches, multiply-adds, memory free), before anything runs; ConfigError (a ValueError)
+    for a size that is not a multiple of the patch size."""
+    h, w = int(size[0]), int(size[1])
+    loaded.model.check_image_size(h, w)
+    check_run(loaded.config, loaded.device, loaded.source or "the model", (h, w), captures=needs.maps is None,
+              loaded=True)
+
+
+def check_inputs(inputs: Inputs) -> None:
+    """TypeError or ValueError naming the argument of `inputs` that no forward pass can take: an image that is
+    not a PIL image, a mask or head mask of the wrong shape or with values other than 0 and 1 (a head mask: a
+    share from 0 to 1), query rows outside the tokens; then the budget of the input size (`check_size`)."""
+    if not isinstance(inputs.image, Image.Image):
+        raise TypeError(f"image must be a PIL.Image.Image, got {type(inputs.image).__name__}")
+    cfg, size = inputs.loaded.config, inputs.size
+    if len(size) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in size):
+        raise TypeError(f"size must be (H, W) in whole pixels, got {size!r}")
+    grid = inputs.loaded.model.check_image_size(int(size[0]), int(size[1]))
+    _check_array("mask", inputs.mask, grid, "a bool per patch, True = [MASK]")
+    if inputs.mask.dtype != np.bool_ and not np.isin(inputs.mask, (0, 1)).all():
+        raise ValueError("mask must hold only True/False (or 1/0) per patch, got other values")
+    heads = (cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+    _check_array("head_mask", inputs.head_mask, heads, "1 keeps a head, 0 drops it")
+    values = inputs.head_mask.astype(np.float64)
+    if not (np.isfinite(values).all() and (values >= 0).all() and (values <= 1).all()):
+        raise ValueError("head_mask values must be finite and from 0 (drop the head) to 1 (keep it), got "
+                         f"{values[~((values >= 0) & (values <= 1))][:3].tolist()}")
+    tokens = inputs.loaded.model.layout((int(size[0]), int(size[1]))).num_tokens
+    if any(not 0 <= r < tokens for r in inputs.needs.query_rows):
+        raise ValueError(f"needs.query_rows must be token indices from 0 to {tokens - 1}, got "
+                         f"{list(inputs.needs.query_rows)}")
+    check_size(inputs.loaded, size, inputs.needs)
+
+
+def _check_array(name: str, value: object, shape: tuple[int, int], meaning: str) -> None:
+    if not isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array ({meaning}), got {type(value).__name__}")
+    if value.shape != tuple(shape):
+        raise ValueError(f"{name} has shape {value.shape}; this model and input size take {tuple(shape)} ({meaning})")
+    if not (value.dtype == np.bool_ or np.issubdtype(value.dtype, np.number)):
+        raise TypeError(f"{name} must hold numbers ({meaning}), got dtype {value.dtype}")
+
+
+def nonfinite_outputs(logits: torch.Tensor, where: str) -> str | None:
+    """A warning when a forward pass gave NaN or infinite outputs (logits, or pooled features without a
+    classifier), as `nonfinite_warning` gives one for the weights; None when all are finite."""
+    finite = torch.isfinite(logits)
+    if bool(finite.all()):
+        return None
+    nan = int(torch.isnan(logits).sum())
+    return (f"{where}: the forward pass gave NaN or infinite outputs ({nan:,} NaN, {int((~finite).sum()) - nan:,} "
+            f"infinite of {logits.numel():,}), so its predictions and pictures cannot be trusted; the weights or the "
+            "config make values overflow (check them, or try another input size)")
+
+
 def pixels_for(inputs: Inputs) -> torch.Tensor:
     """The image preprocessed as the source does it, at the chosen size: (1, 3, H, W)."""
     pre = inputs.loaded.preprocessing.with_size(inputs.size)
@@ -154,8 +212,10 @@ class _Reductions:
 
 def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardResult:
     """Run the model with the masks, computing what `inputs.needs` asks for; also the unmasked
-    baseline if something is masked and no baseline is given."""
+    baseline if something is masked and no baseline is given. Inputs no pass can take, or whose pass would
+    exceed the budget, are refused first (`check_inputs`)."""
     start = time.perf_counter()
+    check_inputs(inputs)
     loaded, needs = inputs.loaded, inputs.needs
     model = loaded.model
     pixels = pixels_for(inputs)

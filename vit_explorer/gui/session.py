@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from ..checkpoints import LoadedModel
 from ..explore.build import preferred_device
-from ..explore.forward import ForwardResult, Inputs, Needs, run_forward
+from ..explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from ..models import ViTConfig
 from .workers import Runner
 
@@ -64,6 +64,7 @@ class Session(QObject):
         self._needs_of: dict[str, Needs] = {}  # by view
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
+        self._warned = 0  # the model whose non-finite outputs the banner has shown
 
     # ------------------------------------------------------------------ model
     @property
@@ -127,7 +128,8 @@ class Session(QObject):
         self.request_forward()
 
     def set_size(self, size: tuple[int, int]) -> None:
-        """Run the model at another input size (H, W); raises ValueError if it does not fit the patches."""
+        """Run the model at another input size (H, W); raises ValueError if it does not fit the patches, or
+        (BudgetError) if its forward pass would exceed the budget: the previous size stays."""
         if self.loaded is None:
             return
         p = self.loaded.config.patch_size
@@ -136,6 +138,7 @@ class Session(QObject):
             raise ValueError(f"{h}x{w} is not a multiple of the patch size {p}")
         if (h, w) == self.size:
             return
+        check_size(self.loaded, (h, w), self.needs)
         self.size = (h, w)
         self.mask = np.zeros(self.grid, bool)
         self.query = None
@@ -227,6 +230,11 @@ class Session(QObject):
         self.result = result
         self.busy.emit(False)
         self.result_ready.emit(result)
+        if self._warned != inputs.model_id and not self.loaded.warnings:  # NaN weights: said when it loaded
+            warning = nonfinite_outputs(result.logits, self.loaded.source or "the model")
+            if warning is not None:
+                self._warned = inputs.model_id  # once per model, not at every pass
+                self.error.emit(f"warning: {warning}")
 
     def _forward_failed(self, message: str) -> None:
         self.busy.emit(False)

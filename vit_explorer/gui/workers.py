@@ -21,7 +21,8 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 def describe_error(error: BaseException) -> str:
     """One readable line for an exception (our errors already name the file and the problem)."""
     text = str(error).strip() or type(error).__name__
-    if type(error).__name__ in ("CheckpointError", "ConfigError", "ImageError", "OSError", "ValueError"):
+    if type(error).__name__ in ("BudgetError", "CheckpointError", "ConfigError", "ImageError", "OSError",
+                                 "ValueError"):
         return text
     return f"{type(error).__name__}: {text}"
 

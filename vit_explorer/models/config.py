@@ -36,6 +36,7 @@ POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in posi
 # Refuse configurations that would allocate more than this many parameters: a typo such as
 # depth=12000 should produce a message, not a machine that swaps for ten minutes.
 MAX_PARAMETERS = 3_000_000_000
+MIN_ROPE_THETA = 1.0  # RoPE's base frequency (real models: 10, 100, 10000)
 
 
 class ConfigError(ValueError):
@@ -113,7 +114,7 @@ class ViTConfig:
         """Each field's type, before anything computes with it: an int field takes an integral number
         (not a float such as 12.0 or a bool), a float field a finite real number, a bool field a bool
         (not "false"), a size field an int or a pair of ints. Also the ranges the rest relies on to stay
-        finite (positive sizes, layer_norm_eps and rope_theta > 0, a bounded mlp_ratio)."""
+        finite (positive sizes, layer_norm_eps > 0, rope_theta >= 1, a bounded mlp_ratio)."""
         for f in fields(self):
             value, kind = getattr(self, f.name), _FIELD_KINDS[str(f.type)]
             if not _KIND_CHECKS[kind](value):
@@ -126,10 +127,13 @@ class ViTConfig:
                      "reg_tokens", "proj_dim"):
             if getattr(self, name) > MAX_SIZE:
                 raise ConfigError(f"{name} must be at most {MAX_SIZE}, got {getattr(self, name)}")
-        for name, high in (("layer_norm_eps", 1.0), ("rope_theta", 1e9), ("mlp_ratio", 64.0),
-                           ("class_attn_mlp_ratio", 64.0)):
+        for name, high in (("layer_norm_eps", 1.0), ("mlp_ratio", 64.0), ("class_attn_mlp_ratio", 64.0)):
             if not 0 < getattr(self, name) <= high:
                 raise ConfigError(f"{name} must be > 0 and at most {high}, got {getattr(self, name)}")
+        if not MIN_ROPE_THETA <= self.rope_theta <= 1e9:  # the frequencies are 1 / theta^k
+            raise ConfigError(f"rope_theta (timm: rope_temperature) must be from {MIN_ROPE_THETA:g} to 1e9, got "
+                              f"{self.rope_theta:g}: below 1 the rotation frequencies grow instead of falling, and a "
+                              "tiny base overflows them (every output NaN); real models use 10, 100 or 10000")
         if self.layer_scale_init is not None and not 0 < self.layer_scale_init <= 1e3:
             raise ConfigError(f"layer_scale_init must be None or in (0, 1000], got {self.layer_scale_init}")
 
