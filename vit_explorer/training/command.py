@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pos-embed", choices=POS_EMBEDS, help="position embedding (overrides the preset)")
     parser.add_argument("--stem", choices=STEMS, help="stem (overrides the preset)")
     parser.add_argument("--image-size", type=int, help="input size (default: the preset's)")
+    parser.add_argument("--follow-links", action="store_true",
+                        help="image folder: read linked class folders and images that lie outside the dataset "
+                             "folder (refused by default)")
     parser.add_argument("--train-size", type=int, help="built-in dataset: training images (default 20000)")
     parser.add_argument("--val-size", type=int, help="built-in dataset: validation images (default 2000)")
     parser.add_argument("--seed", type=int, help="seed for the model, the data order and the built-in data")
@@ -124,7 +127,7 @@ def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
 
     given = [_flag(flag) for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
     given += [_flag(name) for name in ("pos_embed", "stem", "image_size", "init", "train_size", "val_size")
-              if getattr(args, name) is not None]
+              if getattr(args, name) is not None] + ["--follow-links"] * args.follow_links
     if given:
         raise ValueError(f"--resume continues the run saved in {args.out} with its own settings; "
                          f"drop {' '.join(given)}")
@@ -156,7 +159,8 @@ def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
         raise ValueError(f"{' '.join(model_flags)}: {error}") from None
     check_training_memory(config, max(1, recipe.batch_size // _world()), dev)
     sizes = {k: getattr(args, k) for k in ("train_size", "val_size") if getattr(args, k) is not None}
-    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, **sizes)
+    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, follow_links=args.follow_links,
+                     **sizes)
     return config.replace(num_classes=data.num_classes), data, recipe
 
 
