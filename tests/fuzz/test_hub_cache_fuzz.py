@@ -40,7 +40,8 @@ def build_cache(cache: Path, valid: Path) -> Path:
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(COMMIT)
     (repo / "trees").mkdir()
-    files = {p.name: {"size": p.stat().st_size, "blob_id": f"{i:040x}"} for i, p in enumerate(sorted(snapshot.iterdir()))}
+    files = {p.name: {"size": p.stat().st_size, "blob_id": f"{i:040x}"}
+             for i, p in enumerate(sorted(snapshot.iterdir()))}
     (repo / "trees" / f"{COMMIT}.json").write_text(json.dumps({"format_version": 1, "files": files}))
     return repo
 
