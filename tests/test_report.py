@@ -182,3 +182,83 @@ def test_headless_without_a_display_or_qt_platform(tmp_path: Path) -> None:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "out" / "rollout.png").exists()
+
+
+# ---------------------------------------------------------------------------- the output folder
+def _report_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+def test_a_report_is_replaced_only_with_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, out = _native(tmp_path / "model"), tmp_path / "report"
+    assert _inspect(source, "--out", out) == 0
+    first = _report_files(out)
+    capsys.readouterr()
+    assert _inspect(source, "--out", out, "--resolution", "48x64") == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"vit-explorer inspect: error: --out {out}: is not empty; give --overwrite to replace the report " \
+                  "in it, or choose an empty or new folder"
+    assert _report_files(out) == first
+    assert _inspect(source, "--out", out, "--resolution", "48x64", "--overwrite") == 0
+    assert json.loads((out / "summary.json").read_text())["input_size"] == [48, 64]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "report"]  # no temporaries left beside it
+
+
+def test_overwrite_replaces_only_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, out = _native(tmp_path / "model"), tmp_path / "photos"
+    out.mkdir()
+    (out / "holiday.jpg").write_bytes(b"mine")
+    assert _inspect(source, "--out", out, "--overwrite") == 2
+    assert "holds holiday.jpg, which inspect does not write" in capsys.readouterr().err
+    assert _report_files(out) == {"holiday.jpg": b"mine"}
+
+
+def test_a_link_in_the_output_folder_is_never_written_through(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    source, out, precious = _native(tmp_path / "model"), tmp_path / "report", tmp_path / "precious.json"
+    precious.write_text("keep me")
+    out.mkdir()
+    (out / "summary.json").symlink_to(precious)
+    assert _inspect(source, "--out", out) == 2  # not empty
+    assert "--overwrite" in capsys.readouterr().err
+    assert _inspect(source, "--out", out, "--overwrite") == 0  # the link is replaced, not followed
+    assert precious.read_text() == "keep me"
+    assert not (out / "summary.json").is_symlink() and json.loads((out / "summary.json").read_text())["top_k"]
+
+
+def test_a_fifo_in_the_output_folder_does_not_hang(tmp_path: Path) -> None:
+    source, out = _native(tmp_path / "model"), tmp_path / "report"
+    out.mkdir()
+    os.mkfifo(out / "summary.json")
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for extra in ([], ["--overwrite"]):  # refused (not empty); replaced without opening the FIFO
+        done = subprocess.run([sys.executable, "-m", "vit_explorer", "inspect", str(source), "--out", str(out),
+                               *extra], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == (0 if extra else 2), done.stderr[-2000:]
+    assert (out / "summary.json").is_file() and json.loads((out / "summary.json").read_text())["top_k"]
+
+
+def test_a_full_disk_leaves_the_earlier_report_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import errno
+
+    import vit_explorer.gui.figures as figures
+
+    source, out = _native(tmp_path / "model"), tmp_path / "report"
+    assert _inspect(source, "--out", out) == 0
+    first = _report_files(out)
+    real, drawn = figures.render_png, []
+
+    def fills_up(*args: object, **kwargs: object) -> object:
+        drawn.append(1)
+        if len(drawn) > 2:  # the third figure finds the disk full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(figures, "render_png", fills_up)
+    capsys.readouterr()
+    assert _inspect(source, "--out", out, "--overwrite", "--resolution", "48x64") == 2
+    err = [line for line in capsys.readouterr().err.replace("\r", "\n").splitlines() if "error:" in line]
+    assert len(err) == 1 and err[0].startswith(f"vit-explorer inspect: error: {out}: writing failed"), err
+    assert "No space left on device" in err[0] and "the folder is as it was" in err[0]
+    assert _report_files(out) == first and sorted(p.name for p in tmp_path.iterdir()) == ["model", "report"]

@@ -16,6 +16,7 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 COMMANDS = ("predict", "inspect", "train", "convert")
@@ -132,10 +133,11 @@ def _inspect(args: argparse.Namespace) -> int:
     from .gui.figures import render_png  # the app's compositions draw the report's figures
 
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
+    report.check_out(Path(args.out), args.overwrite)  # before the (slower) load: a folder in the way fails at once
     loaded = load(args.source, device=args.device, arch=args.arch)
     image, image_info = report.choose_image(args.image)
     built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
-    report.write_report(built, args.out, render_png, progress=True)
+    report.write_report(built, args.out, render_png, progress=True, overwrite=args.overwrite)
     print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out}")
     return 0
 

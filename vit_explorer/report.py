@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import sys
 import warnings
@@ -26,6 +27,7 @@ from tqdm import tqdm
 from .analysis.params import ParameterTable
 from .analysis.pe import PESimilarity
 from .checkpoints.errors import CheckpointWarning
+from .checkpoints.files import write_folder
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
 from .explore import attention, embeddings, features, position
@@ -35,6 +37,7 @@ from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
 
 Render = Callable[[Figure, Path, tuple[int, int]], object]  # (figure, PNG path, (width, height))
+REPORT_SUFFIXES = (".json", ".csv", ".png")  # what a report folder holds (summary.json, params.csv, figures)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="image to run through the model (default: a bundled sample, else a synthetic image)")
     parser.add_argument("--resolution", default=None, metavar="HxW",
                         help="input size, e.g. 384x384 or 224x320 (learned PEs are resampled); default: the model's")
-    parser.add_argument("--out", required=True, help="output folder for summary.json, params.csv and the PNGs")
+    parser.add_argument("--out", required=True,
+                        help="output folder for summary.json, params.csv and the PNGs: new or empty, or an earlier "
+                             "report with --overwrite")
+    parser.add_argument("--overwrite", action="store_true", help="replace the report already in --out")
     parser.add_argument("--top-k", type=int, default=5, help="classes listed in summary.json (default 5)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
     parser.add_argument("--arch", default=None,
@@ -200,16 +206,43 @@ def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dic
     return figures, names, skipped
 
 
-def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False) -> dict[str, Any]:
-    """Write summary.json, params.csv and every figure through `render`; return the summary."""
+def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False,
+                 overwrite: bool = False) -> dict[str, Any]:
+    """Write summary.json, params.csv and every figure through `render`; return the summary.
+
+    The report is written whole or not at all: into a temporary sibling folder renamed to `out_dir`
+    at the end, never through a link. `out_dir` must be new or empty, or (with `overwrite`) hold an
+    earlier report, which is replaced only once the new one is complete."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_params_csv(out / "params.csv", report.params)
-    for name, (figure, size) in tqdm(report.figures.items(), desc="inspect: figures", unit="figure", file=sys.stderr,
-                                     disable=not progress):
-        render(figure, out / name, size)
-    (out / "summary.json").write_text(json.dumps(report.summary, indent=2))
+    replace = check_out(out, overwrite)
+
+    def fill(folder: Path) -> None:
+        _write_params_csv(folder / "params.csv", report.params)
+        for name, (figure, size) in tqdm(report.figures.items(), desc="inspect: figures", unit="figure",
+                                         file=sys.stderr, disable=not progress):
+            render(figure, folder / name, size)
+        (folder / "summary.json").write_text(json.dumps(report.summary, indent=2))
+
+    write_folder(out, fill, replace=replace)
     return report.summary
+
+
+def check_out(out: Path, overwrite: bool) -> bool:
+    """Whether `out` holds a report to replace; a ValueError (naming it) for a folder a report may not go to."""
+    if not out.exists() or (out.is_dir() and not out.is_symlink() and not any(out.iterdir())):
+        return False
+    if not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose an empty or new folder")
+    if not overwrite:
+        raise ValueError(f"--out {out}: is not empty; give --overwrite to replace the report in it, or choose an "
+                         "empty or new folder")
+    if out.is_symlink():
+        raise ValueError(f"--out {out}: is a link; give the folder it points to, or a new one")
+    for entry in os.scandir(out):
+        if entry.is_dir(follow_symlinks=False) or not entry.name.endswith(REPORT_SUFFIXES):
+            raise ValueError(f"--out {out}: holds {entry.name}, which inspect does not write; --overwrite replaces "
+                             "only a folder that holds a report, so choose an empty or new folder")
+    return True
 
 
 def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, scheme: str, note: str,

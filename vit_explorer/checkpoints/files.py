@@ -134,25 +134,42 @@ def write_atomic(path: Path, write: Callable[[str], Any]) -> None:
             os.unlink(tmp)
 
 
-def write_folder(out: Path, write: Callable[[Path], Any]) -> Path:
+def write_folder(out: Path, write: Callable[[Path], Any], replace: bool = False) -> Path:
     """Fill a new folder: `write` fills a temporary sibling, renamed to `out` once complete.
 
-    `out` must not exist or be an empty folder (an empty folder is replaced by the rename). On any
-    failure (a full disk) the temporary folder is removed and `out` is as it was, so a retry works.
+    `out` must not exist or be an empty folder (an empty folder is replaced by the rename), unless
+    `replace`: then an existing folder `out` (the caller has checked that it may go) is moved aside,
+    the new one renamed into its place, and the old one removed. Nothing is written through a link
+    in `out`. On any failure (a full disk) the temporary folder is removed and `out` is as it was, so
+    a retry works.
     """
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+    if out.exists() and not replace and not (out.is_dir() and not any(out.iterdir())):
         raise CheckpointError(f"{out}: exists and is not an empty folder; choose an empty or new folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    old = None
     try:
         write(tmp)
         os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700
-        os.replace(tmp, out)
+        if replace and out.is_dir() and not out.is_symlink() and any(out.iterdir()):
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".old"))
+            os.replace(out, old)  # over the empty placeholder: from here `out` is missing until the next rename
+            try:
+                os.replace(tmp, out)
+            except BaseException:
+                os.replace(old, out)
+                old = None
+                raise
+        else:
+            os.replace(tmp, out)
     except CheckpointError:
         raise
     except Exception as error:  # OSError, or safetensors' own error for the same (a full disk)
-        raise CheckpointError(f"{out}: writing failed ({error}); nothing was written") from None
+        kept = "the folder is as it was" if replace else "nothing was written"
+        raise CheckpointError(f"{out}: writing failed ({error}); {kept}") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return out

@@ -115,11 +115,12 @@ class TrainingData:
 
 
 def load_data(dataset: str = "shapes", *, image_size: tuple[int, int] = (32, 32), seed: int = 0,
-              train_size: int | None = None, val_size: int | None = None, val_fraction: float = 0.1
-              ) -> TrainingData:
+              train_size: int | None = None, val_size: int | None = None, val_fraction: float = 0.1,
+              follow_links: bool = False) -> TrainingData:
     """Open a dataset by name: 'shapes' or 'where' (built in), or a path to a CIFAR-10/100 folder
-    (`cifar-10-batches-py`, `cifar-100-python`) or an ImageFolder tree."""
-    _check_arguments(dataset, image_size, seed, train_size, val_size, val_fraction)
+    (`cifar-10-batches-py`, `cifar-100-python`) or an ImageFolder tree (whose links are followed outside
+    its folder only with `follow_links`)."""
+    _check_arguments(dataset, image_size, seed, train_size, val_size, val_fraction, follow_links)
     h, w = image_size
     spec: dict[str, Any] = {"dataset": dataset, "image_size": [h, w], "seed": seed}
     if dataset in synthetic.VARIANTS:
@@ -129,11 +130,11 @@ def load_data(dataset: str = "shapes", *, image_size: tuple[int, int] = (32, 32)
         raise ValueError(f"{dataset}: not a built-in dataset ({', '.join(synthetic.VARIANTS)}) and no such folder")
     if cifar.is_cifar10(root) or cifar.is_cifar100(root):
         return _cifar(root, h, w, spec)
-    return _folder(root, h, w, seed, val_fraction, spec)
+    return _folder(root, h, w, seed, val_fraction, follow_links, spec)
 
 
 def _check_arguments(dataset: Any, image_size: Any, seed: Any, train_size: Any, val_size: Any,
-                     val_fraction: Any) -> None:
+                     val_fraction: Any, follow_links: Any = False) -> None:
     """Types and ranges of load_data's arguments (they also come from a saved run's training state)."""
     def whole(value: Any, low: int, high: int) -> bool:
         return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
@@ -150,9 +151,11 @@ def _check_arguments(dataset: Any, image_size: Any, seed: Any, train_size: Any, 
             raise DataError(name, f"must be a whole number from 1 to {MAX_BUILTIN:,}, got {size!r}")
     if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
         raise DataError("val_fraction", f"must be a number between 0 and 1, got {val_fraction!r}")
+    if not isinstance(follow_links, bool):
+        raise DataError("follow_links", f"must be true or false, got {follow_links!r}")
 
 
-SPEC_KEYS = ("dataset", "image_size", "seed", "train_size", "val_size", "val_fraction")
+SPEC_KEYS = ("dataset", "image_size", "seed", "train_size", "val_size", "val_fraction", "follow_links")
 
 
 def check_spec(spec: Any) -> dict[str, Any]:
@@ -201,16 +204,18 @@ def _cifar(root: Path, h: int, w: int, spec: dict[str, Any]) -> TrainingData:
     return TrainingData(TensorImages(xt, yt), TensorImages(xv, yv), names, pre, spec, augment=True)
 
 
-def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: dict[str, Any]) -> TrainingData:
+def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, follow_links: bool, spec: dict[str, Any]
+            ) -> TrainingData:
     notes = []
     if (root / "train").is_dir() and (root / "val").is_dir():
-        files, labels, names = folder.scan(root / "train")
-        val_files, val_labels, _ = folder.scan(root / "val", classes=names)
+        files, labels, names = folder.scan(root / "train", within=root, follow_links=follow_links)
+        val_files, val_labels, _ = folder.scan(root / "val", classes=names, within=root, follow_links=follow_links)
+        folder.check_disjoint(files, val_files)
         keep = _keeps(len(files) + len(val_files), h, w)
         train = folder.FolderImages(files, labels, (h, w), keep)
         val = folder.FolderImages(val_files, val_labels, (h, w), keep)
     else:
-        files, labels, names = folder.scan(root)
+        files, labels, names = folder.scan(root, follow_links=follow_links)
         train_idx, val_idx = folder.split_holdout(labels, val_fraction, seed)
         if not train_idx:
             raise ValueError(f"{root}: too few images to train on ({len(files)})")
@@ -227,6 +232,8 @@ def _folder(root: Path, h: int, w: int, seed: int, val_fraction: float, spec: di
     if note:
         notes.append(f"{root}: {note}")
     spec["val_fraction"] = val_fraction
+    if follow_links:  # recorded only when given: a saved run's data without it reads no links outside
+        spec["follow_links"] = True
     pre = Preprocess((h, w), interpolation="bilinear", mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return TrainingData(train, val, names, pre, spec, augment=True, notes=notes)
 

@@ -47,30 +47,84 @@ def _class_folders(root: Path) -> list[Path]:
     return folders
 
 
-def _images_in(folder: Path) -> list[Path]:
-    """Regular files with an image extension: a FIFO or device named like an image would hang the reader."""
+def _check_inside(path: Path, real: Path, base: Path, follow_links: bool) -> None:
+    """Refuse `path` (resolved: `real`) outside the dataset folder `base`, unless links may be followed there."""
+    if not follow_links and not real.is_relative_to(base):
+        raise ValueError(f"{path}: a link to {real}, outside the dataset folder {base}; copy what it holds into "
+                         "the dataset, or give --follow-links to read it anyway")
+
+
+def _images_in(folder: Path, base: Path, follow_links: bool) -> list[tuple[Path, Path]]:
+    """(path, resolved path) of each regular file with an image extension under `folder`, links followed only
+    where they stay inside `base`; a folder reached twice (a link to an ancestor, two links to one folder) is read
+    once. Only regular files: a FIFO or device named like an image would hang the reader."""
     files = []
-    for dirpath, _, names in os.walk(folder):
-        found = (Path(dirpath) / n for n in names if n.lower().endswith(IMAGE_EXTENSIONS))
-        files += [path for path in found if path.is_file()]
+    visited: set[Path] = set()
+    _check_inside(folder, folder.resolve(), base, follow_links)
+    for dirpath, dirnames, names in os.walk(folder, followlinks=True):
+        here = Path(dirpath)
+        real = here.resolve()
+        if real in visited:
+            dirnames[:] = []
+            continue
+        visited.add(real)
+        kept = []
+        for name in sorted(dirnames):
+            sub = here / name
+            sub_real = sub.resolve() if sub.is_symlink() else real / name
+            _check_inside(sub, sub_real, base, follow_links)
+            if sub_real not in visited:
+                kept.append(name)
+        dirnames[:] = kept
+        for name in names:
+            path = here / name
+            if not name.lower().endswith(IMAGE_EXTENSIONS) or not path.is_file():
+                continue
+            file_real = path.resolve() if path.is_symlink() else real / name
+            _check_inside(path, file_real, base, follow_links)
+            files.append((path, file_real))
     return sorted(files)
 
 
-def scan(root: Path, classes: list[str] | None = None) -> tuple[list[Path], list[int], list[str]]:
-    """(files, labels, class names) of an ImageFolder tree; errors name the offending folder."""
+def scan(root: Path, classes: list[str] | None = None, *, within: Path | None = None, follow_links: bool = False
+         ) -> tuple[list[Path], list[int], list[str]]:
+    """(files, labels, class names) of an ImageFolder tree; errors name the offending folder.
+
+    Nothing outside the dataset folder `within` (default: `root`) is read unless `follow_links`; a file
+    found twice in one class (through a link) is taken once, in two classes refused."""
+    base = (within or root).resolve()
+    _check_inside(root, root.resolve(), base, follow_links)
     folders = _class_folders(root)
     names = [f.name for f in folders]
     if classes is not None and names != classes:
         raise ValueError(f"{root}: class folders {names} differ from the training classes {classes}")
     files: list[Path] = []
     labels: list[int] = []
+    seen: dict[Path, tuple[Path, int]] = {}  # resolved path -> (the path it was first found as, its class)
     for label, folder in enumerate(folders):
-        found = _images_in(folder)
+        found = _images_in(folder, base, follow_links)
         if not found:
             raise ValueError(f"{folder}: class folder without images (extensions {', '.join(IMAGE_EXTENSIONS)})")
-        files += found
-        labels += [label] * len(found)
+        for path, real in found:
+            if real in seen:
+                first, first_label = seen[real]
+                if first_label != label:
+                    raise ValueError(f"{path}: the same file as {first} ({real}), so it would be in two classes "
+                                     f"({names[first_label]} and {names[label]}); remove one of them")
+                continue
+            seen[real] = (path, label)
+            files.append(path)
+            labels.append(label)
     return files, labels, names
+
+
+def check_disjoint(train: list[Path], val: list[Path]) -> None:
+    """Refuse a file that is both a training and a validation image (through a link): validation would be a lie."""
+    first = {path.resolve(): path for path in train}
+    for path in val:
+        if (real := path.resolve()) in first:
+            raise ValueError(f"{path}: the same file as {first[real]} ({real}), so it would be both a training and "
+                             "a validation image; remove one of them")
 
 
 def size_note(files: list[Path], size: tuple[int, int], sample: int = 256) -> str | None:

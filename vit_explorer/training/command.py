@@ -4,6 +4,7 @@ it as a native checkpoint folder. Under torchrun it trains on every process with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -41,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pos-embed", choices=POS_EMBEDS, help="position embedding (overrides the preset)")
     parser.add_argument("--stem", choices=STEMS, help="stem (overrides the preset)")
     parser.add_argument("--image-size", type=int, help="input size (default: the preset's)")
+    parser.add_argument("--follow-links", action="store_true",
+                        help="image folder: read linked class folders and images that lie outside the dataset "
+                             "folder (refused by default)")
     parser.add_argument("--train-size", type=int, help="built-in dataset: training images (default 20000)")
     parser.add_argument("--val-size", type=int, help="built-in dataset: validation images (default 2000)")
     parser.add_argument("--seed", type=int, help="seed for the model, the data order and the built-in data")
@@ -123,7 +127,7 @@ def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
 
     given = [_flag(flag) for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
     given += [_flag(name) for name in ("pos_embed", "stem", "image_size", "init", "train_size", "val_size")
-              if getattr(args, name) is not None]
+              if getattr(args, name) is not None] + ["--follow-links"] * args.follow_links
     if given:
         raise ValueError(f"--resume continues the run saved in {args.out} with its own settings; "
                          f"drop {' '.join(given)}")
@@ -137,19 +141,12 @@ def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
 
 
 def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
-    from ..checkpoints.native import CONFIG_NAME
     from ..data.datasets import load_data
     from ..models import ConfigError
     from .memory import check_training_memory
     from .recipe import Recipe
-    from .state import STATE_NAME
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a folder; choose another --out")
-    if not args.overwrite and ((out / CONFIG_NAME).exists() or (out / STATE_NAME).exists()):
-        raise ValueError(f"{out}: already holds a trained model; continue it with --resume, "
-                         "replace it with --overwrite, or choose another --out")
+    check_out(args)
     values = {flag: getattr(args, flag) for flag in RECIPE_FLAGS if getattr(args, flag) is not None}
     if args.no_state:
         values["save_state"] = False
@@ -162,8 +159,22 @@ def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
         raise ValueError(f"{' '.join(model_flags)}: {error}") from None
     check_training_memory(config, max(1, recipe.batch_size // _world()), dev)
     sizes = {k: getattr(args, k) for k in ("train_size", "val_size") if getattr(args, k) is not None}
-    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, **sizes)
+    data = load_data(args.dataset, image_size=config.image_size, seed=recipe.seed, follow_links=args.follow_links,
+                     **sizes)
     return config.replace(num_classes=data.num_classes), data, recipe
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse an --out a new run must not write to: a file, or a folder holding a run (without --overwrite)."""
+    from ..checkpoints.native import CONFIG_NAME
+    from .state import STATE_NAME
+
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; choose another --out")
+    if not args.overwrite and ((out / CONFIG_NAME).exists() or (out / STATE_NAME).exists()):
+        raise ValueError(f"{out}: already holds a trained model; continue it with --resume, "
+                         "replace it with --overwrite, or choose another --out")
 
 
 def _config(args: argparse.Namespace, recipe: Any) -> Any:
@@ -192,39 +203,49 @@ def _world() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .events import Control
-    from .trainer import train
+    from .checkpoint import hold_folder
 
     distributed = _setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
         config, data, recipe = build(args)
-        printer = _Printer(args, len(data.train), quiet=rank != 0)
-        for note in data.notes:
-            printer.say(f"note: {note}")
-        control = Control()
-
-        def on_sigint(signum: int, frame: Any) -> None:
-            if control.stopped:  # a second Ctrl+C: stop now, keep the last checkpoint
-                raise KeyboardInterrupt
-            printer.say("\nstopping after this step and saving a checkpoint (Ctrl+C again to quit at once)",
-                        file=sys.stderr)
-            control.stop()
-
-        previous = signal.signal(signal.SIGINT, on_sigint)
-        try:
-            for event in train(config, data, recipe, args.out, resume=args.resume, init=args.init, control=control,
-                               device=args.device):
-                printer.show(event)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-            printer.close()
-        return printer.code
+        with hold_folder(Path(args.out)) if rank == 0 else contextlib.nullcontext():
+            if not args.resume:
+                check_out(args)  # again, now that no other run can write: one may have finished meanwhile
+            return _train(args, config, data, recipe, rank)
     finally:
         if distributed:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, config: Any, data: Any, recipe: Any, rank: int) -> int:
+    """Run the trainer, showing its events; the exit code."""
+    from .events import Control
+    from .trainer import train
+
+    printer = _Printer(args, len(data.train), quiet=rank != 0)
+    for note in data.notes:
+        printer.say(f"note: {note}")
+    control = Control()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if control.stopped:  # a second Ctrl+C: stop now, keep the last checkpoint
+            raise KeyboardInterrupt
+        printer.say("\nstopping after this step and saving a checkpoint (Ctrl+C again to quit at once)",
+                    file=sys.stderr)
+        control.stop()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        for event in train(config, data, recipe, args.out, resume=args.resume, init=args.init, control=control,
+                           device=args.device):
+            printer.show(event)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        printer.close()
+    return printer.code
 
 
 class _Printer:
@@ -235,6 +256,7 @@ class _Printer:
         self.train_images = train_images
         self.quiet = quiet
         self.bar: Any = None
+        self.unit = "step"  # the bar's unit, kept here: a bar disabled by TQDM_DISABLE has no `unit`
         self.code = 0  # 1 once training stopped on an error (NaN loss, out of memory, a full disk)
 
     def say(self, message: str, file: Any = None) -> None:
@@ -258,16 +280,16 @@ class _Printer:
         if self.quiet:
             return
         if isinstance(event, Started):
-            unit = "s" if event.total_steps is None else "step"
+            self.unit = "s" if event.total_steps is None else "step"
             total = event.time_budget if event.total_steps is None else event.total_steps
             self.say(f"training {self.name}: {event.num_parameters:,} parameters on {event.device} "
                      f"x{event.world_size}, {self.train_images:,} training images, {event.steps_per_epoch} steps "
                      "per epoch")
             initial = 0 if event.total_steps is None else event.start_step
-            self.bar = tqdm(total=total, initial=initial, unit=unit, dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=initial, unit=self.unit, dynamic_ncols=True)
         elif isinstance(event, Step) and self.bar is not None:
             # a timed run's bar counts seconds of training, a sized one steps
-            self.bar.update((round(event.elapsed_s, 1) if self.bar.unit == "s" else event.step) - self.bar.n)
+            self.bar.update((round(event.elapsed_s, 1) if self.unit == "s" else event.step) - self.bar.n)
             self.bar.set_postfix_str(f"loss {event.loss:.3f} acc {event.accuracy:.1%} lr {event.lr:.2e} "
                                      f"{event.images_per_s:.0f} img/s")
         elif isinstance(event, Validation):
