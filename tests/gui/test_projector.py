@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyqtgraph as pg
 import pytest
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QWidget
 
 from vit_explorer.explore.lessons import LessonError, bundled_lessons, read_lesson
 from vit_explorer.gui.measure import data_areas
