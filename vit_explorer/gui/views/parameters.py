@@ -53,12 +53,13 @@ class ParametersView(View):
     def expand(self, path: tuple[str, ...]) -> None:
         """Expand the tree down to the row named by `path` (stage, layer, ...) and show it; a name that is not
         there is a ValueError naming it."""
-        parent = self.tree.invisibleRootItem()
+        parent: QTreeWidgetItem = self.tree.invisibleRootItem()
         for name in path:
-            found = [parent.child(i) for i in range(parent.childCount()) if parent.child(i).text(0) == name]
+            children = [parent.child(i) for i in range(parent.childCount())]
+            found = [child for child in children if child is not None and child.text(0) == name]
             if not found:
-                children = [parent.child(i).text(0) for i in range(min(parent.childCount(), 12))]
-                raise ValueError(f"the parameter tree has no row {name!r} here (rows: {children})")
+                names = [child.text(0) for child in children[:12] if child is not None]
+                raise ValueError(f"the parameter tree has no row {name!r} here (rows: {names})")
             parent = found[0]
             parent.setExpanded(True)
         self.tree.scrollToItem(parent)
