@@ -287,13 +287,6 @@ class MainWindow(QMainWindow):
         if title != "Prediction":
             self.docks[title].raise_()
 
-    def place_caption(self) -> None:
-        """Presenting, the image and the prediction keep the whole height and the lesson's caption goes under the
-        big view only; with the prediction alone (or not presenting) the caption spans the window."""
-        beside = self.presentation.presenting and not self._prediction_alone
-        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea if beside
-                       else Qt.DockWidgetArea.BottomDockWidgetArea)
-
     def prediction_alone(self, alone: bool) -> None:
         """The image and the prediction side by side with the tabbed views hidden, or back in their places."""
         if alone == self._prediction_alone or self.big_dock is None:
@@ -304,7 +297,6 @@ class MainWindow(QMainWindow):
         current = next((dock for dock in tabbed if self.views[dock.windowTitle()].on_screen), self.big_dock)
         for dock in tabbed:
             dock.setVisible(not alone)
-        self.place_caption()
         self.splitDockWidget(image, prediction, Qt.Orientation.Horizontal if alone else Qt.Orientation.Vertical)
         if not alone:
             current.raise_()

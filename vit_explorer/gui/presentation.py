@@ -77,8 +77,9 @@ class Presentation:
 
     def arrange(self, hover: bool | None = None) -> None:
         """The room goes to the figures while presenting: no dock title bars (the tabs name the views), notes on
-        one line (the whole text in their tooltip), the image at least IMAGE_SHARE of the screen's height, the
-        hover readout only when `hover` (a lesson step asks for it; None: as it was)."""
+        one line (the whole text in their tooltip), no view controls during a lesson (its steps set them), the
+        image at least IMAGE_SHARE of the screen's height, the hover readout only when `hover` (a lesson step
+        asks for it; None: as it was)."""
         from .views.base import Note  # the views (and torch) come after the window first paints
 
         window = self.window
@@ -87,11 +88,12 @@ class Presentation:
         for title, dock in window.docks.items():
             if title != "Lesson":
                 dock.setTitleBarWidget(QWidget() if self.presenting else None)
-        window.place_caption()
         window.lesson.panel.set_compact(self.presenting)
+        lesson = self.presenting and window.lesson is not None and window.lesson.running
         for view in window.views.values():
             for note in view.findChildren(Note):
                 note.set_compact(self.presenting)
+            view.toolbar.setVisible(not lesson)  # the step set what the figure shows; Leave brings them back
         screen = window.screen().geometry().height() if window.screen() is not None else window.height()
         window.image_panel.set_compact(self.presenting, self.hover, math.ceil(IMAGE_SHARE * screen))
 

@@ -81,7 +81,9 @@ class View(SessionWidget):
         self.on_screen = True  # the window says when a tabbed dock hides the view
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        toolbar = QHBoxLayout()
+        self.toolbar = QWidget()  # hidden while a lesson is presented: the step has set what the figure shows
+        toolbar = QHBoxLayout(self.toolbar)
+        toolbar.setContentsMargins(0, 0, 0, 0)
         holder = flow_row([])
         self.controls = holder.layout()  # the view's own controls, wrapping onto more lines on a narrow screen
         toolbar.addWidget(holder, 1)
@@ -97,7 +99,7 @@ class View(SessionWidget):
         menu.addAction("CSV", lambda: self.ask_export("csv"))
         self.export_button.setMenu(menu)
         toolbar.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
-        layout.addLayout(toolbar)
+        layout.addWidget(self.toolbar)
         self.note = Note()  # what the view is doing or why something is missing
         layout.addWidget(self.note)
         self.body = QVBoxLayout()

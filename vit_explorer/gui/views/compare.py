@@ -101,6 +101,9 @@ class CompareView(View):
                 parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") else None),
                          (figures.MapsPlot, one.rollout if self.shows("rollout") else None),
                          (figures.SimilarityPlot, one.similarity if self.shows("position") else None)]
+                if not self.shows("prediction"):  # its title names the model: without it, a heading does
+                    figures.add_title(column, one.name)
+                    column.nextRow()
                 for i, (draw, figure) in enumerate((d, f) for d, f in parts if f is not None):
                     if i:
                         column.nextRow()
