@@ -45,6 +45,7 @@ class LessonPanel(QWidget):
         head = QHBoxLayout()
         self.title = QLabel("")
         self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)  # a lesson's text is shown as written, never as HTML
         self.title.setStyleSheet("font-weight: bold; font-size: 120%;")
         head.addWidget(self.title, 1)
         self.counter = QLabel("")
@@ -65,6 +66,7 @@ class LessonPanel(QWidget):
         layout.addWidget(self.caption)
         self.figure = QLabel("")
         self.figure.setWordWrap(True)
+        self.figure.setTextFormat(Qt.TextFormat.PlainText)
         self.figure.setStyleSheet("font-style: italic;")
         layout.addWidget(self.figure)
 
@@ -99,7 +101,7 @@ class LessonRunner(QObject):
         self.lesson: Lesson | None = None
         self.index = -1
         self.panel = LessonPanel(self)
-        self._models: dict[str, LoadedModel] = {}  # by Model.key: built and loaded once per lesson
+        self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
         self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
         self._enable_keys(False)
 
@@ -134,6 +136,7 @@ class LessonRunner(QObject):
         """Stop the lesson; the app stays as the last step left it."""
         self.lesson = None
         self.index = -1
+        self._models = {}  # the session keeps the model on screen; the rest go
         self._enable_keys(False)
         self.window.show_lesson_panel(self.panel, False)
         self.ended.emit()
@@ -143,6 +146,7 @@ class LessonRunner(QObject):
         assert self.lesson is not None
         self.index = index
         step = self.lesson.steps[index]
+        self._models = {key: loaded for key, loaded in self._models.items() if key in self._keep()}
         self.panel.show_step(self.lesson, index)
         if step.model is None:
             self._arrange(step, index)
@@ -154,6 +158,14 @@ class LessonRunner(QObject):
         for shortcut in self._shortcuts:
             shortcut.setEnabled(on)
 
+    def _keep(self) -> set[str]:
+        """The models this step and the later ones use: kept, so a model is loaded or built once on the way
+        forward; the others are let go (30 steps over different presets would otherwise hold 30 models). Going
+        back to a step whose model was let go loads it again (a preset: new random weights)."""
+        assert self.lesson is not None
+        later = self.lesson.steps[self.index:]
+        return {model.key for step in later for model in (step.model, step.compare) if model is not None}
+
     def _with_model(self, model: Model, then: Callable[[LoadedModel], None]) -> None:
         if model.key in self._models:
             then(self._models[model.key])
@@ -161,7 +173,8 @@ class LessonRunner(QObject):
         session = self.window.session
 
         def done(loaded: LoadedModel) -> None:
-            self._models[model.key] = loaded
+            if self.lesson is not None and model.key in self._keep():  # not if the presenter has moved past it
+                self._models[model.key] = loaded
             then(loaded)
 
         session.run("lesson-model", lambda: materialize(model), done,

@@ -1,0 +1,96 @@
+"""Text from files in the app: shown as written (never as HTML), bounded in the banner, lesson errors in the
+banner instead of the event loop, and a lesson that lets go of the models no later step uses.
+
+What once crashed the app (SIGSEGV) or took gigabytes runs in a child under a memory limit (limited_app.py)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+from vit_explorer.explore.lessons import Lesson, Model, Step
+from vit_explorer.gui.banner import MAX_LINE, MAX_MESSAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+GROWTH = 1 << 30  # bytes a scenario may add to the window's peak (the blow-ups took 4 to 10 GB)
+
+
+def run_limited(scenario: str, source: Path, scratch: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("limited_app.py")), scenario, str(source),
+                           str(scratch)], capture_output=True, text=True, timeout=240, env=env, cwd=scratch)
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["grown"] < GROWTH, seen
+    return seen
+
+
+def test_lesson_html_is_shown_as_written_and_the_lesson_can_be_left(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    from .limited_app import HTML_60000
+
+    seen = run_limited("lesson-html", tiny_checkpoint, tmp_path)
+    dot = f'<img src="{tmp_path / "dot.png"}" width="40000" height="40000">'
+    assert seen["seen"] == [HTML_60000, f"See: {HTML_60000}", dot, f"See: {dot}"]
+    assert not seen["running"] and seen["panel_height"] < 400
+
+
+@pytest.mark.parametrize("scenario", ["model-box", "lesson-title", "long-message"])
+def test_a_long_message_is_one_bounded_line_and_never_grows_the_window(tmp_path: Path, tiny_checkpoint: Path,
+                                                                         scenario: str) -> None:
+    seen = run_limited(scenario, tiny_checkpoint, tmp_path)
+    assert seen["after"] == seen["before"], seen
+    assert 10 < seen["line"] <= MAX_LINE + 2 and seen["message"] <= MAX_MESSAGE + 100, seen
+    assert seen["banner_height"] < 80 and seen["banner_hint"][0] < 1000, seen
+
+
+def test_the_whole_message_is_one_click_away(qtbot, window) -> None:
+    from PySide6.QtWidgets import QPlainTextEdit
+
+    message = "load failed: " + "z" * 3000 + "\nsecond line: the way out"
+    window.show_error(message)
+    assert window.banner.label.text().startswith("load failed: zzz") and "\n" not in window.banner.label.text()
+    window.banner.details.click()
+    view = window.banner.details_view.findChild(QPlainTextEdit)
+    assert view.toPlainText() == message and view.isReadOnly()
+    window.banner.dismiss()
+    assert not window.banner.details_view.isVisible() and not window.message_bar.isVisible()
+
+
+@pytest.mark.parametrize("name", ["nul", "too-long", "fifo", "folder"])
+def test_a_lesson_file_that_cannot_be_read_is_named_in_the_banner(qtbot, window, tmp_path: Path, name: str) -> None:
+    path = {"nul": f"{tmp_path}/a\0b.json", "too-long": str(tmp_path / ("x" * 300 + ".json")),
+            "fifo": str(tmp_path / "pipe.json"), "folder": str(tmp_path)}[name]
+    if name == "fifo":
+        os.mkfifo(path)
+    window.open_lesson(path)  # from the Lesson menu: nothing may reach the event loop
+    text = window.banner.text()
+    assert window.banner.isVisible() and not window.lesson.running
+    assert {"nul": "NUL byte", "too-long": "File name too long", "fifo": "is a named pipe",
+            "folder": "is a folder"}[name] in text, text
+
+
+def test_a_lesson_keeps_only_the_models_this_and_later_steps_use(qtbot, window) -> None:
+    models = [Model(preset="classroom-tiny", options={"num_classes": 2 + i}) for i in range(6)]
+    uses = [0, 1, 2, 3, 4, 5, 0]  # the first model comes back at the end: kept all along
+    lesson = Lesson("presets", tuple(Step(f"step {i}", "caption", model=models[m]) for i, m in enumerate(uses)),
+                    Path("presets.json"))
+    runner, built = window.lesson, {}
+    for index, m in enumerate(uses):
+        with qtbot.waitSignal(runner.applied, timeout=30000, check_params_cb=lambda i, n=index: i == n):
+            runner.start(lesson) if index == 0 else runner.next()
+        assert window.session.loaded.config.num_classes == 2 + m
+        built.setdefault(m, weakref.ref(window.session.loaded.model))
+        qtbot.wait(50)  # the views let go of the previous model
+        gc.collect()
+        alive = {k for k, ref in built.items() if ref() is not None}
+        assert alive <= {m, *uses[index:]}, f"step {index + 1}: models {sorted(alive)} alive"
+        assert 0 in alive, f"step {index + 1}: the model the last step uses again was let go"
+    assert built[0]() is window.session.loaded.model  # loaded once, not rebuilt for the last step
+    runner.leave()
