@@ -106,7 +106,38 @@ def long_message(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     return banner(app, window, lambda: window.show_error("y" * 150_000))
 
 
-SCENARIOS = {"lesson-html": lesson_html, "model-box": model_box, "lesson-title": lesson_title,
+def started(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """The app as it started (on whatever settings files the test left in SCRATCH/config)."""
+    from vit_explorer.gui import theme
+
+    normal = window.presentation.scale
+    window.presentation.presenting = True
+    return {"recent": window.recent_sources(), "theme": theme.chosen(), "scale": normal,
+            "presenting": window.presentation.scale, "banner": window.banner.text()}
+
+
+def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """A second model whose folder is named like an <img> tag: its name heads its column as written."""
+    import shutil
+
+    import pyqtgraph as pg
+    from PIL import Image
+
+    from vit_explorer.checkpoints import load
+
+    Image.new("RGB", (1, 1), (255, 0, 0)).save(scratch / "dot.png")
+    folder = scratch / '<img src="dot.png" width="40000" height="40000">'
+    shutil.copytree(window.session.loaded.source, folder)
+    compare = window.views["Compare"]
+    compare.set_other(load(str(folder)))
+    window.docks["Compare"].raise_()
+    compare.bring_up_to_date()
+    window.grab()
+    titles = [item.text for item in compare.plots.scene().items() if isinstance(item, pg.LabelItem)]
+    return {"name": folder.name, "titles": titles}
+
+
+SCENARIOS = {"started": started, "compare-html": compare_html, "lesson-html": lesson_html, "model-box": model_box, "lesson-title": lesson_title,
              "long-message": long_message}
 
 

@@ -22,10 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 GROWTH = 1 << 30  # bytes a scenario may add to the window's peak (the blow-ups took 4 to 10 GB)
 
 
-def run_limited(scenario: str, source: Path, scratch: Path) -> dict:
+def run_limited(scenario: str, source: Path, scratch: Path, timeout: float = 240) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("limited_app.py")), scenario, str(source),
-                           str(scratch)], capture_output=True, text=True, timeout=240, env=env, cwd=scratch)
+    try:
+        done = subprocess.run([sys.executable, str(Path(__file__).with_name("limited_app.py")), scenario, str(source),
+                               str(scratch)], capture_output=True, text=True, timeout=timeout, env=env, cwd=scratch)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{scenario}: the app did not get there within {timeout} s")
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["grown"] < GROWTH, seen
@@ -39,6 +42,13 @@ def test_lesson_html_is_shown_as_written_and_the_lesson_can_be_left(tmp_path: Pa
     dot = f'<img src="{tmp_path / "dot.png"}" width="40000" height="40000">'
     assert seen["seen"] == [HTML_60000, f"See: {HTML_60000}", dot, f"See: {dot}"]
     assert not seen["running"] and seen["panel_height"] < 400
+
+
+def test_a_model_named_like_html_heads_its_column_as_written(tmp_path: Path, tiny_checkpoint: Path) -> None:
+    seen = run_limited("compare-html", tiny_checkpoint, tmp_path)
+    escaped = seen["name"].replace("<", "&lt;").replace(">", "&gt;")
+    assert any(escaped in title.replace("<br>", " ") for title in seen["titles"]), seen["titles"]
+    assert not any("<img" in title for title in seen["titles"]), seen["titles"]
 
 
 @pytest.mark.parametrize("scenario", ["model-box", "lesson-title", "long-message"])
@@ -94,3 +104,20 @@ def test_a_lesson_keeps_only_the_models_this_and_later_steps_use(qtbot, window) 
         assert 0 in alive, f"step {index + 1}: the model the last step uses again was let go"
     assert built[0]() is window.session.loaded.model  # loaded once, not rebuilt for the last step
     runner.leave()
+
+
+@pytest.mark.parametrize("kind", ["wrong-types", "fifo"])
+def test_the_app_starts_with_defaults_on_a_hostile_settings_file(tmp_path: Path, tiny_checkpoint: Path,
+                                                                 kind: str) -> None:
+    conf = tmp_path / "config" / "vit-explorer" / "vit-explorer.conf"  # where the child's QSettings looks
+    conf.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(conf)
+    else:  # every key the app reads, as an int (what QSettings writes for a typed value)
+        keys = ("recent_sources", "theme", "text_scale", "presentation_text_scale", "export_folder")
+        conf.write_text("[General]\n" + "".join(f"{key}=@Variant(\\0\\0\\0\\x2\\0\\0\\0\\x5)\n" for key in keys))
+    seen = run_limited("started", tiny_checkpoint, tmp_path, timeout=90)
+    banner = seen.pop("banner")
+    assert seen == {"recent": [], "theme": "system", "scale": 1.0, "presenting": 1.5, "grown": seen["grown"]}
+    if kind == "fifo":
+        assert f"{conf}: the settings file is a named pipe" in banner, banner
