@@ -143,8 +143,8 @@ CASES = [
          text(json.dumps(step(model="preset:classroom", options={"depth": 0})).replace('"depth": 0', '"depth": '
                                                                                       + "9" * 4000)), "depth"),
     Case("lessons/step-options-depth-true", data(step(model="preset:classroom", options={"depth": True})), "depth"),
-    Case("lessons/step-options-pos-embed-150k", data(step(model="preset:classroom", options={"pos_embed": "p" * 150_000})),
-         "pos_embed"),
+    Case("lessons/step-options-pos-embed-150k",
+         data(step(model="preset:classroom", options={"pos_embed": "p" * 150_000})), "pos_embed"),
     Case("lessons/step-image-int", data(step(image=5)), "image"),
     Case("lessons/step-image-empty", data(step(image="")), "image"),
     Case("lessons/step-image-missing", data(step(image="missing.png")), "no such image file"),

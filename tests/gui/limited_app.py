@@ -137,8 +137,8 @@ def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     return {"name": folder.name, "titles": titles}
 
 
-SCENARIOS = {"started": started, "compare-html": compare_html, "lesson-html": lesson_html, "model-box": model_box, "lesson-title": lesson_title,
-             "long-message": long_message}
+SCENARIOS = {"started": started, "compare-html": compare_html, "lesson-html": lesson_html, "model-box": model_box,
+             "lesson-title": lesson_title, "long-message": long_message}
 
 
 def main() -> None:
@@ -153,7 +153,8 @@ def main() -> None:
     torch.set_num_threads(1)
     window = MainWindow(source or None)  # "": the bundled model
     window.show()
-    _wait(app, lambda: window.session is not None and window.session.result is not None and window.lesson is not None)
+    _wait(app, lambda: window.session is not None and window.session.result is not None
+          and window.lesson is not None)
     resource.setrlimit(resource.RLIMIT_AS, (_status("VmSize:") + LIMIT_BYTES, resource.RLIM_INFINITY))
     signal.alarm(ALARM_SECONDS)
     baseline = _status("VmRSS:")

@@ -20,7 +20,6 @@ Every field of a step but title and caption is optional: what a step does not se
 from __future__ import annotations
 
 import json
-import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,7 +158,9 @@ STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", 
 def _known(data: dict[str, Any], keys: set[str], where: str) -> None:
     unknown = sorted(set(data) - keys)
     if unknown:
-        names = ", ".join(quoted(key) for key in unknown[:5]) + (f" and {len(unknown) - 5:,} more" if unknown[5:] else "")
+        names = ", ".join(quoted(key) for key in unknown[:5])
+        if unknown[5:]:
+            names += f" and {len(unknown) - 5:,} more"
         raise LessonError(f"{where}: unknown keys {names}; expected {sorted(keys)}")
 
 

@@ -44,7 +44,8 @@ class Banner(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.setStyleSheet(f"Banner {{ {STYLE} }} QLabel {{ color: white; }} QToolButton {{ color: white; }}")
         self._message = ""
-        self.details_view: QDialog | None = None
+        self.details_view: QDialog | None = None  # made on the first click on Details…
+        self._details_text = QPlainTextEdit()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(8, 4, 4, 4)
         self.label = QLabel("")
@@ -86,21 +87,17 @@ class Banner(QWidget):
     def show_details(self) -> None:
         """The whole message in a scrollable, read-only view (long lines wrapped anywhere)."""
         if self.details_view is None:
-            dialog = self.details_view = QDialog(self)
-            dialog.setWindowTitle("Message")
-            layout = QVBoxLayout(dialog)
-            view = QPlainTextEdit()
-            view.setReadOnly(True)
-            view.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
-            view.setObjectName("details")
-            layout.addWidget(view)
+            self.details_view = QDialog(self)
+            self.details_view.setWindowTitle("Message")
+            layout = QVBoxLayout(self.details_view)
+            self._details_text.setReadOnly(True)
+            self._details_text.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+            layout.addWidget(self._details_text)
             buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-            buttons.rejected.connect(dialog.close)
+            buttons.rejected.connect(self.details_view.close)
             layout.addWidget(buttons)
-            dialog.resize(720, 360)
-        view = self.details_view.findChild(QPlainTextEdit, "details")
-        assert view is not None
-        view.setPlainText(self._message)
+            self.details_view.resize(720, 360)
+        self._details_text.setPlainText(self._message)
         self.details_view.show()
         self.details_view.raise_()
 

@@ -96,7 +96,7 @@ def _is_text(value: object) -> bool:
 def read_text(key: str, default: str, choices: tuple[str, ...] | None = None) -> str:
     """A text setting (one of `choices` when given), else `default`."""
     value = QSettings().value(key, default)
-    if not _is_text(value) or (choices is not None and value not in choices):
+    if not isinstance(value, str) or not _is_text(value) or (choices is not None and value not in choices):
         return default
     return value
 
