@@ -71,6 +71,18 @@ def field_in_a_fifo(root: Path) -> Path:
     return data(step(image="picture.png"))(root)
 
 
+def link_loop(root: Path) -> Path:
+    (root / "a.json").symlink_to(root / "b.json")
+    (root / "b.json").symlink_to(root / "a.json")
+    return root / "a.json"
+
+
+def image_link_loop(root: Path) -> Path:
+    (root / "loop").mkdir()
+    link_loop(root / "loop")
+    return data(step(image="loop/a.json"))(root)
+
+
 CASES = [
     # the file itself
     Case("lessons/fifo", fifo, "is a named pipe"),
@@ -81,6 +93,8 @@ CASES = [
     Case("lessons/name-too-long", lambda root: root / ("x" * 300 + ".json"), "too long"),
     Case("lessons/path-of-100k-characters", lambda root: root / "/".join(["d" * 200] * 500), "characters"),
     Case("lessons/no-permission", unreadable, "Permission denied"),
+    Case("lessons/a-loop-of-links", link_loop, "Too many levels of symbolic links"),
+    Case("lessons/step-image-a-loop-of-links", image_link_loop, "image"),
     Case("lessons/larger-than-1-MB", data(lesson(title="x" * 1_100_000)), "more than a lesson file may be"),
     Case("lessons/title-of-10^6-characters", data(step(title="x" * 10**6)), "more than a lesson file may be"),
     Case("lessons/empty-file", text(""), "not valid JSON"),

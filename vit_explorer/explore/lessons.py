@@ -237,8 +237,10 @@ def _local(path: Path, value: str, where: str) -> tuple[Path | None, str]:
         mode = local.stat().st_mode
     except FileNotFoundError:
         return None, "missing"
-    except OSError as error:  # a name too long, a loop of links, no permission
+    except OSError as error:  # a name too long, no permission
         raise LessonError(f"{where}: {quoted(value)}: cannot be opened ({error.strerror})") from None
+    except RuntimeError:  # resolve() in a loop of links
+        raise LessonError(f"{where}: {quoted(value)}: a loop of symbolic links") from None
     kind = "a regular file" if stat.S_ISREG(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
     return local, kind
 
