@@ -51,7 +51,7 @@ def test_a_step_may_set_everything(tmp_path: Path) -> None:
     (lesson(steps=[]), "steps"),
     (lesson(steps=[{"caption": "x"}]), "step 1: title"),
     (lesson(steps=[{**STEP, "caption": ""}]), "caption"),
-    (lesson(steps=[{**STEP, "colour": "red"}]), "unknown keys ['colour']"),
+    (lesson(steps=[{**STEP, "colour": "red"}]), "unknown keys 'colour'"),
     (lesson(steps=[{**STEP, "view": "Nowhere"}]), "view: 'Nowhere'"),
     (lesson(steps=[{**STEP, "attention": {"mode": "loud"}}]), "attention.mode"),
     (lesson(steps=[{**STEP, "attention": {"layer": -1}}]), "attention.layer"),
@@ -78,11 +78,11 @@ def test_a_bad_lesson_names_the_step_and_field(tmp_path: Path, data: object, mes
 
 
 def test_unreadable_and_oversized_files(tmp_path: Path) -> None:
-    with pytest.raises(LessonError, match="no such lesson file"):
+    with pytest.raises(LessonError, match="the lesson file is missing"):
         read_lesson(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(LessonError, match="not a JSON lesson"):
+    with pytest.raises(LessonError, match="not valid JSON"):
         read_lesson(bad)
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

@@ -26,10 +26,13 @@ what is on screen (view panels, input mode, hover readout), which each step sets
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checkpoints.errors import CheckpointError
+from ..checkpoints.files import parse_json, read_bounded
 from ..models import PRESETS, ConfigError, ViTConfig
 from ..paths import BUNDLED, LESSONS
 from .attention import MODES
@@ -45,7 +48,11 @@ MAIN_PANELS = {"Position embeddings": ("similarity",), "Parameters": ("table",)}
 INPUT_MODES = ("mask", "query", "draw")  # what a click on the image does
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
 MAX_STEPS = 200
+MAX_MODELS = 100  # named models of one lesson
 MAX_TEXT = 2000  # characters of a caption
+MAX_QUOTE = 60  # characters of a lesson's own text quoted in a message (a title may be 2000; a bad field any length)
+MAX_PATH_QUOTE = 300  # characters of a path quoted in a message
+MAX_PATH = 4096  # characters of a lesson file's path (Linux's PATH_MAX)
 
 
 class LessonError(ValueError):
@@ -105,34 +112,55 @@ def bundled_lessons() -> list[Path]:
     return sorted(LESSONS.glob("*.json")) if LESSONS.is_dir() else []
 
 
+def excerpt(text: str, limit: int = MAX_QUOTE) -> str:
+    """The first `limit` characters of `text` (and its length, when cut): a message quotes an excerpt of a file's
+    text, never all of it (an unbreakable 150,000-character line in a label costs gigabytes)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def quoted(value: Any, limit: int = MAX_QUOTE) -> str:
+    """A value from a lesson as a message quotes it: its repr, cut to about `limit` characters."""
+    if isinstance(value, str):
+        return repr(value[:limit]) + (f"… ({len(value):,} characters)" if len(value) > limit else "")
+    if isinstance(value, int) and value.bit_length() > 3 * limit:  # repr of a 5,000-digit integer raises ValueError
+        return f"an integer of about {value.bit_length() * 0.30103:,.0f} digits"
+    return excerpt(repr(value), limit)
+
+
+def _where(path: str | Path) -> str:
+    """A path as messages name it: NUL bytes shown, at most MAX_PATH_QUOTE characters."""
+    return excerpt(str(path).replace("\0", "\\0"), MAX_PATH_QUOTE)
+
+
 def read_lesson(path: str | Path) -> Lesson:
-    """Read and validate a lesson file (every step, before any runs)."""
+    """Read and validate a lesson file (every step, before any runs). Raises only LessonError."""
     path = Path(path)
-    if not path.is_file():
-        raise LessonError(f"{path}: no such lesson file")
-    if path.stat().st_size > MAX_BYTES:
-        raise LessonError(f"{path}: {path.stat().st_size:,} bytes is too large for a lesson (at most {MAX_BYTES:,})")
+    if "\0" in str(path) or len(str(path)) > MAX_PATH:  # os.open would raise ValueError; a message would quote it
+        raise LessonError(f"{_where(path)}: not a lesson file name (a NUL byte, or more than {MAX_PATH:,} "
+                          "characters); choose the file again")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise LessonError(f"{path}: not a JSON lesson ({error})") from None
+        data = parse_json(read_bounded(path, MAX_BYTES, "lesson", LessonError), str(path))
+    except CheckpointError as error:  # not UTF-8, not JSON, nested too deep, an integer of 5,000 digits
+        raise LessonError(str(error)) from None
     return parse_lesson(data, path)
 
 
 def parse_lesson(data: Any, path: Path) -> Lesson:
-    where = str(path)
+    where = _where(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise LessonError(f"{where}: not a vit-explorer lesson (expected an object with \"format\": \"{FORMAT}\")")
-    if data.get("version") != VERSION:
-        raise LessonError(f"{where}: version: {data.get('version')!r} is not supported (this app reads {VERSION})")
-    unknown = set(data) - {"format", "version", "title", "models", "steps"}
-    if unknown:
-        raise LessonError(f"{where}: unknown keys {sorted(unknown)}")
+    version = data.get("version")
+    if type(version) is not int or version != VERSION:  # true and 1.0 equal 1 in Python: not a version number
+        raise LessonError(f"{where}: version: {quoted(version)} is not supported (this app reads {VERSION}, a whole "
+                          "number)")
+    _known(data, {"format", "version", "title", "models", "steps"}, where)
     title = _text(data.get("title"), f"{where}: title")
     models = data.get("models", {})
     if not isinstance(models, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in models.items()):
         raise LessonError(f"{where}: models: expected an object of names and sources (strings)")
-    named = {name: _source(value, path, f"{where}: models: {name}") for name, value in models.items()}
+    if len(models) > MAX_MODELS:
+        raise LessonError(f"{where}: models: {len(models):,} names; a lesson may name at most {MAX_MODELS}")
+    named = {name: _source(value, path, f"{where}: models: {quoted(name)}") for name, value in models.items()}
     steps = data.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         raise LessonError(f"{where}: steps: expected a list of 1 to {MAX_STEPS} steps")
@@ -143,22 +171,30 @@ STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", 
              "heads_off", "compare", "panels", "input", "hover", "expand"}
 
 
+def _known(data: dict[str, Any], keys: set[str], where: str) -> None:
+    unknown = sorted(set(data) - keys)
+    if unknown:
+        names = ", ".join(quoted(key) for key in unknown[:5])
+        if unknown[5:]:
+            names += f" and {len(unknown) - 5:,} more"
+        raise LessonError(f"{where}: unknown keys {names}; expected {sorted(keys)}")
+
+
 def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
     if not isinstance(raw, dict):
-        raise LessonError(f"{path}: step {index + 1}: expected an object")
-    where = f"{path}: step {index + 1}" + (f" ({raw['title']!r})" if isinstance(raw.get("title"), str) else "")
-    unknown = set(raw) - STEP_KEYS
-    if unknown:
-        raise LessonError(f"{where}: unknown keys {sorted(unknown)}; a step may have {sorted(STEP_KEYS)}")
+        raise LessonError(f"{_where(path)}: step {index + 1}: expected an object")
+    title = raw.get("title")
+    where = f"{_where(path)}: step {index + 1}" + (f" ({quoted(title)})" if isinstance(title, str) else "")
+    _known(raw, STEP_KEYS, where)
     attention = raw.get("attention", {})
     if not isinstance(attention, dict) or set(attention) - {"mode", "layer", "head"}:
         raise LessonError(f"{where}: attention: expected an object with mode, layer and/or head")
     mode = attention.get("mode")
-    if mode is not None and mode not in MODES:
-        raise LessonError(f"{where}: attention.mode: {mode!r} is not one of {MODES}")
+    if mode is not None and (not isinstance(mode, str) or mode not in MODES):
+        raise LessonError(f"{where}: attention.mode: {quoted(mode)} is not one of {MODES}")
     view = raw.get("view")
-    if view is not None and view not in VIEWS:
-        raise LessonError(f"{where}: view: {view!r} is not one of {VIEWS}")
+    if view is not None and (not isinstance(view, str) or view not in VIEWS):
+        raise LessonError(f"{where}: view: {quoted(view)} is not one of {VIEWS}")
     mask, seed = _mask(raw.get("mask"), f"{where}: mask")
     input_mode = raw.get("input", "mask")
     if input_mode not in INPUT_MODES:
@@ -218,7 +254,7 @@ def _text(value: Any, where: str, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not value.strip() and not allow_empty):
         raise LessonError(f"{where}: expected text")
     if len(value) > MAX_TEXT:
-        raise LessonError(f"{where}: {len(value)} characters; at most {MAX_TEXT} fit on a slide")
+        raise LessonError(f"{where}: {len(value):,} characters; at most {MAX_TEXT} fit on a slide")
     return value
 
 
@@ -226,7 +262,7 @@ def _count(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if type(value) is not int or not 0 <= value < 10_000:
-        raise LessonError(f"{where}: expected a whole number from 0, got {value!r}")
+        raise LessonError(f"{where}: expected a whole number from 0 to 9999, got {quoted(value)}")
     return value
 
 
@@ -235,13 +271,31 @@ def _source(value: str, path: Path, where: str) -> str:
     if value.startswith("bundled:"):
         name = value.removeprefix("bundled:")
         if name not in BUNDLED:
-            raise LessonError(f"{where}: no bundled model {name!r}; bundled: {sorted(BUNDLED)}")
+            raise LessonError(f"{where}: no bundled model {quoted(name)}; bundled: {sorted(BUNDLED)}")
         if not (BUNDLED[name] / "vit_explorer.json").is_file():
             raise LessonError(f"{where}: the bundled model {name!r} is missing from {BUNDLED[name]} (an incomplete "
                               "installation: reinstall vit-explorer, or see resources/README.md to train it)")
         return str(BUNDLED[name])
-    local = (path.parent / value).resolve()
-    return str(local) if local.exists() else value
+    local, _ = _local(path, value, where)
+    return str(local) if local is not None else value
+
+
+def _local(path: Path, value: str, where: str) -> tuple[Path | None, str]:
+    """`value` as a path relative to the lesson, and what it is: (None, "missing") when nothing is there."""
+    if "\0" in value:
+        raise LessonError(f"{where}: {quoted(value)}: a path cannot hold a NUL byte")
+    local = (path.parent / value)
+    try:
+        local = local.resolve()
+        mode = local.stat().st_mode
+    except FileNotFoundError:
+        return None, "missing"
+    except OSError as error:  # a name too long, no permission
+        raise LessonError(f"{where}: {quoted(value)}: cannot be opened ({error.strerror})") from None
+    except RuntimeError:  # resolve() in a loop of links
+        raise LessonError(f"{where}: {quoted(value)}: a loop of symbolic links") from None
+    kind = "a regular file" if stat.S_ISREG(mode) else "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+    return local, kind
 
 
 def _model(value: Any, options: Any, named: dict[str, str], path: Path, where: str) -> Model | None:
@@ -250,18 +304,19 @@ def _model(value: Any, options: Any, named: dict[str, str], path: Path, where: s
             raise LessonError(f"{where}: options need a model (\"preset:NAME\")")
         return None
     if not isinstance(value, str):
-        raise LessonError(f"{where}: expected a model name, \"bundled:NAME\", \"preset:NAME\" or a source")
+        raise LessonError(f"{where}: expected a model name, \"bundled:NAME\", \"preset:NAME\" or a source, got "
+                          f"{quoted(value)}")
     if value.startswith("preset:"):
         preset = value.removeprefix("preset:")
         if preset not in PRESETS:
-            raise LessonError(f"{where}: no preset {preset!r}; presets: {sorted(PRESETS)}")
+            raise LessonError(f"{where}: no preset {quoted(preset)}; presets: {sorted(PRESETS)}")
         if options is not None and not isinstance(options, dict):
             raise LessonError(f"{where}: options: expected an object of model config fields")
         model = Model(preset=preset, options=dict(options or {}))
         try:
             model.config()
-        except (ConfigError, TypeError) as error:
-            raise LessonError(f"{where}: options: {error}") from None
+        except (ConfigError, TypeError, ValueError, OverflowError) as error:  # TypeError: an unknown field
+            raise LessonError(f"{where}: options: {excerpt(str(error), 300)}") from None
         return model
     if options is not None:
         raise LessonError(f"{where}: options apply to a preset (\"preset:NAME\") only")
@@ -278,11 +333,13 @@ def _image(value: Any, path: Path, where: str) -> str | None:
 
         names = [p.stem for p in sample_images()]
         if value.removeprefix("sample:") not in names:
-            raise LessonError(f"{where}: no bundled sample {value.removeprefix('sample:')!r}; samples: {names}")
+            raise LessonError(f"{where}: no bundled sample {quoted(value.removeprefix('sample:'))}; samples: {names}")
         return value
-    local = (path.parent / value).resolve()
-    if not local.is_file():
-        raise LessonError(f"{where}: {local}: no such image file")
+    local, kind = _local(path, value, where)
+    if local is None:
+        raise LessonError(f"{where}: {_where(path.parent / value)}: no such image file")
+    if kind != "a regular file":
+        raise LessonError(f"{where}: {_where(local)}: {kind}, not an image file")
     return str(local)
 
 

@@ -8,7 +8,7 @@ import sys
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
-from . import theme
+from . import settings, theme
 from .collector import GuiThreadGarbageCollector
 from .main_window import MainWindow
 from .theme import FONT_POINTS
@@ -24,6 +24,7 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     gc.disable()  # the collector's timer collects instead (again, should something have switched it back on)
     app.setOrganizationName("vit-explorer")
     app.setApplicationName("vit-explorer")
+    settings.guard_files(app.applicationName(), app.organizationName())  # before the first QSettings reads them
     theme.apply(app, theme.chosen())
     QGuiApplication.styleHints().colorSchemeChanged.connect(lambda scheme: theme.apply(app, theme.chosen()))
     font = QFont(app.font())

@@ -21,6 +21,7 @@ points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
 
 from __future__ import annotations
 
+import html
 import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -119,7 +120,8 @@ def wrap_title(text: str, heading: bool = False) -> str:
             lines[-1] += " " + word
         else:
             lines.append(word)
-    return "<br>".join(lines)
+    # pyqtgraph renders titles as HTML: a model's name (its folder's) is shown as written
+    return "<br>".join(html.escape(line, quote=False) for line in lines)
 
 
 def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str | None = None) -> None:

@@ -49,6 +49,7 @@ class LessonPanel(QWidget):
         layout.setContentsMargins(8, 4, 8, 4)
         self.title = QLabel("")  # a row of its own: the whole width, so a title is one line
         self.title.setWordWrap(True)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)  # a lesson's text is shown as written, never as HTML
         bold = QFont()
         bold.setBold(True)  # only the weight is set: the size follows the app's text scale (Ctrl+plus)
         self.title.setFont(bold)
@@ -60,6 +61,7 @@ class LessonPanel(QWidget):
         foot = QHBoxLayout()  # the source of the figure, then the step counter and the buttons
         self.figure = QLabel("")
         self.figure.setWordWrap(True)
+        self.figure.setTextFormat(Qt.TextFormat.PlainText)
         self.figure.setStyleSheet("font-style: italic;")
         foot.addWidget(self.figure, 1)
         self.counter = QLabel("")
@@ -125,7 +127,7 @@ class LessonRunner(QObject):
         self.lesson: Lesson | None = None
         self.index = -1
         self.panel = LessonPanel(self)
-        self._models: dict[str, LoadedModel] = {}  # by Model.key: built and loaded once per lesson
+        self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
         self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
         self._enable_keys(False)
 
@@ -160,6 +162,7 @@ class LessonRunner(QObject):
         """Stop the lesson; the app stays as the last step left it."""
         self.lesson = None
         self.index = -1
+        self._models = {}  # the session keeps the model on screen; the rest go
         self.window.prediction_alone(False)  # the views' tabs back, to explore from here
         self.window.presentation.arrange(hover=False)
         self._enable_keys(False)
@@ -171,6 +174,7 @@ class LessonRunner(QObject):
         assert self.lesson is not None
         self.index = index
         step = self.lesson.steps[index]
+        self._models = {key: loaded for key, loaded in self._models.items() if key in self._keep()}
         self.panel.show_step(self.lesson, index)
         if step.model is None:
             self._arrange(step, index)
@@ -182,6 +186,14 @@ class LessonRunner(QObject):
         for shortcut in self._shortcuts:
             shortcut.setEnabled(on)
 
+    def _keep(self) -> set[str]:
+        """The models this step and the later ones use: kept, so a model is loaded or built once on the way
+        forward; the others are let go (30 steps over different presets would otherwise hold 30 models). Going
+        back to a step whose model was let go loads it again (a preset: new random weights)."""
+        assert self.lesson is not None
+        later = self.lesson.steps[self.index:]
+        return {model.key for step in later for model in (step.model, step.compare) if model is not None}
+
     def _with_model(self, model: Model, then: Callable[[LoadedModel], None]) -> None:
         if model.key in self._models:
             then(self._models[model.key])
@@ -189,7 +201,8 @@ class LessonRunner(QObject):
         session = self.window.session
 
         def done(loaded: LoadedModel) -> None:
-            self._models[model.key] = loaded
+            if self.lesson is not None and model.key in self._keep():  # not if the presenter has moved past it
+                self._models[model.key] = loaded
             then(loaded)
 
         session.run("lesson-model", lambda: materialize(model), done,

@@ -34,6 +34,7 @@ from .collector import app_collector, collect_everything
 from .lesson import LessonRunner
 from .menus import install_menus
 from .presentation import Presentation
+from .settings import problem, read_texts
 
 PREFERRED_SIZE = (1600, 1000)
 RECENT_KEY = "recent_sources"
@@ -63,6 +64,7 @@ class MainWindow(QMainWindow):
         self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
         self.lesson: Any = None  # the LessonRunner, made with the views
         self._prediction_alone = False  # presenting a Prediction step: image and prediction side by side
+        self._told_settings = False  # a settings file that could not be used: said once, with the first model
 
         bar = self.source_bar = QToolBar("Source")
         bar.setMovable(False)
@@ -161,6 +163,7 @@ class MainWindow(QMainWindow):
         if collector is not None:
             collector.resume()
         if message:
+            self.placeholder.setTextFormat(Qt.TextFormat.PlainText)  # the message may quote a path
             self.placeholder.setText(message)
             return
         from .session import Session
@@ -332,10 +335,7 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ loading
     def recent_sources(self) -> list[str]:
-        value = QSettings().value(RECENT_KEY, [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in value or []]
+        return read_texts(RECENT_KEY, MAX_RECENT)
 
     def _remember(self, source: str) -> None:
         """Add a loaded source to the history (not temporary folders: they will be gone)."""
@@ -415,8 +415,12 @@ class MainWindow(QMainWindow):
     def _model_changed(self) -> None:
         loaded = self.session.loaded
         self.banner.dismiss()
-        if loaded.warnings:  # e.g. NaN weights: the model loaded, but its numbers cannot be trusted
-            self.show_error("\n".join(f"warning: {line}" for line in loaded.warnings))
+        lines = [f"warning: {line}" for line in loaded.warnings]  # e.g. NaN weights: its numbers cannot be trusted
+        if problem() and not self._told_settings:
+            self._told_settings = True
+            lines.append(f"warning: {problem()}")
+        if lines:
+            self.show_error("\n".join(lines))
         self.source_box.setCurrentText(self.shown_source())
         name = Path(loaded.source).name if loaded.source else self.shown_source()
         self.setWindowTitle(f"vit-explorer — {name}")

@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QWidget
 
+from .settings import read_number
 from .theme import FONT_POINTS
 
 if TYPE_CHECKING:
@@ -39,10 +40,7 @@ class Presentation:
     @property
     def scale(self) -> float:
         """The text scale of the current mode (remembered)."""
-        try:
-            value = float(QSettings().value(self.key, DEFAULTS[self.key]))
-        except (TypeError, ValueError):
-            value = DEFAULTS[self.key]
+        value = read_number(self.key, DEFAULTS[self.key], SCALES[0], SCALES[-1])
         return min(SCALES, key=lambda s: abs(s - value))
 
     def step(self, direction: int) -> None:

@@ -7,6 +7,8 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from .settings import read_text
+
 FONT_POINTS = 12  # readable on a projector
 THEMES = ("system", "light", "dark")
 THEME_KEY = "theme"
@@ -30,8 +32,7 @@ def dark_palette() -> QPalette:
 
 def chosen() -> str:
     """The theme the user chose (remembered), "system" by default."""
-    value = str(QSettings().value(THEME_KEY, "system"))
-    return value if value in THEMES else "system"
+    return read_text(THEME_KEY, "system", THEMES)
 
 
 def choose(app: QApplication, name: str) -> None:

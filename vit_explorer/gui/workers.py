@@ -36,17 +36,19 @@ class _Job(QRunnable):
     def __init__(self, runner: Runner, channel: str, generation: int, fn: Callable[..., Any],
                  cancel: threading.Event) -> None:
         super().__init__()
-        self.runner, self.channel, self.generation, self.fn, self.cancel = runner, channel, generation, fn, cancel
+        self.fn: Callable[..., Any] | None = fn
+        self.runner, self.channel, self.generation, self.cancel = runner, channel, generation, cancel
         self.signals = runner._signals
 
     def run(self) -> None:
-        if self.runner.is_stale(self.channel, self.generation) or self.cancel.is_set():
-            return  # superseded before it started: do not waste the CPU
+        fn, self.fn = self.fn, None  # the pool may keep a finished job: it must not keep what fn holds (a model)
+        if fn is None or self.runner.is_stale(self.channel, self.generation) or self.cancel.is_set():
+            return  # run once; superseded before it started: do not waste the CPU
         try:
-            if "cancel" in inspect.signature(self.fn).parameters:
-                result = self.fn(cancel=self.cancel)
+            if "cancel" in inspect.signature(fn).parameters:
+                result = fn(cancel=self.cancel)
             else:
-                result = self.fn()
+                result = fn()
         except BaseException as error:  # noqa: BLE001 - a worker must never take the app down
             self.signals.failed.emit(self.channel, self.generation, describe_error(error), traceback.format_exc())
             return

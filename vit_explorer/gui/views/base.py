@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QM
 from ..flow import flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
+from ..settings import read_text
 
 Table = tuple[list[str], Sequence[Sequence[Any]]]  # header, rows
 T = TypeVar("T")
@@ -239,8 +240,7 @@ class View(SessionWidget):
 
     def ask_export(self, kind: str, scale: float = 1.0) -> None:
         """Ask where (starting in the folder used last), export, and confirm in the status bar."""
-        settings = QSettings()
-        folder = str(settings.value(EXPORT_FOLDER_KEY, str(Path.home())))
+        folder = read_text(EXPORT_FOLDER_KEY, str(Path.home()))
         name = self.title.lower().replace(" ", "_")
         path, _ = QFileDialog.getSaveFileName(self, f"Export {kind.upper()}", str(Path(folder) / f"{name}.{kind}"),
                                               f"{kind.upper()} (*.{kind})")
@@ -254,5 +254,5 @@ class View(SessionWidget):
         except (OSError, ValueError) as error:
             self.session.error.emit(str(error))
             return
-        settings.setValue(EXPORT_FOLDER_KEY, str(Path(path).parent))
+        QSettings().setValue(EXPORT_FOLDER_KEY, str(Path(path).parent))
         self.session.notice.emit(f"saved {path}")
