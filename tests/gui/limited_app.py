@@ -113,7 +113,8 @@ def started(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     normal = window.presentation.scale
     window.presentation.presenting = True
     return {"recent": window.recent_sources(), "theme": theme.chosen(), "scale": normal,
-            "presenting": window.presentation.scale, "banner": window.banner.text()}
+            "presenting": window.presentation.scale, "presenting_default": window.presentation.default,
+            "banner": window.banner.text()}
 
 
 def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:

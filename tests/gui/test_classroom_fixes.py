@@ -295,7 +295,8 @@ def test_text_size_is_scaled_and_remembered(qtbot, window) -> None:
 def test_presentation_mode_is_full_screen_with_larger_text(qtbot, window) -> None:
     window.presentation.toggle()
     qtbot.waitUntil(window.isFullScreen, timeout=5000)
-    assert not window.source_bar.isVisible() and window.presentation.scale == pytest.approx(1.5)
+    small = window.screen().geometry().height() < 900  # a projector of 768 or 800 lines: one step smaller
+    assert not window.source_bar.isVisible() and window.presentation.scale == pytest.approx(1.3 if small else 1.5)
     window.presentation.toggle()
     qtbot.waitUntil(lambda: not window.isFullScreen(), timeout=5000)
     assert window.source_bar.isVisible() and window.presentation.scale == pytest.approx(1.0)

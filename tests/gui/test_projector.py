@@ -68,7 +68,9 @@ def test_each_presented_step_shows_what_it_names_and_nothing_left_from_before(qt
             assert view.panels == expected, (where, title)
         alone = step.view == "Prediction"
         assert all(dock.isHidden() == alone for dock in tabbed), where  # the prediction takes the room, or not
-        assert window.docks["Prediction"].isVisible() and window.docks["Image"].isVisible(), where
+        assert window.docks["Image"].isVisible(), where
+        # Compare draws both models' predictions: its columns take the prediction's room
+        assert window.docks["Prediction"].isVisible() == (step.view != "Compare"), where
         if not alone and step.view is not None:
             assert window.current_view() is window.views[step.view], where
         assert panel.hover_label.isVisible() == step.hover, where
@@ -82,6 +84,7 @@ def test_each_presented_step_shows_what_it_names_and_nothing_left_from_before(qt
     assert index == len(lesson.steps) - 1
     window.lesson.leave()
     assert all(not dock.isHidden() for dock in tabbed)  # the views' tabs are back to explore from there
+    assert window.docks["Prediction"].isVisible() and all(view.toolbar.isVisible() for view in window.views.values())
 
 
 def test_the_caption_can_be_hidden_and_its_room_goes_to_the_figures(qtbot, presenting) -> None:

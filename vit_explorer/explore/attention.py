@@ -118,9 +118,10 @@ def _masked(result: ForwardResult) -> np.ndarray | None:
 
 
 def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query: Query, *,
-                 image: bool = True, opacity: float = 0.6) -> MapsFigure:
+                 image: bool = True, opacity: float = 0.6, heads: tuple[int, ...] | None = None) -> MapsFigure:
     """'one head', 'all heads', 'mean of heads' of a self-attention block, or CaiT's class attention
-    of a class-attention block (`layer` counts from the first class-attention block then)."""
+    of a class-attention block (`layer` counts from the first class-attention block then); `heads` chooses
+    the heads 'all heads' and class attention show side by side (None: every head)."""
     if mode == CLASS_ATTENTION:
         if not result.class_attentions:
             raise ValueError("this model has no class-attention blocks (CaiT only)")
@@ -142,7 +143,10 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
         n_off = f" ({int(off.sum())} off)" if off.any() else ""
         maps, titles, heading = maps.mean(0, keepdims=True), (f"{where} · mean of heads{n_off} · {who}",), ""
     else:
-        titles, heading = tuple(f"head {h}{marks[h]}" for h in range(len(maps))), f"{where} · {who}"
+        shown = [h for h in (heads or range(len(maps))) if 0 <= h < len(maps)] or list(range(len(maps)))
+        of = f" · {len(shown)} of {len(maps)} heads" if len(shown) < len(maps) else ""
+        titles, heading = tuple(f"head {h}{marks[h]}" for h in shown), f"{where} · {who}{of}"
+        maps = maps[shown]
     if len(maps) == 1:
         heading = ""
     return MapsFigure(heading, maps, titles, result.display if image else None, result.layout.grid,

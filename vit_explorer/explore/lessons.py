@@ -10,7 +10,8 @@ A lesson file:
      "steps": [{"title": "...", "caption": "...", "figure": "ViT paper, Fig. 7",
                 "model": "name" | "preset:classroom" (built with random weights) , "options": {config fields},
                 "image": "sample:circle" | "path", "size": [H, W] | "native", "view": "Attention",
-                "attention": {"mode": "one head", "layer": 0, "head": 0}, "query": [row, col] | null,
+                "attention": {"mode": "one head", "layer": 0, "head": 0, "heads": [0, 3]},
+                "query": [row, col] | null,
                 "mask": "none" | {"random": 0.3, "seed": 0} | [[row, col], ...], "heads_off": [[layer, head], ...],
                 "compare": "name", "panels": ["similarity"], "input": "mask" | "query" | "draw", "hover": true,
                 "expand": ["blocks", "blocks.0"]}, ...]}
@@ -20,7 +21,7 @@ click on the image does (default "mask"), `hover` shows the patch readout under 
 mode, and `expand` opens the Parameters tree down to a row.
 
 Every field of a step but title and caption is optional: what a step does not set stays as it was, except
-what is on screen (view panels, input mode, hover readout), which each step sets.
+what is on screen (view panels, the heads shown, input mode, hover readout), which each step sets.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Step:
     mode: str | None = None  # the Attention view's mode
     layer: int | None = None
     head: int | None = None
+    heads: tuple[int, ...] | None = None  # the heads "all heads" shows side by side (None: all); set by every step
     query: tuple[int, int] | None | str = "keep"  # (row, col), None for the default query, "keep"
     mask: str | float | tuple[tuple[int, int], ...] | None = None  # "none", a random share, patches, None: unchanged
     mask_seed: int = 0
@@ -187,8 +189,12 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
     where = f"{_where(path)}: step {index + 1}" + (f" ({quoted(title)})" if isinstance(title, str) else "")
     _known(raw, STEP_KEYS, where)
     attention = raw.get("attention", {})
-    if not isinstance(attention, dict) or set(attention) - {"mode", "layer", "head"}:
-        raise LessonError(f"{where}: attention: expected an object with mode, layer and/or head")
+    if not isinstance(attention, dict) or set(attention) - {"mode", "layer", "head", "heads"}:
+        raise LessonError(f"{where}: attention: expected an object with mode, layer, head and/or heads")
+    heads = attention.get("heads")
+    if heads is not None and (not isinstance(heads, list) or not 1 <= len(heads) <= 64
+                              or any(_count(h, f"{where}: attention.heads") is None for h in heads)):
+        raise LessonError(f"{where}: attention.heads: expected a list of 1 to 64 head numbers")
     mode = attention.get("mode")
     if mode is not None and (not isinstance(mode, str) or mode not in MODES):
         raise LessonError(f"{where}: attention.mode: {quoted(mode)} is not one of {MODES}")
@@ -212,6 +218,7 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
         view=view, mode=mode,
         layer=_count(attention.get("layer"), f"{where}: attention.layer"),
         head=_count(attention.get("head"), f"{where}: attention.head"),
+        heads=tuple(heads) if heads is not None else None,
         query=_query(raw.get("query", "keep"), f"{where}: query"),
         mask=mask, mask_seed=seed,
         heads_off=_pairs(raw.get("heads_off"), f"{where}: heads_off"),

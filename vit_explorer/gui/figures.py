@@ -620,13 +620,14 @@ class SimilarityPlot:
     """A SimilarityFigure: the similarity mosaic (and any others beside it) in a full-width row, and the
     single maps in the row below on the same scale, with one colour bar after the last."""
 
-    def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure) -> None:
+    def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure, colorbar: bool = True) -> None:
+        """`colorbar=False` leaves the colour bar to a figure beside it on the same scale (Compare's other side)."""
         self.figure = figure
         self.levels = finite_levels(figure.similarity, figure.levels)  # one scale for every mosaic and map
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
                                                              levels=self.levels, colorbar_label=figure.colorbar_label,
-                                                             colorbar=not figure.others)
+                                                             colorbar=colorbar and not figure.others)
         for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
             draw_similarity_grid(top, other, title=name, levels=self.levels, colorbar_label=figure.colorbar_label,
                                  colorbar=i == len(figure.others) - 1)

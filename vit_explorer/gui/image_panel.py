@@ -228,7 +228,10 @@ class ImagePanel(SessionWidget):
         self.open_button.setVisible(not compact)  # File > Open image (Ctrl+O) is still there
         for row in (self.mask_row, self.size_row):
             row.setVisible(not compact)
-        self.plot.setMinimumSize(110, min_image if compact else 110)
+        side = min_image if compact else 110
+        self.plot.setMinimumSize(side, side)
+        margin = 1 if compact else 9  # pyqtgraph's default margin: presenting, the pixels go to the image
+        self.plot.ci.layout.setContentsMargins(margin, margin, margin, margin)
 
     def set_input_mode(self, mode: str) -> None:
         """"mask", "query" or "draw": what a click on the image does."""

@@ -47,40 +47,40 @@ class LessonPanel(QWidget):
         super().__init__()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 4, 8, 4)
-        self.title = QLabel("")  # a row of its own: the whole width, so a title is one line
+        head = QHBoxLayout()  # the step's title, then the step counter and the buttons (short while presenting)
+        self.title = QLabel("")
         self.title.setWordWrap(True)
         self.title.setTextFormat(Qt.TextFormat.PlainText)  # a lesson's text is shown as written, never as HTML
         bold = QFont()
         bold.setBold(True)  # only the weight is set: the size follows the app's text scale (Ctrl+plus)
         self.title.setFont(bold)
-        layout.addWidget(self.title)
-        self.caption = QLabel("")
-        self.caption.setWordWrap(True)
-        self.caption.setTextFormat(Qt.TextFormat.PlainText)
-        layout.addWidget(self.caption)
-        foot = QHBoxLayout()  # the source of the figure, then the step counter and the buttons
-        self.figure = QLabel("")
-        self.figure.setWordWrap(True)
-        self.figure.setTextFormat(Qt.TextFormat.PlainText)
-        self.figure.setStyleSheet("font-style: italic;")
-        foot.addWidget(self.figure, 1)
+        head.addWidget(self.title, 1)
         self.counter = QLabel("")
-        foot.addWidget(self.counter)
+        head.addWidget(self.counter)
         self.compact = False
         self._figure_text = ""
         self.hide_caption = QPushButton("Hide caption")
         self.hide_caption.setCheckable(True)
         self.hide_caption.setToolTip("Give the caption's room to the figures (the step's title stays)")
         self.hide_caption.toggled.connect(self._caption_hidden)
-        foot.addWidget(self.hide_caption)
+        head.addWidget(self.hide_caption)
         self.buttons: list[QPushButton] = []
         for text, tip, slot in BUTTONS:
             button = QPushButton(text)
             button.setToolTip(tip)
             button.clicked.connect(getattr(runner, slot))
-            foot.addWidget(button)
+            head.addWidget(button)
             self.buttons.append(button)
-        layout.addLayout(foot)
+        layout.addLayout(head)
+        self.caption = QLabel("")
+        self.caption.setWordWrap(True)
+        self.caption.setTextFormat(Qt.TextFormat.PlainText)
+        layout.addWidget(self.caption)
+        self.figure = QLabel("")  # where the figure comes from, small
+        self.figure.setWordWrap(True)
+        self.figure.setTextFormat(Qt.TextFormat.PlainText)
+        self.figure.setStyleSheet("font-style: italic;")
+        layout.addWidget(self.figure)
 
     def set_compact(self, compact: bool) -> None:
         """Presenting: short button labels (their tooltips say the rest), so the step's title keeps the width."""
@@ -94,6 +94,7 @@ class LessonPanel(QWidget):
         self.hide_caption.setText(texts[0] if hidden else texts[1])
         self.caption.setVisible(not hidden)
         self.figure.setText("" if hidden else self._figure_text)
+        self.figure.setVisible(not hidden and bool(self._figure_text))
         self._fit()
 
     def show_step(self, lesson: Lesson, index: int) -> None:
@@ -163,7 +164,8 @@ class LessonRunner(QObject):
         self.lesson = None
         self.index = -1
         self._models = {}  # the session keeps the model on screen; the rest go
-        self.window.prediction_alone(False)  # the views' tabs back, to explore from here
+        self.window.prediction_alone(False)  # the views' tabs and the prediction back, to explore from here
+        self.window.docks["Prediction"].setVisible(True)
         self.window.presentation.arrange(hover=False)
         self._enable_keys(False)
         self.window.show_lesson_panel(self.panel, False)
@@ -237,7 +239,7 @@ class LessonRunner(QObject):
         attention = window.views["Attention"]
         if step.mode is not None:
             attention.mode.setCurrentText(step.mode)
-        session.select(layer=step.layer, head=step.head, query=step.query)
+        session.select(layer=step.layer, head=step.head, query=step.query, heads=step.heads)
         image = window.image_panel
         image.set_input_mode(step.input_mode)
         window.presentation.arrange(hover=step.hover)

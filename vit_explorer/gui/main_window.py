@@ -272,23 +272,33 @@ class MainWindow(QMainWindow):
         if self._prediction_alone:
             self.resizeDocks([image, prediction], [self.width() // 2, self.width() // 2], Qt.Orientation.Horizontal)
             return
-        if self.presentation.presenting:
+        if self.presentation.presenting and prediction.isHidden():  # Compare: the image only, as wide as it is
+            left = self.image_panel.minimumSizeHint().width() + 16
+        elif self.presentation.presenting:
             left = max(300, min(460, self.width() * 31 // 100))
         else:
             left = max(340, min(560, self.width() * 38 // 100))
         self.resizeDocks([image, self.big_dock], [left, self.width() - left], Qt.Orientation.Horizontal)
-        # the image panel's controls need their height; the prediction chart is readable smaller.
-        image_share = 56
-        self.resizeDocks([image, prediction], [image_share, 100 - image_share], Qt.Orientation.Vertical)
+        # the image panel's controls need their height; the prediction chart is readable smaller. Presenting, the
+        # panel asks exactly for the image and the Mask / Query / Draw row, the prediction takes the rest
+        if self.presentation.presenting:
+            need = self.image_panel.sizeHint().height()
+            self.resizeDocks([image, prediction], [need, max(self.height() - need, 1)], Qt.Orientation.Vertical)
+        else:
+            self.resizeDocks([image, prediction], [56, 44], Qt.Orientation.Vertical)
 
     def show_view(self, title: str, panels: tuple[str, ...] | None = None) -> None:
         """Bring view `title` to the front with only `panels` of it drawn (None: all), the others whole again.
-        Presenting, the Prediction view takes the big views' room: the image and the prediction side by side."""
+        Presenting, the Prediction view takes the big views' room (the image and the prediction side by side),
+        and Compare the prediction dock's (it shows both models' predictions itself)."""
         for name, view in self.views.items():
             view.set_panels(panels if name == title else None)
         self.prediction_alone(self.presentation.presenting and title == "Prediction")
+        # Compare draws both models' predictions: presenting, its columns get the prediction dock's width
+        self.docks["Prediction"].setVisible(not (self.presentation.presenting and title == "Compare"))
         if title != "Prediction":
             self.docks[title].raise_()
+        QTimer.singleShot(0, self.share_width)
 
     def prediction_alone(self, alone: bool) -> None:
         """The image and the prediction side by side with the tabbed views hidden, or back in their places."""

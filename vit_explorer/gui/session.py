@@ -58,6 +58,7 @@ class Session(QObject):
         self.layer = 0  # the selected block, counted among the blocks `num_layers` names
         self.class_layers = False  # the layer counts CaiT's class-attention blocks (the Attention view's mode)
         self.head = 0
+        self.heads: tuple[int, ...] | None = None  # the heads "all heads" shows (None: all), e.g. two to contrast
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
         self.needs = Needs()  # what the views on screen draw beyond the prediction, all together
@@ -113,6 +114,7 @@ class Session(QObject):
         self.head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
         self.layer = min(self.layer, self.num_layers - 1)
         self.head = min(self.head, cfg.num_heads - 1)
+        self.heads = None
         self.query = None
         self.result = None
         self.model_changed.emit()
@@ -165,12 +167,17 @@ class Session(QObject):
 
     # ------------------------------------------------------------------ selection
     def select(self, *, layer: int | None = None, head: int | None = None,
-               query: tuple[int, int] | None | str = "keep") -> None:
-        """Change the selected layer, head and/or query token (query=None selects [CLS])."""
+               query: tuple[int, int] | None | str = "keep", heads: tuple[int, ...] | None | str = "keep") -> None:
+        """Change the selected layer, head, query token (query=None selects [CLS]) and/or the heads shown side by
+        side (heads=None: all; heads the model does not have are left out)."""
         if layer is not None:
             self.layer = max(0, min(layer, self.num_layers - 1))
         if head is not None and self.loaded is not None:
             self.head = max(0, min(head, self.loaded.config.num_heads - 1))
+        if heads != "keep":
+            n = self.loaded.config.num_heads if self.loaded is not None else 0
+            kept = tuple(h for h in heads if 0 <= h < n) if isinstance(heads, tuple) else None
+            self.heads = kept or None
         if query != "keep":
             self.query = query  # type: ignore[assignment]
         self.selection_changed.emit()

@@ -199,7 +199,7 @@ class AttentionView(View):
             self._clear("This model has no class-attention blocks (CaiT only).")
             return
         self._draw(attention.heads_figure(result, mode, self.session.layer, self.session.head, query, image=image,
-                                          opacity=opacity))
+                                          opacity=opacity, heads=self.session.heads))
 
     def _clear(self, note: str) -> None:
         self.plots.ci.clear()

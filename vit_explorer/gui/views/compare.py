@@ -47,6 +47,7 @@ class CompareView(View):
         for widget in (self.choice, self.source, load):
             self.controls.addWidget(widget)
         self.plots = pg.GraphicsLayoutWidget()
+        self.plots.ci.setContentsMargins(2, 2, 2, 2)  # two columns side by side: the pixels go to the figures
         self.body.addWidget(self.plots, 1)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self.schedule)
@@ -98,9 +99,14 @@ class CompareView(View):
         self._drawn_chars = self._title_chars()
         with figures.title_width(self._drawn_chars):
             for column, one in zip(columns, sides, strict=True):
+                last = one is sides[-1]
+                same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
+                    sides[0].similarity.levels == sides[1].similarity.levels is not None)
+                bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
                 parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") else None),
                          (figures.MapsPlot, one.rollout if self.shows("rollout") else None),
-                         (figures.SimilarityPlot, one.similarity if self.shows("position") else None)]
+                         (lambda layout, figure, bar=bar: figures.SimilarityPlot(layout, figure, bar),
+                          one.similarity if self.shows("position") else None)]
                 if not self.shows("prediction"):  # its title names the model: without it, a heading does
                     figures.add_title(column, one.name)
                     column.nextRow()
