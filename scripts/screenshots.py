@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if session.result.class_attentions:
         modes.append("class attention (CaiT)")
     for mode in modes:
-        attention.mode.setCurrentText(mode)
+        session.set_attention(mode=mode)
         settle(app, window)
         shoot(window, out / f"attention_{mode.split(' (')[0].replace(' ', '_')}.png")
     features = window.views["Features"]

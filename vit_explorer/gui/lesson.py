@@ -124,12 +124,25 @@ class LessonRunner(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        self.lesson: Lesson | None = None
-        self.index = -1
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
         self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
         self._enable_keys(False)
+        window.session.lesson_changed.connect(self._show)
+
+    @property
+    def lesson(self) -> Lesson | None:
+        """The lesson presented (the session's)."""
+        return self.window.session.lesson
+
+    @property
+    def index(self) -> int:
+        """The index of its step on screen (the session's; -1: none)."""
+        return self.window.session.step
+
+    def _show(self) -> None:
+        if self.lesson is not None:
+            self.panel.show_step(self.lesson, self.index)
 
     def _shortcut(self, key: str, step: int, in_panel: bool) -> QShortcut:
         slot = self.next if step > 0 else self.previous
@@ -143,12 +156,11 @@ class LessonRunner(QObject):
         return self.lesson is not None
 
     def start(self, lesson: Lesson) -> None:
-        self.lesson = lesson
         self._models = {}
         self.window.show_lesson_panel(self.panel, True)
         self._enable_keys(True)
         self.panel.buttons[1].setFocus()  # Next: the arrows step at once
-        self.go(0)
+        self.go(0, lesson)
 
     def next(self) -> None:
         if self.lesson is not None and self.index + 1 < len(self.lesson.steps):
@@ -160,22 +172,22 @@ class LessonRunner(QObject):
 
     def leave(self) -> None:
         """Stop the lesson; the app stays as the last step left it."""
-        self.lesson = None
-        self.index = -1
+        self.window.session.set_lesson(None)
         self._models = {}  # the session keeps the model on screen; the rest go
         self.window.prediction_alone(False)  # the views' tabs back, to explore from here
-        self.window.presentation.arrange(hover=False)
+        self.window.presentation.arrange()
         self._enable_keys(False)
         self.window.show_lesson_panel(self.panel, False)
         self.ended.emit()
 
-    def go(self, index: int) -> None:
-        """Show step `index` and put the app in its state (a model to load first, then the rest)."""
-        assert self.lesson is not None
-        self.index = index
-        step = self.lesson.steps[index]
+    def go(self, index: int, lesson: Lesson | None = None) -> None:
+        """Show step `index` (of `lesson`, default: the one presented) and put the app in its state (a model to
+        load first, then the rest)."""
+        lesson = lesson or self.lesson
+        assert lesson is not None
+        step = lesson.steps[index]
+        self.window.session.set_lesson(lesson, index, hover=step.hover)  # the panel follows: its caption
         self._models = {key: loaded for key, loaded in self._models.items() if key in self._keep()}
-        self.panel.show_step(self.lesson, index)
         if step.model is None:
             self._arrange(step, index)
         else:
@@ -234,13 +246,11 @@ class LessonRunner(QObject):
                 if layer < heads.shape[0] and head < heads.shape[1]:
                     heads[layer, head] = 0.0
             session.set_head_mask(heads)
-        attention = window.views["Attention"]
         if step.mode is not None:
-            attention.mode.setCurrentText(step.mode)
+            session.set_attention(mode=step.mode)
         session.select(layer=step.layer, head=step.head, query=step.query)
-        image = window.image_panel
-        image.set_input_mode(step.input_mode)
-        window.presentation.arrange(hover=step.hover)
+        window.image_panel.set_input_mode(step.input_mode)
+        window.presentation.arrange()  # the hover readout the step asks for (`Session.hover`)
         if step.view is not None:
             window.show_view(step.view, step.panels)
         if step.expand:
@@ -256,7 +266,7 @@ class LessonRunner(QObject):
     def _compared(self, index: int, loaded: LoadedModel) -> None:
         if index != self.index:
             return
-        self.window.views["Compare"].set_other(loaded)
+        self.window.session.set_compared(loaded)
         self.applied.emit(index)
 
     def _mask(self, step: Step) -> None:
