@@ -87,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
         dock.raise_()
         settle(app, window)
         shoot(window, out / f"{title.lower().replace(' ', '_')}.png")
-    attention = window.views["Attention"]
     window.docks["Attention"].raise_()
     modes = ["all heads", "rollout", "mean attention distance"]
     if session.result.class_attentions:

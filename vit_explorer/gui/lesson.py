@@ -1,7 +1,8 @@
 """Lesson mode: step through a lesson (explore/lessons.py) on the live app. Each step puts the app in its
 state (model, image, size, masks, heads, view, attention mode, layer, query, a second model to compare)
 and shows its caption; a presenter steps with PageDown / PageUp (what a clicker sends) anywhere in the window,
-or the arrows in the lesson panel, and can leave at any step and explore from there."""
+or the arrows in the lesson panel (the keys are the table's, actions.py), and can leave at any step and explore
+from there."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFont, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from .actions import ACTIONS
+
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
     from ..checkpoints import LoadedModel
     from ..explore.lessons import Lesson, Model, Step
     from .main_window import MainWindow
 
-# (key, step, only in the lesson panel): PageDown / PageUp anywhere in the window, what a presentation clicker
-# sends; the arrows while the panel has the focus (elsewhere they, and Space, belong to the focused control)
-STEP_KEYS = (("PgDown", 1, False), ("PgUp", -1, False), ("Right", 1, True), ("Left", -1, True))
 # (text, tooltip, runner slot); COMPACT_TEXTS while presenting: short labels leave the title its width
 BUTTONS = (("◀ Previous", "The previous step (PageUp; Left in this panel)", "previous"),
            ("Next ▶", "The next step (PageDown; Right in this panel)", "next"),
@@ -126,8 +126,10 @@ class LessonRunner(QObject):
         self.window = window
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
-        self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
-        self._enable_keys(False)
+        for action in ACTIONS:  # the arrows step only while the panel has the focus: elsewhere they belong to the
+            for key in action.panel_keys:  # focused control (PageDown / PageUp are the menu's, window-wide)
+                QShortcut(QKeySequence(key), self.panel, activated=lambda action=action: action.handler(window),
+                          context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
         window.session.lesson_changed.connect(self._show)
 
     @property
@@ -144,13 +146,6 @@ class LessonRunner(QObject):
         if self.lesson is not None:
             self.panel.show_step(self.lesson, self.index)
 
-    def _shortcut(self, key: str, step: int, in_panel: bool) -> QShortcut:
-        slot = self.next if step > 0 else self.previous
-        if in_panel:
-            return QShortcut(QKeySequence(key), self.panel, activated=slot,
-                             context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        return QShortcut(QKeySequence(key), self.window, activated=slot)
-
     @property
     def running(self) -> bool:
         return self.lesson is not None
@@ -158,7 +153,6 @@ class LessonRunner(QObject):
     def start(self, lesson: Lesson) -> None:
         self._models = {}
         self.window.show_lesson_panel(self.panel, True)
-        self._enable_keys(True)
         self.panel.buttons[1].setFocus()  # Next: the arrows step at once
         self.go(0, lesson)
 
@@ -176,7 +170,6 @@ class LessonRunner(QObject):
         self._models = {}  # the session keeps the model on screen; the rest go
         self.window.prediction_alone(False)  # the views' tabs back, to explore from here
         self.window.presentation.arrange()
-        self._enable_keys(False)
         self.window.show_lesson_panel(self.panel, False)
         self.ended.emit()
 
@@ -194,10 +187,6 @@ class LessonRunner(QObject):
             self._with_model(step.model, lambda loaded: self._model_ready(step, index, loaded))
 
     # ------------------------------------------------------------------ applying a step
-    def _enable_keys(self, on: bool) -> None:
-        for shortcut in self._shortcuts:
-            shortcut.setEnabled(on)
-
     def _keep(self) -> set[str]:
         """The models this step and the later ones use: kept, so a model is loaded or built once on the way
         forward; the others are let go (30 steps over different presets would otherwise hold 30 models). Going

@@ -62,6 +62,7 @@ class MainWindow(QMainWindow):
         self.initial_image: str | None = None  # an image given on the command line instead of a model
         self.presentation = Presentation(self)
         self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
+        self.menu_actions: dict[str, QAction] = {}  # the menus' items by title, made from actions.ACTIONS
         self.lesson: Any = None  # the LessonRunner, made with the views
         self._prediction_alone = False  # presenting a Prediction step: image and prediction side by side
         self._told_settings = False  # a settings file that could not be used: said once, with the first model

@@ -3,10 +3,10 @@ selected, the attention settings, the model compared with the loaded one, the le
 model the builder describes. (The training runs stay in the Training view.)
 
 Views take the session in `__init__`, read it, connect to its signals and disconnect on close, and
-ask it to run work in the background (`run`, `cancel`). Lessons and menus set the state here, never in a view's
-widgets; a setter that changes nothing emits nothing, so widgets that follow a signal cannot loop. Every change that alters the model's input
-schedules one forward pass on the "forward" channel; a newer change makes the older pass stale, so
-views only ever see the newest result.
+ask it to run work in the background (`run`, `cancel`). Lessons and menus set the state here, never in a
+view's widgets; a setter that changes nothing emits nothing, so widgets that follow a signal cannot loop.
+Every change that alters the model's input schedules one forward pass on the "forward" channel; a newer
+change makes the older pass stale, so views only ever see the newest result.
 """
 
 from __future__ import annotations
