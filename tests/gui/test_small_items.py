@@ -94,3 +94,60 @@ def test_a_wrapped_line_of_the_shortcut_help_starts_where_its_first_line_does(qt
             assert max(starts) - min(starts) < 1, (text, starts)
         block = block.next()
     assert wrapped, "no row wrapped at 300 px: the test would prove nothing"
+
+
+def test_the_window_and_its_frame_fit_the_screens_available_room(qtbot, window) -> None:
+    room = window.screen().availableGeometry()  # offscreen: 800x800, with a frame of 2 px about the window
+    assert window.frameGeometry() != window.geometry(), "no frame: the test would prove nothing"
+    assert room.contains(window.frameGeometry()), (window.frameGeometry(), room)
+    assert room.contains(window.statusBar().mapToGlobal(window.statusBar().rect().bottomRight()))
+
+
+def test_a_window_managers_frame_is_left_room_on_projector_screens() -> None:
+    from PySide6.QtCore import QMargins, QRect, QSize
+
+    from vit_explorer.gui.main_window import PREFERRED_SIZE, fit_window
+
+    frame = QMargins(1, 19, 1, 1)  # openbox's title bar and borders
+    for screen, fits in (((1280, 800), False), ((1024, 768), False), ((1920, 1080), True)):
+        room = QRect(0, 0, *screen)
+        inside, fitted = fit_window(QSize(*PREFERRED_SIZE), room, frame)
+        assert fitted == fits and room.contains(inside.marginsAdded(frame)), (screen, inside)
+        assert inside.size() == (QSize(*PREFERRED_SIZE) if fits else room.marginsRemoved(frame).size())
+
+
+def test_a_failed_load_says_so_in_the_status_bar_and_names_its_path_once(qtbot, window, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-model")
+    window.load(missing)
+    assert "loading" in window.statusBar().currentMessage()
+    qtbot.waitUntil(lambda: window.banner.isVisible() and window.load_button.isEnabled(), timeout=10000)
+    assert "loading" not in window.statusBar().currentMessage()
+    assert "could not load" in window.statusBar().currentMessage()
+    assert window.banner.text().count(missing) == 1, window.banner.text()
+    assert window.banner.text().startswith("could not load")
+
+
+def test_the_model_box_lists_the_recent_sources_on_a_click_and_from_its_arrow(qtbot, tiny_checkpoint: Path) -> None:
+    from PySide6.QtCore import QSettings, Qt
+
+    from .conftest import open_window
+
+    recent = ["/models/one", "google/vit-base-patch16-224"]
+    QSettings().setValue("recent_sources", recent)
+    window = open_window(qtbot, str(tiny_checkpoint))
+    try:
+        box = window.source_box
+        items = [box.itemText(i) for i in range(box.count())]
+        assert set(recent) <= set(items), items
+        window.load_button.setFocus()
+        qtbot.mouseClick(box.lineEdit(), Qt.MouseButton.LeftButton)  # where people click: the text
+        popup = box.completer().popup()
+        qtbot.waitUntil(popup.isVisible, timeout=5000)
+        shown = [popup.model().index(i, 0).data() for i in range(popup.model().rowCount())]
+        assert set(recent) <= set(shown), shown
+        popup.hide()
+        box.showPopup()
+        assert box.view().isVisible() and box.view().model().rowCount() == len(items)
+        box.hidePopup()
+    finally:
+        window.close()
