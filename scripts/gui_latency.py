@@ -71,11 +71,14 @@ def startup(source: str | None) -> dict[str, float]:
 
 def open_window(source: str | None) -> tuple[Any, Any]:
     """The app and its window at 1600x1000 on `source`, once the first prediction is in."""
+    from PySide6.QtCore import Qt
+
     from vit_explorer.gui.app import make_app
     from vit_explorer.gui.main_window import MainWindow
 
     app = make_app()
     window = MainWindow(source)
+    window.setWindowState(Qt.WindowState.WindowNoState)  # this size, not maximised to the screen's
     window.resize(1600, 1000)
     window.show()
     while window.session is None or window.session.result is None:

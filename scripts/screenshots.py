@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+    from PySide6.QtCore import Qt
+
     from vit_explorer.gui.app import make_app
     from vit_explorer.gui.main_window import MainWindow
     from vit_explorer.paths import BUNDLED_MODEL
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         source = ""  # build one below
     window = MainWindow(source or None)
     width, height = (int(v) for v in args.size.lower().split("x"))
+    window.setWindowState(Qt.WindowState.WindowNoState)  # this size, not maximised to the screen's
     window.resize(width, height)
     window.show()
 
@@ -87,13 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         dock.raise_()
         settle(app, window)
         shoot(window, out / f"{title.lower().replace(' ', '_')}.png")
-    attention = window.views["Attention"]
     window.docks["Attention"].raise_()
     modes = ["all heads", "rollout", "mean attention distance"]
     if session.result.class_attentions:
         modes.append("class attention (CaiT)")
     for mode in modes:
-        attention.mode.setCurrentText(mode)
+        session.set_attention(mode=mode)
         settle(app, window)
         shoot(window, out / f"attention_{mode.split(' (')[0].replace(' ', '_')}.png")
     features = window.views["Features"]

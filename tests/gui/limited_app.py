@@ -130,7 +130,7 @@ def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     folder = scratch / '<img src="dot.png" width="40000" height="40000">'
     shutil.copytree(window.session.loaded.source, folder)
     compare = window.views["Compare"]
-    compare.set_other(load(str(folder)))
+    window.session.set_compared(load(str(folder)))
     window.docks["Compare"].raise_()
     compare.bring_up_to_date()
     window.grab()

@@ -50,7 +50,7 @@ def test_a_bundled_lesson_runs_end_to_end(qtbot, window, path: Path) -> None:
         if step.compare is not None:
             compare = window.views["Compare"]
             compare.bring_up_to_date()
-            assert compare.sides is not None and compare.other is not None, where
+            assert compare.sides is not None and window.session.compared is not None, where
         window.current_view().bring_up_to_date()
         assert not window.banner.isVisible(), f"{where}: {window.banner.text()}"
     runner.next()  # past the last step: nothing happens

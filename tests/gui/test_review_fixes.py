@@ -161,7 +161,7 @@ def test_work_started_for_the_old_model_is_dropped_when_the_model_changes(qtbot,
     other = load(save_tiny(tmp_path / "other", depth=3))
     view = show(window, title)
     if title == "Compare":
-        view.set_other(other, "other")
+        session.set_compared(other, "other")
     if mode is not None:
         view.mode.setCurrentText(mode)
     view.bring_up_to_date()

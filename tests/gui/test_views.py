@@ -217,7 +217,7 @@ def test_compare_two_models_on_the_same_masked_image(qtbot, window, deit_checkpo
     window.session.set_mask(mask)
     wait_result(qtbot, window.session)
     view = show(window, "Compare")
-    view.set_other(load(deit_checkpoint), "deit")
+    window.session.set_compared(load(deit_checkpoint), "deit")
     view.bring_up_to_date()
     mine, other = view.sides
     assert other.name == "deit" and mine.prediction is not None and other.prediction is not None

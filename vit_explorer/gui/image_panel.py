@@ -9,7 +9,7 @@ import numpy as np
 import pyqtgraph as pg
 from PIL import Image, ImageDraw
 from PySide6.QtCore import QPointF, QSize, Qt
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QKeySequence, QResizeEvent, QShortcut
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QButtonGroup,
@@ -192,9 +192,6 @@ class ImagePanel(SessionWidget):
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         scroll.setWidget(controls)
         layout.addWidget(scroll)
-
-        QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.clear_mask)
 
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.inputs_changed, self._draw_mask)

@@ -1,7 +1,8 @@
 """Lesson mode: step through a lesson (explore/lessons.py) on the live app. Each step puts the app in its
 state (model, image, size, masks, heads, view, attention mode, layer, query, a second model to compare)
 and shows its caption; a presenter steps with PageDown / PageUp (what a clicker sends) anywhere in the window,
-or the arrows in the lesson panel, and can leave at any step and explore from there."""
+or the arrows in the lesson panel (the keys are the table's, actions.py), and can leave at any step and explore
+from there."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFont, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from .actions import ACTIONS
+
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
     from ..checkpoints import LoadedModel
     from ..explore.lessons import Lesson, Model, Step
     from .main_window import MainWindow
 
-# (key, step, only in the lesson panel): PageDown / PageUp anywhere in the window, what a presentation clicker
-# sends; the arrows while the panel has the focus (elsewhere they, and Space, belong to the focused control)
-STEP_KEYS = (("PgDown", 1, False), ("PgUp", -1, False), ("Right", 1, True), ("Left", -1, True))
 # (text, tooltip, runner slot); COMPACT_TEXTS while presenting: short labels leave the title its width
 BUTTONS = (("◀ Previous", "The previous step (PageUp; Left in this panel)", "previous"),
            ("Next ▶", "The next step (PageDown; Right in this panel)", "next"),
@@ -125,31 +125,37 @@ class LessonRunner(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
-        self.lesson: Lesson | None = None
-        self.index = -1
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
-        self._shortcuts = [self._shortcut(*key) for key in STEP_KEYS]
-        self._enable_keys(False)
+        for action in ACTIONS:  # the arrows step only while the panel has the focus: elsewhere they belong to the
+            for key in action.panel_keys:  # focused control (PageDown / PageUp are the menu's, window-wide)
+                QShortcut(QKeySequence(key), self.panel, activated=lambda action=action: action.handler(window),
+                          context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        window.session.lesson_changed.connect(self._show)
 
-    def _shortcut(self, key: str, step: int, in_panel: bool) -> QShortcut:
-        slot = self.next if step > 0 else self.previous
-        if in_panel:
-            return QShortcut(QKeySequence(key), self.panel, activated=slot,
-                             context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        return QShortcut(QKeySequence(key), self.window, activated=slot)
+    @property
+    def lesson(self) -> Lesson | None:
+        """The lesson presented (the session's)."""
+        return self.window.session.lesson
+
+    @property
+    def index(self) -> int:
+        """The index of its step on screen (the session's; -1: none)."""
+        return self.window.session.step
+
+    def _show(self) -> None:
+        if self.lesson is not None:
+            self.panel.show_step(self.lesson, self.index)
 
     @property
     def running(self) -> bool:
         return self.lesson is not None
 
     def start(self, lesson: Lesson) -> None:
-        self.lesson = lesson
         self._models = {}
         self.window.show_lesson_panel(self.panel, True)
-        self._enable_keys(True)
         self.panel.buttons[1].setFocus()  # Next: the arrows step at once
-        self.go(0)
+        self.go(0, lesson)
 
     def next(self) -> None:
         if self.lesson is not None and self.index + 1 < len(self.lesson.steps):
@@ -161,33 +167,28 @@ class LessonRunner(QObject):
 
     def leave(self) -> None:
         """Stop the lesson; the app stays as the last step left it."""
-        self.lesson = None
-        self.index = -1
+        self.window.session.set_lesson(None)
         self._models = {}  # the session keeps the model on screen; the rest go
         self.window.prediction_alone(False)  # the views' tabs and the prediction back, to explore from here
         self.window.docks["Prediction"].setVisible(True)
-        self.window.presentation.arrange(hover=False)
-        self._enable_keys(False)
+        self.window.presentation.arrange()
         self.window.show_lesson_panel(self.panel, False)
         self.ended.emit()
 
-    def go(self, index: int) -> None:
-        """Show step `index` and put the app in its state (a model to load first, then the rest)."""
-        assert self.lesson is not None
-        self.index = index
-        step = self.lesson.steps[index]
+    def go(self, index: int, lesson: Lesson | None = None) -> None:
+        """Show step `index` (of `lesson`, default: the one presented) and put the app in its state (a model to
+        load first, then the rest)."""
+        lesson = lesson or self.lesson
+        assert lesson is not None
+        step = lesson.steps[index]
+        self.window.session.set_lesson(lesson, index, hover=step.hover)  # the panel follows: its caption
         self._models = {key: loaded for key, loaded in self._models.items() if key in self._keep()}
-        self.panel.show_step(self.lesson, index)
         if step.model is None:
             self._arrange(step, index)
         else:
             self._with_model(step.model, lambda loaded: self._model_ready(step, index, loaded))
 
     # ------------------------------------------------------------------ applying a step
-    def _enable_keys(self, on: bool) -> None:
-        for shortcut in self._shortcuts:
-            shortcut.setEnabled(on)
-
     def _keep(self) -> set[str]:
         """The models this step and the later ones use: kept, so a model is loaded or built once on the way
         forward; the others are let go (30 steps over different presets would otherwise hold 30 models). Going
@@ -236,13 +237,11 @@ class LessonRunner(QObject):
                 if layer < heads.shape[0] and head < heads.shape[1]:
                     heads[layer, head] = 0.0
             session.set_head_mask(heads)
-        attention = window.views["Attention"]
         if step.mode is not None:
-            attention.mode.setCurrentText(step.mode)
+            session.set_attention(mode=step.mode)
         session.select(layer=step.layer, head=step.head, query=step.query, heads=step.heads)
-        image = window.image_panel
-        image.set_input_mode(step.input_mode)
-        window.presentation.arrange(hover=step.hover)
+        window.image_panel.set_input_mode(step.input_mode)
+        window.presentation.arrange()  # the hover readout the step asks for (`Session.hover`)
         if step.view is not None:
             window.show_view(step.view, step.panels)
         if step.expand:
@@ -258,7 +257,7 @@ class LessonRunner(QObject):
     def _compared(self, index: int, loaded: LoadedModel) -> None:
         if index != self.index:
             return
-        self.window.views["Compare"].set_other(loaded)
+        self.window.session.set_compared(loaded)
         self.applied.emit(index)
 
     def _mask(self, step: Step) -> None:

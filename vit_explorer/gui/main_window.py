@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMargins, QObject, QRect, QSettings, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import (
     QComboBox,
+    QCompleter,
     QDockWidget,
     QFileDialog,
     QLabel,
@@ -37,8 +38,21 @@ from .presentation import Presentation
 from .settings import problem, read_texts
 
 PREFERRED_SIZE = (1600, 1000)
+# a window manager's frame before the window is shown and has one (a title bar above, thin borders)
+FRAME_GUESS = QMargins(4, 32, 4, 4)
 RECENT_KEY = "recent_sources"
 MAX_RECENT = 12
+
+
+def fit_window(preferred: QSize, room: QRect, frame: QMargins) -> tuple[QRect, bool]:
+    """The window's geometry (inside its frame) centred in `room`: the preferred size where it fits with the
+    frame, else as much as fits; and whether the preferred size fitted."""
+    most = room.marginsRemoved(frame).size()
+    size = preferred.boundedTo(most)
+    frame_size = size.grownBy(frame)
+    left = room.left() + (room.width() - frame_size.width()) // 2 + frame.left()
+    top = room.top() + (room.height() - frame_size.height()) // 2 + frame.top()
+    return QRect(left, top, size.width(), size.height()), size == preferred
 
 
 class MainWindow(QMainWindow):
@@ -60,8 +74,9 @@ class MainWindow(QMainWindow):
         self.image_panel: Any = None
         self.big_dock: QDockWidget | None = None  # the first of the tabbed views on the right
         self.initial_image: str | None = None  # an image given on the command line instead of a model
-        self.presentation = Presentation(self)
+        self.presentation: Presentation = Presentation(self)
         self.presentation_action: QAction | None = None  # View > Presentation mode (set by install_menus)
+        self.menu_actions: dict[str, QAction] = {}  # the menus' items by title, made from actions.ACTIONS
         self.lesson: Any = None  # the LessonRunner, made with the views
         self._prediction_alone = False  # presenting a Prediction step: image and prediction side by side
         self._told_settings = False  # a settings file that could not be used: said once, with the first model
@@ -82,6 +97,13 @@ class MainWindow(QMainWindow):
         self.source_box.lineEdit().returnPressed.connect(self.load_typed)
         for item in self.recent_sources():
             self.source_box.addItem(item)
+        # the history also opens on a click in the text (only the arrow opens a combo's own list, and people
+        # click the text); a completer's list leaves the typing to the box and narrows as one types
+        self.history = QCompleter(self.source_box.model(), self.source_box)
+        self.history.setFilterMode(Qt.MatchFlag.MatchContains)
+        self.history.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.source_box.setCompleter(self.history)
+        self.source_box.lineEdit().installEventFilter(self)
         self.source_box.setCurrentText(source or "")
         bar.addWidget(self.source_box)
         browse = QPushButton("File…")
@@ -126,11 +148,28 @@ class MainWindow(QMainWindow):
         self.core_ready.connect(self._core_ready)
         QTimer.singleShot(0, self._import_core)
 
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        """A click in the Model box's text lists the recent sources (the box often has the focus already: a click
+        is what tells)."""
+        if (watched is self.source_box.lineEdit() and event.type() == QEvent.Type.MouseButtonPress
+                and self.source_box.count() and not self.history.popup().isVisible()):
+            self.history.setCompletionPrefix("")
+            QTimer.singleShot(0, self.history.complete)  # after the click has placed the cursor
+        return super().eventFilter(watched, event)
+
     def fit_screen(self) -> None:
-        """Open at 1600x1000, or as much of that as the screen the window opens on has room for."""
+        """Open at 1600x1000 where that fits the screen's available room with the window's frame, else maximised
+        (the window manager fits the frame: the status bar stays on screen)."""
         screen = self.screen() or QGuiApplication.primaryScreen()
-        room = screen.availableGeometry()
-        self.resize(min(PREFERRED_SIZE[0], room.width()), min(PREFERRED_SIZE[1], room.height()))
+        shown = self.isVisible() and self.frameGeometry() != self.geometry()
+        frame = QMargins(self.geometry().left() - self.frameGeometry().left(),
+                         self.geometry().top() - self.frameGeometry().top(),
+                         self.frameGeometry().right() - self.geometry().right(),
+                         self.frameGeometry().bottom() - self.geometry().bottom()) if shown else FRAME_GUESS
+        inside, fits = fit_window(QSize(*PREFERRED_SIZE), screen.availableGeometry(), frame)
+        self.setGeometry(inside)  # also the size it returns to when no longer maximised
+        if not fits:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
 
     # ------------------------------------------------------------------ start-up
     def _import_core(self) -> None:
@@ -361,11 +400,14 @@ class MainWindow(QMainWindow):
         if not source or self.session is None:
             return
         self.source_box.setCurrentText(source)
-        self.session.load(source, on_done=lambda loaded: self._remember(source), on_error=self._load_failed)
+        self.session.load(source, on_done=lambda loaded: self._remember(source),
+                          on_error=lambda message: self._load_failed(source))
 
-    def _load_failed(self, message: str) -> None:
-        """The previous model stays: the box goes back to it (the banner says what went wrong)."""
+    def _load_failed(self, source: str) -> None:
+        """The previous model stays: the box goes back to it, the status bar no longer says "loading" (the banner
+        says what went wrong)."""
         self.source_box.setCurrentText(self.shown_source())
+        self.statusBar().showMessage(f"could not load {source}: see the message above", 10000)
 
     def shown_source(self) -> str:
         """What the Model box shows for the current model."""

@@ -31,7 +31,6 @@ class Presentation:
     def __init__(self, window: MainWindow) -> None:
         self.window = window
         self.presenting = False
-        self.hover = False  # the image panel's hover readout while presenting
         self._was_maximized = False
 
     @property
@@ -84,16 +83,14 @@ class Presentation:
             window.docks["Prediction"].setVisible(True)
         window.share_width()
 
-    def arrange(self, hover: bool | None = None) -> None:
+    def arrange(self) -> None:
         """The room goes to the figures while presenting: no dock title bars (the tabs name the views), notes on
         one line (the whole text in their tooltip), no view controls during a lesson (its steps set them), the
-        image at least IMAGE_SHARE of the screen's height, the hover readout only when `hover` (a lesson step
-        asks for it; None: as it was)."""
+        image at least IMAGE_SHARE of the screen's height, the hover readout only when the lesson step on screen
+        asks for it (`Session.hover`)."""
         from .views.base import Note  # the views (and torch) come after the window first paints
 
         window = self.window
-        if hover is not None:
-            self.hover = hover
         for title, dock in window.docks.items():
             if title != "Lesson":
                 dock.setTitleBarWidget(QWidget() if self.presenting else None)
@@ -104,7 +101,7 @@ class Presentation:
                 note.set_compact(self.presenting)
             view.toolbar.setVisible(not lesson)  # the step set what the figure shows; Leave brings them back
         screen = window.screen().geometry().height() if window.screen() is not None else window.height()
-        window.image_panel.set_compact(self.presenting, self.hover, math.ceil(IMAGE_SHARE * screen))
+        window.image_panel.set_compact(self.presenting, window.session.hover, math.ceil(IMAGE_SHARE * screen))
         if self.presenting:  # the image panel's height depends on what it shows (the hover readout)
             QTimer.singleShot(0, window.share_width)
 

@@ -1,27 +1,37 @@
 """The app's state, in one typed place: the loaded model, the image, masks, resolution, what is
-selected, and the model the builder describes.
+selected, the attention settings, the model compared with the loaded one, the lesson step on screen, and the
+model the builder describes. (The training runs stay in the Training view.)
 
 Views take the session in `__init__`, read it, connect to its signals and disconnect on close, and
-ask it to run work in the background (`run`, `cancel`). Every change that alters the model's input
-schedules one forward pass on the "forward" channel; a newer change makes the older pass stale, so
-views only ever see the newest result.
+ask it to run work in the background (`run`, `cancel`). Lessons and menus set the state here, never in a
+view's widgets; a setter that changes nothing emits nothing, so widgets that follow a signal cannot loop.
+Every change that alters the model's input schedules one forward pass on the "forward" channel; a newer
+change makes the older pass stale, so views only ever see the newest result.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QObject, Signal
 
+from ..analysis.attention import HEAD_FUSIONS
 from ..checkpoints import LoadedModel
+from ..explore.attention import CLASS_ATTENTION, MODES
 from ..explore.build import preferred_device
 from ..explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from ..models import ViTConfig
+from ..paths import BUNDLED
 from .workers import Runner
+
+if TYPE_CHECKING:
+    from ..explore.lessons import Lesson
 
 _ids = itertools.count(1)
 FORWARD_PRIORITY = 10  # the forward pass starts before waiting analyses: every view needs its result
@@ -30,6 +40,44 @@ FORWARD_PRIORITY = 10  # the forward pass starts before waiting analyses: every 
 def default_image(size: tuple[int, int]) -> Image.Image:
     """A neutral grey picture, used until the user opens one."""
     return Image.new("RGB", (size[1], size[0]), (128, 128, 128))
+
+
+MAX_DISCARD = 0.95  # rollout keeps at least 5 % of each block's attention weights
+
+
+@dataclass(frozen=True)
+class AttentionSettings:
+    """What the Attention view shows."""
+
+    mode: str = "one head"  # one of explore.attention.MODES
+    fusion: str = HEAD_FUSIONS[0]  # rollout: how the heads of a block are combined
+    discard: float = 0.0  # rollout: share of the weakest weights set to zero in each block, 0 to MAX_DISCARD
+    opacity: float = 0.6  # of the map over the image, 0 to 1
+    map_only: bool = False  # the map without the image under it
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"attention mode {self.mode!r} is not one of {list(MODES)}")
+        if self.fusion not in HEAD_FUSIONS:
+            raise ValueError(f"attention fusion {self.fusion!r} is not one of {list(HEAD_FUSIONS)}")
+        if not 0.0 <= self.discard <= MAX_DISCARD:
+            raise ValueError(f"attention discard {self.discard} is not from 0 to {MAX_DISCARD}")
+        if not 0.0 <= self.opacity <= 1.0:
+            raise ValueError(f"attention opacity {self.opacity} is not from 0 to 1")
+
+
+def model_name(loaded: LoadedModel, unnamed: str) -> str:
+    """A model's short name: the bundled model's, else the folder's or file's (the last part of a hub id); `unnamed`
+    for a model built in the app."""
+    for name, folder in BUNDLED.items():
+        if loaded.source and str(folder) == loaded.source:
+            return name
+    return Path(loaded.source).name or loaded.source if loaded.source else unnamed
+
+
+def could_not_load(source: str, message: str, purpose: str = "") -> str:
+    """A failed load's message, naming the source once (the checkpoint readers' messages begin with it)."""
+    return f"could not load {'the model' if source in message else source}{purpose}: {message}"
 
 
 class Session(QObject):
@@ -42,6 +90,9 @@ class Session(QObject):
     notice = Signal(str)  # something done that the user should see confirmed (a file saved)
     busy = Signal(bool)  # a forward pass is running
     loading = Signal(str)  # a load started ("" when it ended)
+    attention_changed = Signal()  # the attention settings
+    compared_changed = Signal()  # the model compared with the loaded one
+    lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -56,13 +107,18 @@ class Session(QObject):
         self.mask = np.zeros((14, 14), bool)  # (gh, gw) True = [MASK]
         self.head_mask = np.ones((1, 1), np.float32)  # (layers, heads)
         self.layer = 0  # the selected block, counted among the blocks `num_layers` names
-        self.class_layers = False  # the layer counts CaiT's class-attention blocks (the Attention view's mode)
         self.head = 0
         self.heads: tuple[int, ...] | None = None  # the heads "all heads" shows (None: all), e.g. two to contrast
         self.query: tuple[int, int] | None = None  # None = the first prefix token ([CLS]); else (row, col)
         self.result: ForwardResult | None = None
         self.needs = Needs()  # what the views on screen draw beyond the prediction, all together
         self._needs_of: dict[str, Needs] = {}  # by view
+        self.attention = AttentionSettings()
+        self.compared: LoadedModel | None = None  # the Compare view's second model
+        self.compared_name = ""  # its column's heading
+        self.lesson: Lesson | None = None  # the lesson being presented
+        self.step = -1  # the index of its step on screen (-1: none yet)
+        self.hover = False  # the step asks for the image panel's hover readout while presenting
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
         self._warned = 0  # the model whose non-finite outputs the banner has shown
@@ -74,9 +130,15 @@ class Session(QObject):
         return (self.size[0] // p, self.size[1] // p)
 
     @property
+    def class_layers(self) -> bool:
+        """Whether the layer counts CaiT's class-attention blocks (the attention mode that draws them) or the
+        self-attention blocks (every other mode, which draws maps only those form)."""
+        return self.attention.mode == CLASS_ATTENTION
+
+    @property
     def num_layers(self) -> int:
         """The blocks the layer selects from: the self-attention blocks, or CaiT's class-attention blocks while
-        the layer counts those (`set_class_layers`)."""
+        the layer counts those (`class_layers`)."""
         cfg = self.loaded.config if self.loaded else None
         if cfg is None:
             return 0
@@ -97,7 +159,7 @@ class Session(QObject):
 
         def failed(message: str) -> None:
             self.loading.emit("")
-            self.error.emit(f"could not load {source}: {message}")
+            self.error.emit(could_not_load(source, message))
             if on_error is not None:
                 on_error(message)
 
@@ -110,6 +172,9 @@ class Session(QObject):
         self._baseline = None
         self.size = tuple(loaded.preprocessing.size)  # type: ignore[assignment]
         cfg = loaded.config
+        if self.class_layers and not cfg.class_attn_depth:  # a CaiT-only mode does not survive a model without it
+            self.attention = replace(self.attention, mode="mean of heads")
+            self.attention_changed.emit()
         self.mask = np.zeros(self.grid, bool)
         self.head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
         self.layer = min(self.layer, self.num_layers - 1)
@@ -182,12 +247,32 @@ class Session(QObject):
             self.query = query  # type: ignore[assignment]
         self.selection_changed.emit()
 
-    def set_class_layers(self, on: bool) -> None:
-        """Whether the layer counts CaiT's class-attention blocks (the Attention view's class-attention mode) or
-        the self-attention blocks (every other mode, which draws maps only those form); the layer stays within
-        them."""
-        self.class_layers = on
-        self.select(layer=self.layer)
+    # ------------------------------------------------------------------ views' settings, the compared model, lessons
+    def set_attention(self, **changes: Any) -> None:
+        """Change attention settings by name (AttentionSettings' fields; ValueError names a bad one). A new mode
+        may count other blocks (`class_layers`): the layer stays within them."""
+        settings = replace(self.attention, **changes)
+        if settings == self.attention:
+            return
+        layers_before = self.class_layers
+        self.attention = settings
+        self.attention_changed.emit()
+        if self.class_layers != layers_before:
+            self.select(layer=self.layer)
+
+    def set_compared(self, loaded: LoadedModel | None, name: str = "") -> None:
+        """The model to run beside the loaded one (None: none), headed `name` (default: its short name)."""
+        self.compared = loaded
+        self.compared_name = (name or model_name(loaded, "the other model")) if loaded is not None else ""
+        self.compared_changed.emit()
+
+    def set_lesson(self, lesson: Lesson | None, step: int = -1, *, hover: bool = False) -> None:
+        """The lesson presented (None: none) and the index of its step on screen, which asks for the hover
+        readout or not."""
+        if (lesson, step, hover) == (self.lesson, self.step, self.hover):
+            return
+        self.lesson, self.step, self.hover = lesson, step if lesson is not None else -1, hover
+        self.lesson_changed.emit()
 
     # ------------------------------------------------------------------ the forward pass
     def require(self, owner: str, needs: Needs) -> bool:

@@ -1,7 +1,10 @@
 """Attention: one head or all heads of a layer for the query token, rollout, mean attention distance and
-CaiT's class attention, overlaid on the image. What is shown comes from `explore.attention`."""
+CaiT's class attention, overlaid on the image. What is shown comes from `explore.attention`; the settings are the
+session's (`Session.attention`): the controls set them there and follow them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
@@ -23,7 +26,7 @@ from ...explore.attention import CLASS_ATTENTION, MODES
 from ...explore.figures import MapsFigure
 from ...explore.forward import ForwardResult
 from .. import figures
-from ..session import Session
+from ..session import MAX_DISCARD, AttentionSettings, Session
 from .base import Table, View
 
 LAYERED = ("one head", "all heads", "mean of heads", CLASS_ATTENTION)  # modes that show one layer
@@ -38,6 +41,7 @@ class AttentionView(View):
         self.distance: np.ndarray | None = None  # (blocks, heads) mean attention distance, when shown
         self._drawn: figures.MapsPlot | None = None
         self.query_name = ""  # the query of the maps drawn
+        self._settings = session.attention  # those drawn: an opacity change alone redraws nothing
         self.mode = QComboBox()
         self.mode.addItems(MODES)
         self.mode.setToolTip("What to show: one head, every head of the layer side by side, their mean, rollout "
@@ -57,7 +61,7 @@ class AttentionView(View):
         self.fusion.addItems(HEAD_FUSIONS)
         self.fusion.setToolTip("Rollout: how the heads of a block are combined before multiplying through the layers.")
         self.discard = QDoubleSpinBox()
-        self.discard.setRange(0.0, 0.95)
+        self.discard.setRange(0.0, MAX_DISCARD)
         self.discard.setSingleStep(0.05)
         self.discard.setPrefix("discard ")
         self.discard.setToolTip("Rollout: share of the weakest attention weights set to zero in each block.")
@@ -71,16 +75,18 @@ class AttentionView(View):
         self.body.addWidget(self.plots, 1)
         self.plots.scene().sigMouseClicked.connect(self._clicked)
 
-        self.mode.currentIndexChanged.connect(self._mode_changed)
+        self.mode.currentIndexChanged.connect(lambda i: self.session.set_attention(mode=MODES[i]))
         self.layer.valueChanged.connect(lambda v: self.session.select(layer=v))
         self.head.valueChanged.connect(lambda v: self.session.select(head=v))
-        self.opacity.valueChanged.connect(self._set_opacity)
-        self.raw.toggled.connect(self.refresh)
-        self.fusion.currentIndexChanged.connect(self.refresh)
-        self.discard.valueChanged.connect(self.refresh)
+        self.opacity.valueChanged.connect(lambda v: self.session.set_attention(opacity=v / 100))
+        self.raw.toggled.connect(lambda on: self.session.set_attention(map_only=on))
+        self.fusion.currentIndexChanged.connect(lambda i: self.session.set_attention(fusion=HEAD_FUSIONS[i]))
+        self.discard.valueChanged.connect(lambda v: self.session.set_attention(discard=v))
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.selection_changed, self._selection)
         self.listen(session.model_changed, self._model_changed)
+        self.listen(session.attention_changed, self._settings_changed)
+        self._follow(session.attention)
         self._model_changed()
 
     def picture(self) -> QWidget:
@@ -93,7 +99,8 @@ class AttentionView(View):
         if self.mode_name == "one head":
             info["head"] = str(self.session.head)
         if self.mode_name == "rollout":
-            info.update({"head fusion": self.fusion.currentText(), "discard": f"{self.discard.value():.2f}"})
+            settings = self.session.attention
+            info.update({"head fusion": settings.fusion, "discard": f"{settings.discard:.2f}"})
         info["masked patches"] = str(int(self.session.mask.sum()))
         info["heads off"] = str(int((self.session.head_mask < 1).sum()))
         return info
@@ -109,19 +116,36 @@ class AttentionView(View):
 
     @property
     def mode_name(self) -> str:
-        return MODES[self.mode.currentIndex()]
+        return self.session.attention.mode
 
     def _model_changed(self) -> None:
-        """A CaiT-only mode does not survive a change to a model without class attention."""
-        loaded = self.session.loaded
-        if self.mode_name == CLASS_ATTENTION and (loaded is None or not loaded.config.class_attn_depth):
-            self.mode.setCurrentIndex(MODES.index("mean of heads"))
         self._ranges()
         self._selection()
 
-    def _mode_changed(self) -> None:
+    def _follow(self, settings: AttentionSettings) -> None:
+        """The controls show `settings` (without their signals: the session holds them already)."""
+        controls = (self.mode, self.fusion, self.discard, self.opacity, self.raw)
+        for widget in controls:
+            widget.blockSignals(True)
+        self.mode.setCurrentIndex(MODES.index(settings.mode))
+        self.fusion.setCurrentIndex(HEAD_FUSIONS.index(settings.fusion))
+        self.discard.setValue(settings.discard)
+        self.opacity.setValue(round(settings.opacity * 100))
+        self.raw.setChecked(settings.map_only)
+        for widget in controls:
+            widget.blockSignals(False)
+
+    def _settings_changed(self) -> None:
+        """New settings: the controls follow; an opacity change alone restyles the maps drawn, anything else
+        redraws (a new mode also changes the layer range: drawn in `_selection`)."""
+        settings, drawn = self.session.attention, self._settings
+        self._settings = settings
+        self._follow(settings)
         self._ranges()
-        self.session.set_class_layers(self.mode_name == CLASS_ATTENTION)  # a new selection: drawn in `_selection`
+        if self._drawn is not None and replace(drawn, opacity=settings.opacity) == settings:
+            self._drawn.set_opacity(settings.opacity)
+            return
+        self.schedule()
 
     def _ranges(self) -> None:
         """The layer box counts self-attention blocks, or class-attention blocks in that mode."""
@@ -155,10 +179,6 @@ class AttentionView(View):
                     self.session.select(query=(row, col))
                 return
 
-    def _set_opacity(self, value: int) -> None:
-        if self._drawn is not None:
-            self._drawn.set_opacity(value / 100)
-
     def _controls(self, mode: str) -> None:
         """Only the controls this mode uses: a short toolbar keeps the view within small screens."""
         for widget, modes in ((self.fusion, ("rollout",)), (self.discard, ("rollout",)), (self.head, ("one head",)),
@@ -174,8 +194,8 @@ class AttentionView(View):
         result: ForwardResult | None = self.session.result
         if result is None:
             return
-        if not self.session.require(self.title, attention.needs_for(mode, self.session.layer,
-                                                                    self.fusion.currentText())):
+        settings = self.session.attention
+        if not self.session.require(self.title, attention.needs_for(mode, self.session.layer, settings.fusion)):
             self.figure = self.distance = None  # what is on screen is out of date until the pass arrives
             self.note.setText("computing…")
             return
@@ -183,9 +203,9 @@ class AttentionView(View):
         self.query_name = query.name
         self.reset_query.setText(f"Query: {query.name}")
         self.reset_query.setEnabled(not query.default)
-        image, opacity = not self.raw.isChecked(), self.opacity.value() / 100
+        image, opacity = not settings.map_only, settings.opacity
         if mode == "rollout":
-            discard = self.discard.value()
+            discard = settings.discard
             self.run_for_model(result.inputs.model_id, "attention-analysis",
                                lambda: attention.rollout_figure(result, query, discard, image=image, opacity=opacity),
                                self._draw)

@@ -1,21 +1,19 @@
 """Compare: the current model and a second one side by side on the same image, masks and head switches
-(prediction, attention rollout, position-embedding similarity). What is shown comes from `explore.compare`."""
+(prediction, attention rollout, position-embedding similarity). What is shown comes from `explore.compare`; the
+second model is the session's (`Session.compared`)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
-from ...checkpoints import LoadedModel
 from ...explore import lessons
 from ...explore.compare import Side, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
 from .. import figures
-from ..session import Session
+from ..session import Session, could_not_load, model_name
 from .base import Table, View
 
 TOP_K = 3  # classes per side: the maps below need the height more (the Prediction panel lists five)
@@ -27,8 +25,6 @@ class CompareView(View):
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
-        self.other: LoadedModel | None = None
-        self.other_name = ""
         self.sides: tuple[Side, Side] | None = None
         self._drawn_chars = 0  # the title width the sides were drawn with
         self.choice = QComboBox()
@@ -51,6 +47,7 @@ class CompareView(View):
         self.body.addWidget(self.plots, 1)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self.schedule)
+        self.listen(session.compared_changed, self._compared)
 
     def picture(self) -> QWidget:
         """The two columns once a second model is shown; before that, the view (there is no figure yet)."""
@@ -63,27 +60,27 @@ class CompareView(View):
         from ...checkpoints import load
 
         self.note.setText(f"loading {source}…")
-        self.session.run("compare-load", lambda: load(source), self.set_other,
+        self.session.run("compare-load", lambda: load(source), self.session.set_compared,
                          lambda message: self._failed(source, message), io=True)
 
-    def set_other(self, loaded: LoadedModel, name: str = "") -> None:
-        """Show `loaded` beside the current model, headed `name` (default: its bundled or folder name)."""
-        self.other, self.other_name = loaded, name or _name(loaded, "the other model")
+    def _compared(self) -> None:
         self.note.setText("")
         self.schedule()
 
     def _failed(self, source: str, message: str) -> None:
         self.note.setText("")
-        self.session.error.emit(f"could not load {source} to compare: {message}")
+        self.session.error.emit(could_not_load(source, message, " to compare"))
 
     def refresh(self, *_: object) -> None:
-        result, other, mine = self.session.result, self.other, self.session.loaded
+        result, other, mine = self.session.result, self.session.compared, self.session.loaded
         if other is None:
+            self.sides = None
+            self.plots.ci.clear()
             self.note.setText("Choose a second model to compare with the current one.")
             return
         if result is None or mine is None or not self.session.require(self.title, Needs(fusion="mean")):
             return  # drawn when the pass with the rollout arrives
-        inputs, names = result.inputs, (_name(mine, "the current model"), self.other_name)
+        inputs, names = result.inputs, (model_name(mine, "the current model"), self.session.compared_name)
         self.run_for_model(inputs.model_id, "compare",
                            lambda: (side(mine, names[0], inputs, TOP_K, done=result),
                                     side(other, names[1], inputs, TOP_K)),
@@ -139,11 +136,3 @@ class CompareView(View):
                                                                        strict=True)]
         return ["model", "class", "probability"], rows
 
-
-def _name(loaded: LoadedModel, unnamed: str) -> str:
-    """A column's heading: the bundled model's name, else the folder's or file's name (the last part of a hub id);
-    `unnamed` for a model built in the app."""
-    for name, folder in BUNDLED.items():
-        if loaded.source and str(folder) == loaded.source:
-            return name
-    return Path(loaded.source).name or loaded.source if loaded.source else unnamed
