@@ -169,8 +169,8 @@ def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures
     maps = attention.layers_figure(result, query)
     figures: Figures = {"attention_layers.png": (maps, _multiples_size(len(maps.maps))),
                         "rollout.png": (attention.rollout_figure(result, query), (900, 760)),
-                        "attention_distance.png": (attention.distance_figure(attention.mean_distance(result)),
-                                                   (1000, 650))}
+                        "attention_distance.png": (attention.distance_figure(attention.mean_distance(result),
+                                                                             result.layout), (1000, 650))}
     if result.class_attentions:
         ca = attention.class_attention_figure(result)
         figures["class_attention.png"] = (ca, _multiples_size(len(ca.maps)))

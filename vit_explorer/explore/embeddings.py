@@ -13,7 +13,7 @@ from torch import nn
 from ..analysis.dropout import DropoutDemo, dropout_demo
 from ..analysis.patch_embed import embedding_components, unfold_difference
 from ..models import VisionTransformer
-from .figures import LinesFigure, TilesFigure
+from .figures import LinesFigure, TilesFigure, state_ticks
 from .forward import STATE_AXIS, ForwardResult, pixels_for
 
 COMPONENTS = 28  # the ViT paper shows the first 28 principal components (and we show 28 conv filters)
@@ -42,9 +42,10 @@ class EmbeddingFacts:
     tokens: dict[str, np.ndarray]  # token-similarity curves: input, then after each block
 
     def tokens_figure(self) -> LinesFigure:
-        x = np.arange(len(next(iter(self.tokens.values()))), dtype=np.float64) - 1  # -1: the embedded input
+        states = len(next(iter(self.tokens.values())))
+        x = np.arange(states, dtype=np.float64) - 1  # -1: the embedded input
         return LinesFigure("Token similarity through the layers", x, self.tokens, STATE_AXIS,
-                           "cosine similarity")
+                           "cosine similarity", state_ticks(states))
 
 
 @torch.inference_mode()
