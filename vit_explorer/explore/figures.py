@@ -14,6 +14,7 @@ import numpy as np
 
 ATTENTION_CMAP = "inferno"
 SIMILARITY_CMAP = "CET-D1"  # diverging, for cosine similarity in -1..1
+ZERO_NOTE = "all zero: this table is untrained"  # on a figure of parameters that are all zero
 SCALES = ("shared", "each")  # several maps on one colour scale, or each scaled to its own maximum
 
 
@@ -69,6 +70,7 @@ class SimilarityFigure:
     others: tuple[tuple[str, np.ndarray], ...] = ()  # more mosaics beside the first, e.g. another model's
     levels: tuple[float, float] | None = (-1.0, 1.0)  # None: the values' own range (e.g. attention biases)
     colorbar_label: str = "cosine similarity"
+    note: str = ""  # said under the title, e.g. ZERO_NOTE: a blank grid must say why it is blank
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ class TilesFigure:
     title: str
     tiles: np.ndarray
     columns: int = 7
+    note: str = ""  # said under the title, e.g. ZERO_NOTE
 
 
 @dataclass(frozen=True)

@@ -135,11 +135,11 @@ def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str |
 
 
 def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "",
-              integer_x: bool = False) -> pg.PlotItem:
+              integer_x: bool = False, note: str = "") -> pg.PlotItem:
     axes = {"bottom": IntegerAxis("bottom")} if integer_x else None
     plot = layout.addPlot(title=None, axisItems=axes)
-    if title:
-        set_title(plot, title)
+    if title:  # a note goes on a line of its own under the title, in italics
+        set_title(plot, title, f"{wrap_title(title)}<br><i>{wrap_title(note)}</i>" if note else None)
     for side, text in (("bottom", xlabel), ("left", ylabel)):
         axis = plot.getAxis(side)
         axis.setTickFont(_tick_font())
@@ -150,8 +150,9 @@ def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: s
     return plot
 
 
-def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "") -> pg.PlotItem:
-    plot = _new_plot(layout, title, xlabel, ylabel)
+def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "", note: str = ""
+                ) -> pg.PlotItem:
+    plot = _new_plot(layout, title, xlabel, ylabel, note=note)
     plot.invertY(True)  # row 0 at the top, as images are read
     plot.setAspectLocked(True)
     plot.setMouseEnabled(x=False, y=False)
@@ -333,17 +334,17 @@ def similarity_mosaic(sim: np.ndarray) -> np.ndarray:
 
 def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: str,
                          cmap: str = SIMILARITY_CMAP, levels: tuple[float, float] | None = (-1.0, 1.0),
-                         colorbar_label: str = "cosine similarity", colorbar: bool = True
+                         colorbar_label: str = "cosine similarity", colorbar: bool = True, note: str = ""
                          ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """The ViT paper's position-embedding figure: tile (row i, col j) shows the similarity of patch
-    (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw)."""
+    (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw). note: a line under the title."""
     sim = np.asarray(sim, dtype=np.float32)
     if sim.ndim != 4 or sim.shape[:2] != sim.shape[2:]:
         raise ValueError(f"draw_similarity_grid needs (gh, gw, gh, gw), got shape {sim.shape}")
     gh, gw = sim.shape[:2]
     separator = mosaic_separator((gh, gw))
     mosaic = similarity_mosaic(sim)
-    plot = _image_plot(layout, title, "input patch column", "input patch row")
+    plot = _image_plot(layout, title, "input patch column", "input patch row", note=note)
     colormap = _colormap(cmap)
     lv = finite_levels(mosaic, levels)
     image = pg.ImageItem(mosaic, levels=lv)
@@ -359,10 +360,10 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     return plot, image
 
 
-def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7
+def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7, note: str = ""
                    ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """K small RGB images (K, h, w, 3) in a mosaic; each tile is min-max scaled on its own, as in
-    the ViT paper's figure of patch-embedding components."""
+    the ViT paper's figure of patch-embedding components. note: a line under the title."""
     tiles = np.asarray(tiles, dtype=np.float32)
     if tiles.ndim != 4 or tiles.shape[3] != 3:
         raise ValueError(f"draw_rgb_tiles needs (K, h, w, 3), got shape {tiles.shape}")
@@ -379,7 +380,7 @@ def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, 
         y, x = r * (th + sep), c * (tw + sep)
         mosaic[y:y + th, x:x + tw, :3] = np.round(scaled[i] * 255).astype(np.uint8)
         mosaic[y:y + th, x:x + tw, 3] = 255
-    plot = _image_plot(layout, title)
+    plot = _image_plot(layout, title, note=note)
     plot.hideAxis("bottom")
     plot.hideAxis("left")
     image = pg.ImageItem(mosaic, levels=(0, 255))
@@ -681,7 +682,7 @@ class SimilarityPlot:
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
                                                              levels=self.levels, colorbar_label=figure.colorbar_label,
-                                                             colorbar=not figure.others)
+                                                             colorbar=not figure.others, note=figure.note)
         for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
             draw_similarity_grid(top, other, title=name, levels=self.levels, colorbar_label=figure.colorbar_label,
                                  colorbar=i == len(figure.others) - 1)
@@ -760,7 +761,7 @@ def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
     if isinstance(figure, ImagesFigure):
         return ImagesPlot(layout, figure)
     if isinstance(figure, TilesFigure):
-        return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns)
+        return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns, note=figure.note)
     raise TypeError(f"no composition draws {type(figure).__name__}")
 
 
