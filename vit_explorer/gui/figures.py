@@ -495,7 +495,6 @@ class BarsPlot:
             low, high = figure.value_range
             # a little beyond the end, so its tick label ("100%") has room; vertical: room above for the texts
             span = high + (0.04 if self.value_axis else 0.22) * (high - low)
-            low -= 0.001 * (high - low)
         else:
             top = float(np.nanmax(np.abs(ends))) if n else 1.0
             span = top * 1.35 if top > 0 else 1.0
