@@ -31,7 +31,7 @@ from .checkpoints.files import write_folder
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
 from .explore import attention, embeddings, features, position
-from .explore.figures import Figure, small_multiples_shape
+from .explore.figures import Figure, SimilarityFigure, TilesFigure, small_multiples_shape
 from .explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
@@ -148,6 +148,8 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
     summary["warnings"] += [nonfinite] if nonfinite else []
     summary["warnings"] += [f"{name} not written: {why}" for name, why in skipped.items()]
     summary["figures"] = {name: list(size) for name, (_, size) in figures.items()}
+    summary["figure_notes"] = {name: figure.note for name, (figure, _) in figures.items()  # e.g. an all-zero table
+                               if isinstance(figure, (SimilarityFigure, TilesFigure)) and figure.note}
     return Report(summary, tables.params, figures)
 
 
@@ -169,8 +171,8 @@ def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures
     maps = attention.layers_figure(result, query)
     figures: Figures = {"attention_layers.png": (maps, _multiples_size(len(maps.maps))),
                         "rollout.png": (attention.rollout_figure(result, query), (900, 760)),
-                        "attention_distance.png": (attention.distance_figure(attention.mean_distance(result)),
-                                                   (1000, 650))}
+                        "attention_distance.png": (attention.distance_figure(attention.mean_distance(result),
+                                                                             result.layout), (1000, 650))}
     if result.class_attentions:
         ca = attention.class_attention_figure(result)
         figures["class_attention.png"] = (ca, _multiples_size(len(ca.maps)))

@@ -19,6 +19,7 @@ import torch
 from . import hf_format, native, timm_format
 from .build import build_model
 from .errors import CheckpointError
+from .labels import named_labels
 from .loaded import LoadedModel
 from .memory import check_fits, check_model_fits
 from .source import Checkpoint, Declared, Source, T
@@ -66,8 +67,10 @@ def read(source: Source, device: torch.device) -> LoadedModel:
         check_model_fits(checkpoint.config, device, declared.described_by)
     model = build_model(checkpoint.config, checkpoint.state, str(weights), declared.described_by, checkpoint.names)
     warning = nonfinite_warning(checkpoint.state, str(weights))
-    return LoadedModel(model, checkpoint.config, checkpoint.labels, checkpoint.preprocessing, str(source.file or
-                       source.folder), fmt.kind, checkpoint.details, [warning] if warning else [])
+    labels, labels_note = named_labels(checkpoint.labels)
+    details = {**checkpoint.details, **({"labels": labels_note} if labels_note else {})}
+    return LoadedModel(model, checkpoint.config, labels, checkpoint.preprocessing, str(source.file or
+                       source.folder), fmt.kind, details, [warning] if warning else [])
 
 
 def _unrecognised(source: Source) -> CheckpointError:

@@ -3,6 +3,7 @@ the first WordNet lemma of each synset, in timm's class order)."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 
 from ..paths import RESOURCES
@@ -28,3 +29,21 @@ def generic_label(index: int) -> str:
 
 def generic_labels(num_classes: int) -> list[str]:
     return [generic_label(i) for i in range(num_classes)]
+
+
+IMAGENET_NAMES = {1000: "ImageNet-1k", 21843: "ImageNet-21k"}
+
+
+def is_placeholder(label: str, index: int) -> bool:
+    """Whether a class name only numbers its class: transformers' LABEL_n, class_n / class n, or n."""
+    match = re.fullmatch(r"(?:label_|class[_ ]?)?(\d+)", label.strip(), flags=re.IGNORECASE)
+    return match is not None and int(match.group(1)) == index
+
+
+def named_labels(labels: list[str]) -> tuple[list[str], str]:
+    """The labels, or ImageNet's names for an ImageNet-sized head whose labels are all placeholders (a
+    checkpoint saved without id2label), with a note that says so ("" when the labels are kept)."""
+    names = imagenet_labels(len(labels))
+    if names is None or not all(is_placeholder(label, i) for i, label in enumerate(labels)):
+        return labels, ""
+    return names, f"{IMAGENET_NAMES[len(labels)]} names (the checkpoint has none)"

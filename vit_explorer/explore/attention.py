@@ -181,10 +181,19 @@ def rollout_figure(result: ForwardResult, query: Query, discard_ratio: float = 0
                       colorbar_label="rollout weight", masked=_masked(result), opacity=opacity)
 
 
-def distance_figure(distance: np.ndarray) -> ScatterFigure:
-    """distance: (blocks, heads) from `mean_distance`, one point per head against depth."""
+def uniform_distance(layout: TokenLayout) -> float:
+    """The mean attention distance in pixels if every patch attended to all patches alike: the level between
+    local heads (below) and global ones (near it)."""
+    return float(attn.patch_distances(layout).mean())
+
+
+def distance_figure(distance: np.ndarray, layout: TokenLayout) -> ScatterFigure:
+    """distance: (blocks, heads) from `mean_distance`, one point per head against depth, on an axis from 0 with
+    the distance of uniform attention over this layout's patches drawn to read them against."""
     blocks, heads = distance.shape
+    uniform = uniform_distance(layout)
     return ScatterFigure("Mean attention distance per head", np.repeat(np.arange(blocks), heads).astype(np.float64),
                          distance.reshape(-1).astype(np.float64),
                          tuple(f"head {h}" for _ in range(blocks) for h in range(heads)) if heads <= 20 else None,
-                         "layer (network depth)", "mean attention distance (pixels)", jitter=0.6)
+                         "layer (network depth)", "mean attention distance (pixels)", jitter=0.6,
+                         reference=(uniform, f"uniform attention ({uniform:.1f} px)"), y_from_zero=True)

@@ -13,7 +13,7 @@ from torch import nn
 from ..analysis.dropout import DropoutDemo, dropout_demo
 from ..analysis.patch_embed import embedding_components, unfold_difference
 from ..models import VisionTransformer
-from .figures import LinesFigure, TilesFigure
+from .figures import ZERO_NOTE, LinesFigure, TilesFigure, state_ticks
 from .forward import STATE_AXIS, ForwardResult, pixels_for
 
 COMPONENTS = 28  # the ViT paper shows the first 28 principal components (and we show 28 conv filters)
@@ -25,12 +25,16 @@ class Filters:
 
     tiles: np.ndarray  # (k, h, w, 3)
     variance: np.ndarray | None  # (k,) share of the filters' variance each component explains; None: conv filters
+    zero: bool = False  # the stem's weights are all zero (untrained): the tiles show nothing
 
     def figure(self) -> TilesFigure:
+        note = ZERO_NOTE if self.zero else ""
         if self.variance is not None:
-            return TilesFigure(f"Patch-embedding filters: first {len(self.tiles)} principal components "
-                               f"({float(self.variance.sum()):.0%} of the variance)", self.tiles)
-        return TilesFigure(f"{len(self.tiles)} filters of the convolutional stem's first 3×3 convolution", self.tiles)
+            share = "" if self.zero else f" ({float(self.variance.sum()):.0%} of the variance)"
+            return TilesFigure(f"Patch-embedding filters: first {len(self.tiles)} principal components{share}",
+                               self.tiles, note=note)
+        return TilesFigure(f"{len(self.tiles)} filters of the convolutional stem's first 3×3 convolution", self.tiles,
+                           note=note)
 
 
 @dataclass(frozen=True)
@@ -42,9 +46,10 @@ class EmbeddingFacts:
     tokens: dict[str, np.ndarray]  # token-similarity curves: input, then after each block
 
     def tokens_figure(self) -> LinesFigure:
-        x = np.arange(len(next(iter(self.tokens.values()))), dtype=np.float64) - 1  # -1: the embedded input
+        states = len(next(iter(self.tokens.values())))
+        x = np.arange(states, dtype=np.float64) - 1  # -1: the embedded input
         return LinesFigure("Token similarity through the layers", x, self.tokens, STATE_AXIS,
-                           "cosine similarity")
+                           "cosine similarity", state_ticks(states))
 
 
 @torch.inference_mode()
@@ -52,11 +57,12 @@ def filters(model: VisionTransformer) -> Filters | None:
     """The stem's filters as pictures; None for inputs that are not RGB."""
     if model.config.in_chans != 3:
         return None
+    first = next(m for m in model.patch_embed.modules() if isinstance(m, nn.Conv2d)).weight  # (C_out, 3, k, k)
+    zero = not torch.count_nonzero(first)
     if model.config.stem == "patchify":
         components, share = embedding_components(model, COMPONENTS)
-        return Filters(components.float().cpu().numpy(), share.float().cpu().numpy())
-    first = next(m for m in model.patch_embed.modules() if isinstance(m, nn.Conv2d)).weight  # (C_out, 3, 3, 3)
-    return Filters(first[:COMPONENTS].permute(0, 2, 3, 1).float().cpu().numpy(), None)
+        return Filters(components.float().cpu().numpy(), share.float().cpu().numpy(), zero)
+    return Filters(first[:COMPONENTS].permute(0, 2, 3, 1).float().cpu().numpy(), None, zero)
 
 
 def token_curves(result: ForwardResult) -> dict[str, np.ndarray]:

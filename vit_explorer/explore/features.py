@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.images import sample_images
-from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure
+from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure, state_ticks
 from .forward import STATE_AXIS, ForwardResult
 
 
@@ -194,7 +194,8 @@ def norms_figure(result: ForwardResult) -> LinesFigure:
     for i, name in enumerate(layout.prefix_names):
         series[f"[{name.upper()}]"] = norms[:, i]
     return LinesFigure("Token norms through the layers (high-norm outliers; registers take their role)",
-                       np.arange(len(norms), dtype=np.float64) - 1, series, STATE_AXIS, "L2 norm")
+                       np.arange(len(norms), dtype=np.float64) - 1, series, STATE_AXIS, "L2 norm",
+                       state_ticks(len(norms)))
 
 
 def outliers_figure(result: ForwardResult, state: int, factor: float = 2.0) -> MapsFigure:

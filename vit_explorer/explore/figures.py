@@ -14,6 +14,7 @@ import numpy as np
 
 ATTENTION_CMAP = "inferno"
 SIMILARITY_CMAP = "CET-D1"  # diverging, for cosine similarity in -1..1
+ZERO_NOTE = "all zero: this table is untrained"  # on a figure of parameters that are all zero
 SCALES = ("shared", "each")  # several maps on one colour scale, or each scaled to its own maximum
 
 
@@ -69,13 +70,15 @@ class SimilarityFigure:
     others: tuple[tuple[str, np.ndarray], ...] = ()  # more mosaics beside the first, e.g. another model's
     levels: tuple[float, float] | None = (-1.0, 1.0)  # None: the values' own range (e.g. attention biases)
     colorbar_label: str = "cosine similarity"
+    note: str = ""  # said under the title, e.g. ZERO_NOTE: a blank grid must say why it is blank
 
 
 @dataclass(frozen=True)
 class BarsFigure:
     """One bar per label with its value written after it; markers are named series of one value per
     bar drawn as symbols (DeiT's two heads on the bars of their average). value_range fixes the axis
-    (probabilities: 0..1, so an 11 % prediction does not fill the chart like a confident one)."""
+    (probabilities: 0..1, so an 11 % prediction does not fill the chart like a confident one); horizontal
+    bars on a fixed axis have their values on the right-hand axis, as the axis ends at the range's end."""
 
     title: str
     labels: tuple[str, ...]
@@ -95,6 +98,15 @@ class LinesFigure:
     series: Mapping[str, np.ndarray]
     xlabel: str
     ylabel: str
+    x_ticks: tuple[tuple[float, str], ...] = ()  # fixed (x, label) ticks, e.g. `state_ticks`; () lets the axis choose
+
+
+def state_ticks(states: int) -> tuple[tuple[float, str], ...]:
+    """Ticks for curves over the token states (x = -1 for the embedded input, then block 0, 1, ...): "input",
+    then the blocks, every one or, for deep models, every few (at most about 12 labels)."""
+    blocks = states - 1
+    step = max(1, math.ceil(blocks / 12))
+    return ((-1.0, "input"), *((float(b), str(b)) for b in range(0, blocks, step)))
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,8 @@ class ScatterFigure:
     xlabel: str
     ylabel: str
     jitter: float = 0.0
+    reference: tuple[float, str] | None = None  # (y, name): a dashed line to read the points against
+    y_from_zero: bool = False  # the y axis starts at 0 (a distance: differences are not exaggerated)
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ class TilesFigure:
     title: str
     tiles: np.ndarray
     columns: int = 7
+    note: str = ""  # said under the title, e.g. ZERO_NOTE
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class Needs:
 
 
 EVERYTHING = Needs(maps=None, fusion="mean", distance=True, tokens=None)
-STATE_AXIS = "after block (-1: the embedded input)"  # the x axis of curves over the token states
+STATE_AXIS = "after block (input: the embedded tokens)"  # the x axis of curves over the token states
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import torch
 from ..analysis.pe import PESimilarity, pe_similarity
 from ..models import VisionTransformer
 from ..models.position import SCHEMES
-from .figures import SimilarityFigure
+from .figures import ZERO_NOTE, SimilarityFigure
 
 
 def similarity(model: VisionTransformer, grid: tuple[int, int] | None = None) -> PESimilarity:
@@ -59,15 +59,26 @@ def patch_map(sim: PESimilarity, patch: tuple[int, int]) -> tuple[str, np.ndarra
     return f"patch ({r}, {c}) vs every patch", sim.patches[r, c]
 
 
+ROTATION_TITLE = "RoPE inside attention: mean cos of the angle differences of two patches' rotations"
+
+
 def pe_figure(sim: PESimilarity, title: str, patch: tuple[int, int] = (0, 0),
-              others: tuple[tuple[str, PESimilarity], ...] = ()) -> SimilarityFigure:
-    """The similarity grid with one patch's map and each prefix token's PE against the patches below."""
+              others: tuple[tuple[str, PESimilarity], ...] = (), rotation: np.ndarray | None = None
+              ) -> SimilarityFigure:
+    """The similarity grid with one patch's map and each prefix token's PE against the patches below; beside it
+    the other mosaics and, for a scheme with RoPE too (EVA-02), `rotation` (`rotary_similarity`, also -1..1)."""
     if sim.patches is None:
         raise ValueError(sim.note)
     maps = [patch_map(sim, patch)]
     maps += [(f"[{name.upper()}] PE vs patches", values) for name, values in sim.prefix.items()]
     drawn_others = tuple((name, other.patches) for name, other in others if other.patches is not None)
-    return SimilarityFigure(title, sim.patches, tuple(maps), drawn_others)
+    drawn_others += ((ROTATION_TITLE, rotation),) if rotation is not None else ()
+    return SimilarityFigure(title, sim.patches, tuple(maps), drawn_others, note=ZERO_NOTE if zero_table(sim) else "")
+
+
+def zero_table(sim: PESimilarity) -> bool:
+    """Every patch's PE is zero (an untrained table): its cosines are all zero, a blank grid."""
+    return sim.patches is not None and not np.any(sim.patches)
 
 
 # ---------------------------------------------------------------------------- schemes that act inside attention
@@ -110,7 +121,8 @@ def attention_scheme_figure(model: VisionTransformer, grid: tuple[int, int], blo
         bias = relative_bias(model, grid, block)
         return SimilarityFigure(f"Relative position bias of block {block}, mean over heads ({grid[0]}×{grid[1]} "
                                 "patches): tile (i, j) is what patch (i, j) adds to its attention to each patch",
-                                bias, levels=None, colorbar_label="attention logit bias")
+                                bias, levels=None, colorbar_label="attention logit bias",
+                                note="" if np.any(bias) else ZERO_NOTE)  # BEiT initialises its tables to zero
     if model.rope_angles(grid) is not None:
         return SimilarityFigure(f"{scheme.label}: how alike the rotations of two patches are ({grid[0]}×{grid[1]})",
                                 rotary_similarity(model, grid), colorbar_label="mean cos of angle differences")

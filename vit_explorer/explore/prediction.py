@@ -27,6 +27,8 @@ def prediction_figure(result: ForwardResult, k: int, title: str = "") -> BarsFig
     heads = result.head_probs if len(result.head_probs) > 1 else {}
     markers = {HEAD_TITLES.get(name, name): p[order] for name, p in heads.items()}
     title = title or ("average of both heads (bars)" if heads else "prediction")
+    named = result.inputs.loaded.details.get("labels")  # names the checkpoint did not give: say whose they are
+    title += f" · labels: {named}" if named else ""
     labels = tuple(short_label(result.inputs.loaded.label(int(i))) for i in order)
     return BarsFigure(title, labels, result.probs[order].astype(np.float64), xlabel="probability", highlight=0,
                       markers=markers, value_range=(0.0, 1.0))

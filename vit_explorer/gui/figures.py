@@ -137,11 +137,11 @@ def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str |
 
 
 def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "",
-              integer_x: bool = False) -> pg.PlotItem:
+              integer_x: bool = False, note: str = "") -> pg.PlotItem:
     axes = {"bottom": IntegerAxis("bottom")} if integer_x else None
     plot = layout.addPlot(title=None, axisItems=axes)
-    if title:
-        set_title(plot, title)
+    if title:  # a note goes on a line of its own under the title, in italics
+        set_title(plot, title, f"{wrap_title(title)}<br><i>{wrap_title(note)}</i>" if note else None)
     for side, text in (("bottom", xlabel), ("left", ylabel)):
         axis = plot.getAxis(side)
         axis.setTickFont(_tick_font())
@@ -152,8 +152,9 @@ def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: s
     return plot
 
 
-def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "") -> pg.PlotItem:
-    plot = _new_plot(layout, title, xlabel, ylabel)
+def _image_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "", note: str = ""
+                ) -> pg.PlotItem:
+    plot = _new_plot(layout, title, xlabel, ylabel, note=note)
     plot.invertY(True)  # row 0 at the top, as images are read
     plot.setAspectLocked(True)
     plot.setMouseEnabled(x=False, y=False)
@@ -335,17 +336,17 @@ def similarity_mosaic(sim: np.ndarray) -> np.ndarray:
 
 def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: str,
                          cmap: str = SIMILARITY_CMAP, levels: tuple[float, float] | None = (-1.0, 1.0),
-                         colorbar_label: str = "cosine similarity", colorbar: bool = True
+                         colorbar_label: str = "cosine similarity", colorbar: bool = True, note: str = ""
                          ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """The ViT paper's position-embedding figure: tile (row i, col j) shows the similarity of patch
-    (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw)."""
+    (i, j)'s embedding to every patch. sim: (gh, gw, gh, gw). note: a line under the title."""
     sim = np.asarray(sim, dtype=np.float32)
     if sim.ndim != 4 or sim.shape[:2] != sim.shape[2:]:
         raise ValueError(f"draw_similarity_grid needs (gh, gw, gh, gw), got shape {sim.shape}")
     gh, gw = sim.shape[:2]
     separator = mosaic_separator((gh, gw))
     mosaic = similarity_mosaic(sim)
-    plot = _image_plot(layout, title, "input patch column", "input patch row")
+    plot = _image_plot(layout, title, "input patch column", "input patch row", note=note)
     colormap = _colormap(cmap)
     lv = finite_levels(mosaic, levels)
     image = pg.ImageItem(mosaic, levels=lv)
@@ -361,10 +362,10 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     return plot, image
 
 
-def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7
+def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7, note: str = ""
                    ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """K small RGB images (K, h, w, 3) in a mosaic; each tile is min-max scaled on its own, as in
-    the ViT paper's figure of patch-embedding components."""
+    the ViT paper's figure of patch-embedding components. note: a line under the title."""
     tiles = np.asarray(tiles, dtype=np.float32)
     if tiles.ndim != 4 or tiles.shape[3] != 3:
         raise ValueError(f"draw_rgb_tiles needs (K, h, w, 3), got shape {tiles.shape}")
@@ -381,7 +382,7 @@ def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, 
         y, x = r * (th + sep), c * (tw + sep)
         mosaic[y:y + th, x:x + tw, :3] = np.round(scaled[i] * 255).astype(np.uint8)
         mosaic[y:y + th, x:x + tw, 3] = 255
-    plot = _image_plot(layout, title)
+    plot = _image_plot(layout, title, note=note)
     plot.hideAxis("bottom")
     plot.hideAxis("left")
     image = pg.ImageItem(mosaic, levels=(0, 255))
@@ -429,18 +430,25 @@ class BarsPlot:
             one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _text_scale
             key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
             set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{key}", label_size())
+        # a fixed axis ends where its range does (probabilities at 100 %): the values go on a right-hand axis,
+        # beside their bars' rows, never past the axis nor over a bar
+        self.value_axis = figure.value_range is not None and figure.horizontal
         anchor = (0, 0.5) if figure.horizontal else (0.5, 1)
-        self.texts = [pg.TextItem("", color=pg.getConfigOption("foreground"), anchor=anchor) for _ in range(n)]
+        self.texts = [] if self.value_axis else [pg.TextItem("", color=pg.getConfigOption("foreground"),
+                                                               anchor=anchor) for _ in range(n)]
         for text in self.texts:
             text.setFont(_tick_font())
             self.plot.addItem(text)
+        if self.value_axis:
+            assert figure.value_range is not None
+            self._fix_value_axis(figure.value_range, figure.value_format)
         self._set_values(figure)
         self.plot.setMouseEnabled(x=False, y=False)
 
     def matches(self, figure: BarsFigure) -> bool:
         old = self.figure
-        return (len(figure.values), figure.title, tuple(figure.markers), figure.horizontal) == (
-            len(old.values), old.title, tuple(old.markers), old.horizontal)
+        return (len(figure.values), figure.title, tuple(figure.markers), figure.horizontal, figure.value_range) == (
+            len(old.values), old.title, tuple(old.markers), old.horizontal, old.value_range)
 
     def update(self, figure: BarsFigure) -> None:
         """New values (and labels, only if they changed: new ticks re-lay out the axis, which takes time)."""
@@ -453,6 +461,22 @@ class BarsPlot:
         axis = self.plot.getAxis("left" if self.figure.horizontal else "bottom")
         axis.setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
 
+    def _fix_value_axis(self, value_range: tuple[float, float], value_format: str) -> None:
+        """The value axis exactly over `value_range`, five ticks in the values' own format (percentages for
+        probabilities); the right-hand axis, which carries the values, as wide as the widest of them."""
+        low, high = value_range
+        percent = "%" in value_format
+        ticks = [(float(t), f"{t:.0%}" if percent else f"{t:g}") for t in np.linspace(low, high, 5)]
+        bottom = self.plot.getAxis("bottom")
+        bottom.setTicks([ticks, []])
+        bottom.setStyle(hideOverlappingLabels=False)  # "0%" and "100%" stand half outside the axis: show them
+        self.plot.showAxis("right")
+        right = self.plot.getAxis("right")
+        right.setTickFont(_tick_font())
+        right.setStyle(tickLength=0)
+        widest = max((value_format.format(v) for v in (low, high, -abs(high))), key=len)
+        right.setWidth(QtGui.QFontMetrics(_tick_font()).horizontalAdvance(widest + "0") + 8)
+
     def _set_values(self, figure: BarsFigure) -> None:
         values = np.asarray(figure.values, dtype=np.float64)
         n = len(values)
@@ -462,12 +486,17 @@ class BarsPlot:
             marks = np.asarray(marks, dtype=np.float64)
             scatter.setData(x=marks, y=np.arange(n, dtype=np.float64))
             ends = np.maximum(ends, marks)
-        for i, (text, v, end) in enumerate(zip(self.texts, values, ends, strict=True)):
-            text.setText(figure.value_format.format(v))
-            text.setPos(*((end, i) if figure.horizontal else (i, v)))
-        if figure.value_range is not None:  # a fixed axis, with room after it for the value texts
+        if self.value_axis:
+            self.plot.getAxis("right").setTicks([[(i, figure.value_format.format(v)) for i, v in enumerate(values)],
+                                                 []])
+        else:
+            for i, (text, v, end) in enumerate(zip(self.texts, values, ends, strict=True)):
+                text.setText(figure.value_format.format(v))
+                text.setPos(*((end, i) if figure.horizontal else (i, v)))
+        if figure.value_range is not None:
             low, high = figure.value_range
-            span = high + 0.22 * (high - low)
+            # a little beyond the end, so its tick label ("100%") has room; vertical: room above for the texts
+            span = high + (0.04 if self.value_axis else 0.22) * (high - low)
         else:
             top = float(np.nanmax(np.abs(ends))) if n else 1.0
             span = top * 1.35 if top > 0 else 1.0
@@ -478,16 +507,30 @@ class BarsPlot:
             self.plot.setRange(yRange=(low, span), xRange=(-0.6, n - 0.4), padding=0)
 
 
+def _legend(columns: int = 1) -> pg.LegendItem:
+    """A legend for a layout cell of its own, outside every data area: no box, text in the foreground colour
+    (palette.follow_palette recolours it with the theme), only as tall as its rows."""
+    legend = pg.LegendItem(labelTextSize=label_size(), labelTextColor=pg.getConfigOption("foreground"),
+                           colCount=columns)
+    legend.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
+    return legend
+
+
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
-               title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None
-               ) -> pg.PlotItem:
-    """One line per named series over the same x, with a legend. integer_x: ticks on whole numbers
-    only (x counts layers or steps); None decides from x (say True for curves that start empty)."""
+               title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None,
+               x_ticks: Sequence[tuple[float, str]] = ()) -> pg.PlotItem:
+    """One line per named series over the same x, with a legend in a row below the plot (curves added later
+    with a name join it: it is the plot's `legend`). integer_x: ticks on whole numbers only (x counts layers
+    or steps); None decides from x (say True for curves that start empty). x_ticks: fixed (value, label) ticks."""
     xs = np.asarray(x, dtype=np.float64)
-    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs) if integer_x is None else integer_x)
-    legend = plot.addLegend(offset=(10, 10), labelTextSize=label_size())
-    legend.setBrush(pg.mkBrush(255, 255, 255, 170))
-    legend.setLabelTextColor("k")
+    cell = layout.addLayout()  # the plot, and under it its legend: a legend over the data area hides curves
+    plot = _new_plot(cell, title, xlabel, ylabel, integer_x=_is_integer(xs) if integer_x is None else integer_x)
+    if x_ticks:
+        plot.getAxis("bottom").setTicks([[(float(v), label) for v, label in x_ticks], []])
+    cell.nextRow()
+    legend = plot.legend = _legend(columns=3)
+    cell.addItem(legend)
+    cell.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignHCenter)
     for i, (name, y) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         plot.plot(xs, np.asarray(y, dtype=np.float64), pen=pg.mkPen(colour, width=2.5), name=name,
@@ -499,18 +542,19 @@ def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[st
 
 def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[float], *,
                  groups: Sequence[str] | None = None, title: str, xlabel: str, ylabel: str,
-                 jitter: float = 0.0) -> pg.PlotItem:
+                 jitter: float = 0.0, reference: tuple[float, str] | None = None, y_from_zero: bool = False
+                 ) -> pg.PlotItem:
     """Points coloured by group, with a legend beside the plot, e.g. mean attention distance: one
     point per head (group = head) against depth (x = layer). jitter spreads the groups side by side
-    over that width of x so points at the same x stay visible. Whole-number x gets whole-number ticks."""
+    over that width of x so points at the same x stay visible. Whole-number x gets whole-number ticks.
+    reference: (y, name) of a dashed horizontal line, named in the legend; y_from_zero: the y axis starts at 0."""
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs))
     names = list(dict.fromkeys(groups)) if groups is not None else [""]
     group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
     legend = None
-    if len(names) > 1:
-        legend = pg.LegendItem(labelTextSize=label_size(), labelTextColor=pg.getConfigOption("foreground"),
-                               colCount=1 if len(names) <= 16 else 2)
+    if len(names) > 1 or reference is not None:
+        legend = _legend(1 if len(names) <= 16 else 2)
         layout.addItem(legend)
     for i, name in enumerate(names):
         keep = group_of == name
@@ -518,8 +562,21 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
         offset = (i - (len(names) - 1) / 2) * jitter / max(len(names), 1)
         item = plot.plot(xs[keep] + offset, ys[keep], pen=None, symbol=SYMBOLS[i // len(PALETTE) % len(SYMBOLS)],
                          symbolSize=9, symbolBrush=colour, symbolPen=pg.mkPen("k", width=0.5))
-        if legend is not None:
+        if legend is not None and len(names) > 1:
             legend.addItem(item, name)
+    if reference is not None and legend is not None:
+        value, name = reference
+        ends = [float(xs.min()) - 0.5, float(xs.max()) + 0.5] if xs.size else [0.0, 1.0]
+        line = plot.plot(ends, [value, value], pen=pg.mkPen(pg.getConfigOption("foreground"), width=1.5,
+                                                           style=QtCore.Qt.PenStyle.DashLine))
+        legend.addItem(line, name)
+    if y_from_zero:
+        finite = ys[np.isfinite(ys)]
+        tops = ([float(finite.max())] if finite.size else []) + ([reference[0]] if reference is not None else [])
+        top = max(tops, default=1.0)
+        top = top if top > 0 else 1.0
+        plot.setYRange(-0.001 * top, top * 1.08, padding=0)  # a hair below 0, where rounding would drop its tick
+        plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # the "0" at the corner stands half outside
     if legend is not None:  # a legend stretched to the plot's height spreads its rows and parts them from their symbols
         legend.setMaximumHeight(legend.layout.preferredHeight())
         layout.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignTop)
@@ -627,7 +684,7 @@ class SimilarityPlot:
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
                                                              levels=self.levels, colorbar_label=figure.colorbar_label,
-                                                             colorbar=colorbar and not figure.others)
+                                                             colorbar=colorbar and not figure.others, note=figure.note)
         for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
             draw_similarity_grid(top, other, title=name, levels=self.levels, colorbar_label=figure.colorbar_label,
                                  colorbar=i == len(figure.others) - 1)
@@ -698,14 +755,15 @@ def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
         return BarsPlot(layout, figure)
     if isinstance(figure, LinesFigure):
         return draw_lines(layout, figure.x, figure.series, title=figure.title, xlabel=figure.xlabel,
-                          ylabel=figure.ylabel)
+                          ylabel=figure.ylabel, x_ticks=figure.x_ticks)
     if isinstance(figure, ScatterFigure):
         return draw_scatter(layout, figure.x, figure.y, groups=figure.groups, title=figure.title,
-                            xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter)
+                            xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter,
+                            reference=figure.reference, y_from_zero=figure.y_from_zero)
     if isinstance(figure, ImagesFigure):
         return ImagesPlot(layout, figure)
     if isinstance(figure, TilesFigure):
-        return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns)
+        return draw_rgb_tiles(layout, figure.tiles, title=figure.title, columns=figure.columns, note=figure.note)
     raise TypeError(f"no composition draws {type(figure).__name__}")
 
 

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QWidget
 def follow_palette(root: QWidget, palette: QPalette) -> None:
     """Give every plot under `root`, and every plot drawn from now on, the palette's background (Base)
     and text colour (Text): backgrounds, axes with their labels and grids, titles, value labels, and
-    legends without a box of their own (boxed legends keep dark text on their light box)."""
+    legends without a box of their own (the figures draw none: legends stand outside the data)."""
     background = palette.color(QPalette.ColorRole.Base)
     foreground = palette.color(QPalette.ColorRole.Text)
     pg.setConfigOptions(background=background, foreground=foreground)
@@ -23,9 +23,9 @@ def follow_palette(root: QWidget, palette: QPalette) -> None:
                 item.setTextPen(foreground)
             elif isinstance(item, pg.LegendItem):
                 if item.brush().style() == Qt.BrushStyle.NoBrush:
-                    item.setLabelTextColor(foreground)
+                    item.setLabelTextColor(foreground)  # for entries added later
                     for _, label in item.items:
-                        label.setText(label.text)  # setLabelTextColor only records the colour
+                        label.setText(label.text, color=foreground)  # each label keeps a colour of its own
             elif isinstance(item, pg.LabelItem) and not isinstance(item.parentItem(), pg.LegendItem):
                 item.setText(item.text)  # titles have no colour of their own: re-rendered with the new foreground
             elif isinstance(item, pg.TextItem):

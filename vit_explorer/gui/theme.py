@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QStyleFactory
 
 from .settings import read_text
 
@@ -45,6 +45,9 @@ def choose(app: QApplication, name: str) -> None:
 
 def apply(app: QApplication, name: str) -> None:
     """Fusion style with a light or dark palette: the one named, or for "system" whichever the system asks for."""
-    app.setStyle("Fusion")
     dark = name == "dark" or (name == "system" and QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark)
-    app.setPalette(dark_palette() if dark else app.style().standardPalette())
+    style = QStyleFactory.create("Fusion")
+    app.setPalette(dark_palette() if dark else style.standardPalette())
+    # set after the palette: setting a style polishes every widget again, and widgets with a style sheet take
+    # their colours only when polished (set before it, they would keep the previous theme's)
+    app.setStyle(style)

@@ -25,6 +25,7 @@ from ...explore import attention
 from ...explore.attention import CLASS_ATTENTION, MODES
 from ...explore.figures import MapsFigure
 from ...explore.forward import ForwardResult
+from ...models import TokenLayout
 from .. import figures
 from ..session import MAX_DISCARD, AttentionSettings, Session
 from .base import Table, View
@@ -212,7 +213,7 @@ class AttentionView(View):
             return
         if mode == "mean attention distance":
             self.run_for_model(result.inputs.model_id, "attention-analysis", lambda: attention.mean_distance(result),
-                               self._draw_distance)
+                               lambda distance: self._draw_distance(distance, result.layout))
             return
         self.session.cancel("attention-analysis")
         if mode == CLASS_ATTENTION and not result.class_attentions:
@@ -238,10 +239,10 @@ class AttentionView(View):
         self.plots.ci.clear()
         self._drawn = figures.MapsPlot(self.plots.ci, figure)
 
-    def _draw_distance(self, distance: np.ndarray) -> None:
+    def _draw_distance(self, distance: np.ndarray, layout: TokenLayout) -> None:
         self._clear("")
         self.distance = distance  # (blocks, heads)
-        figures.draw(self.plots.ci, attention.distance_figure(distance))
+        figures.draw(self.plots.ci, attention.distance_figure(distance, layout))
 
     def table(self) -> Table | None:
         if self.distance is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QDoubleSpinBox, QWidget
 
@@ -56,8 +55,9 @@ class EmbeddingsView(View):
         self.facts = facts
         # the filters are the model's: only the curves and the numbers change
         if same_picture and (self._curves or not self.shows("tokens")):
+            x = facts.tokens_figure().x  # the drawn figure's x, so the curves stay on its ticks
             for curve, values in zip(self._curves, facts.tokens.values(), strict=True):
-                curve.setData(np.arange(len(values)), values)
+                curve.setData(x, values)
         else:
             self._draw(facts)
         self.facts_label.setText("\n".join(self._lines(facts)))

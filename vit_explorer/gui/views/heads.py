@@ -22,9 +22,13 @@ NO_CLASSIFIER = ("This model has no classifier (features only): head importance,
                  "probability, has no meaning for it.")
 
 
+SHOWN_DECIMALS = 3  # the cells write importance as +0.000
+
+
 def importance_colour(value: float, top: float) -> str:
     """White -> red as a head matters more (a removed head is drawn dark grey by the style sheet); white for
-    a value that is not a number (NaN weights)."""
+    a value that is not a number (NaN weights) and for one that reads as zero at the shown precision."""
+    value, top = round(value, SHOWN_DECIMALS), round(top, SHOWN_DECIMALS)  # colour what the cell says
     t = 0.0 if not top > 0 or not math.isfinite(value) else min(max(value / top, 0.0), 1.0)
     g = round(255 - 180 * t)
     return f"rgb(255, {g}, {g})"
@@ -226,7 +230,7 @@ class HeadsView(View):
                 on = bool(mask[i, h] >= 1)
                 button.setChecked(on)
                 value = None if self.importance is None else float(self.importance[i, h])
-                button.setText("off" if not on else "" if value is None else f"{value:+.3f}")
+                button.setText("off" if not on else "" if value is None else f"{value:+.{SHOWN_DECIMALS}f}")
                 colour = importance_colour(value or 0.0, top) if on else "rgb(70, 70, 70)"
                 text = "black" if on else "white"
                 button.setStyleSheet(f"QPushButton {{ background: {colour}; color: {text}; }}")

@@ -85,9 +85,9 @@ class PositionView(View):
 
     @staticmethod
     def _compute(model: VisionTransformer, grid: tuple[int, int]) -> tuple[PESimilarity, SimilarityFigure | None]:
-        """In a worker: the similarity, and for a scheme inside attention its own picture (RoPE's is N² big)."""
-        sim = position.similarity(model, grid)
-        return sim, position.attention_scheme_figure(model, grid) if sim.patches is None else None
+        """In a worker: the similarity, and for a scheme inside attention (also EVA-02's RoPE beside its table) its
+        own picture (RoPE's is N² big)."""
+        return position.similarity(model, grid), position.attention_scheme_figure(model, grid)
 
     def _computed(self, pictures: tuple[PESimilarity, SimilarityFigure | None]) -> None:
         self.sim, self.inside = pictures
@@ -157,7 +157,8 @@ class PositionView(View):
             others = ((self.other_name, self.other),)
         self.note.setText("; ".join(notes))
         self.patch = position.clamp_patch(sim, self.patch)
-        figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others)
+        rotation = self.inside.similarity if self.inside is not None else None  # EVA-02: its RoPE beside its table
+        figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others, rotation)
         self.figure = figure if self.shows("maps") else replace(figure, maps=())
         self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
 

@@ -456,12 +456,6 @@ class TrainingView(View):
         for metric in ("loss", "accuracy"):
             plot = self._plots[metric] = figures.draw_lines(self.plots.ci, [], {}, title=metric, xlabel="step",
                                                             ylabel=metric, markers=False, integer_x=True)
-            # one legend, top right of the loss plot (loss falls, so that corner stays clear); the accuracy plot
-            # uses the same colours and keeps its curves uncovered
-            if metric == "loss":
-                plot.legend.anchor((1, 0), (1, 0), offset=(-10, 10))
-            else:
-                plot.legend.setVisible(False)
             for i, run in enumerate(runs):
                 colour = figures.PALETTE[i % len(figures.PALETTE)]
                 self._curves[(run.name, metric, "train")] = plot.plot([], [], pen=pg.mkPen(colour, width=2.5),
