@@ -11,7 +11,7 @@ from ..checkpoints import LoadedModel
 from . import attention, position
 from .figures import BarsFigure, MapsFigure, SimilarityFigure
 from .forward import ForwardResult, Inputs, Needs, run_forward
-from .prediction import prediction_figure
+from .prediction import prediction_figure, short_label, top_classes
 
 
 @dataclass(frozen=True)
@@ -57,3 +57,21 @@ def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5, done: F
         notes.append(sim.note)
     prediction = prediction_figure(result, top_k, name) if cfg.num_classes else None
     return Side(name, result, prediction, rollout, similarity, "; ".join(notes))
+
+
+def joint_prediction(a: Side, b: Side, top_k: int = 3) -> BarsFigure | None:
+    """Both models' probabilities in one chart when they share their classes: the union of their top classes
+    (in `a`'s order), `a`'s as bars and `b`'s as markers on them; None when the classes differ (each side then
+    shows its own) or a side has no classifier."""
+    ra, rb = a.result, b.result
+    la, lb = ra.inputs.loaded, rb.inputs.loaded
+    if a.prediction is None or b.prediction is None or la.labels != lb.labels or ra.probs.shape != rb.probs.shape:
+        return None
+    order = list(top_classes(ra, top_k))
+    order += [int(i) for i in top_classes(rb, top_k) if int(i) not in order]
+    order.sort(key=lambda i: -float(ra.probs[i]))
+    labels = tuple(short_label(la.label(i)) for i in order)
+    return BarsFigure(f"{a.name} (bars) and {b.name} (markers)", labels, ra.probs[order].astype(np.float64),
+                      xlabel="probability", highlight=0, markers={b.name: rb.probs[order].astype(np.float64)},
+                      value_range=(0.0, 1.0))
+

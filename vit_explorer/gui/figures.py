@@ -462,13 +462,16 @@ class BarsPlot:
         axis.setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
 
     def _fix_value_axis(self, value_range: tuple[float, float], value_format: str) -> None:
-        """The value axis exactly over `value_range`, five ticks in the values' own format (percentages for
+        """The value axis exactly over `value_range`, ticks in the values' own format (percentages for
         probabilities); the right-hand axis, which carries the values, as wide as the widest of them."""
         low, high = value_range
         percent = "%" in value_format
-        ticks = [(float(t), f"{t:.0%}" if percent else f"{t:g}") for t in np.linspace(low, high, 5)]
+        # the ends and the middle labelled, the quarters marked: five labels collide in a narrow column
+        label = (lambda t: f"{t:.0%}") if percent else (lambda t: f"{t:g}")
+        major = [(float(t), label(t)) for t in np.linspace(low, high, 3)]
+        minor = [(float(t), "") for t in np.linspace(low, high, 5)[1::2]]
         bottom = self.plot.getAxis("bottom")
-        bottom.setTicks([ticks, []])
+        bottom.setTicks([major, minor])
         bottom.setStyle(hideOverlappingLabels=False)  # "0%" and "100%" stand half outside the axis: show them
         self.plot.showAxis("right")
         right = self.plot.getAxis("right")
@@ -544,18 +547,21 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
                  groups: Sequence[str] | None = None, title: str, xlabel: str, ylabel: str,
                  jitter: float = 0.0, reference: tuple[float, str] | None = None, y_from_zero: bool = False
                  ) -> pg.PlotItem:
-    """Points coloured by group, with a legend beside the plot, e.g. mean attention distance: one
+    """Points coloured by group, with a legend below the plot, e.g. mean attention distance: one
     point per head (group = head) against depth (x = layer). jitter spreads the groups side by side
     over that width of x so points at the same x stay visible. Whole-number x gets whole-number ticks.
     reference: (y, name) of a dashed horizontal line, named in the legend; y_from_zero: the y axis starts at 0."""
     xs, ys = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    plot = _new_plot(layout, title, xlabel, ylabel, integer_x=_is_integer(xs))
+    cell = layout.addLayout()  # the plot, and under it its legend, as draw_lines: beside it, a narrow view cut it
+    plot = _new_plot(cell, title, xlabel, ylabel, integer_x=_is_integer(xs))
     names = list(dict.fromkeys(groups)) if groups is not None else [""]
     group_of = np.asarray(groups) if groups is not None else np.array([""] * len(xs))
     legend = None
     if len(names) > 1 or reference is not None:
-        legend = _legend(1 if len(names) <= 16 else 2)
-        layout.addItem(legend)
+        cell.nextRow()
+        legend = _legend(columns=3 if len(names) <= 16 else 6)
+        cell.addItem(legend)
+        cell.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignHCenter)
     for i, name in enumerate(names):
         keep = group_of == name
         colour = PALETTE[i % len(PALETTE)]
@@ -577,9 +583,8 @@ def draw_scatter(layout: pg.GraphicsLayout, x: Sequence[float], y: Sequence[floa
         top = top if top > 0 else 1.0
         plot.setYRange(-0.001 * top, top * 1.08, padding=0)  # a hair below 0, where rounding would drop its tick
         plot.getAxis("left").setStyle(hideOverlappingLabels=False)  # the "0" at the corner stands half outside
-    if legend is not None:  # a legend stretched to the plot's height spreads its rows and parts them from their symbols
+    if legend is not None:  # only as tall as its rows: stretched, it parts its rows from their symbols
         legend.setMaximumHeight(legend.layout.preferredHeight())
-        layout.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignTop)
     plot.showGrid(x=True, y=True, alpha=0.25)
     return plot
 

@@ -38,6 +38,9 @@ from .session_widget import SessionWidget
 QUERY_RGBA = (255, 215, 0, 200)
 
 
+HOVER_HINT = "Hover a patch: row, col, token"  # short: one line in a narrow column
+
+
 def qimage_to_pil(qimage: QImage) -> Image.Image:
     """A QImage (e.g. from the clipboard) as a PIL RGB image."""
     qimage = qimage.convertToFormat(QImage.Format.Format_RGB888)
@@ -75,7 +78,10 @@ class PatchCanvas(pg.ImageItem):
 
 class ControlsArea(QScrollArea):
     """Asks for the height its contents need at its width (their height for that width), so the image above
-    gets the rest; scrolls only when there is not that much room."""
+    gets the rest; scrolls only when there is not that much room. `keep_whole`: never less than that height
+    (presenting: the few controls left must stay on screen)."""
+
+    keep_whole = False
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         widget = self.widget()
@@ -87,6 +93,11 @@ class ControlsArea(QScrollArea):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
+        widget = self.widget()
+        if self.keep_whole and widget is not None and widget.hasHeightForWidth():
+            need = widget.heightForWidth(event.size().width()) + 2 * self.frameWidth()
+            if need != self.minimumHeight():
+                self.setMinimumHeight(need)
         self.updateGeometry()  # a new width may need another height
 
 
@@ -110,7 +121,7 @@ class ImagePanel(SessionWidget):
         for path in sample_images():
             self.samples.addItem(path.stem, str(path))
         self.samples.activated.connect(self._sample_chosen)
-        blank = QPushButton("Blank")
+        blank = self.blank_button = QPushButton("Blank")
         blank.setToolTip("Start drawing on a black canvas.")
         blank.clicked.connect(self.clear_canvas)
         layout.addWidget(flow_row([open_button, self.samples, blank]))
@@ -130,7 +141,7 @@ class ImagePanel(SessionWidget):
             item.setAcceptHoverEvents(False)
         layout.addWidget(self.plot, 1)
 
-        self.hover_label = QLabel("Hover a patch to see its row, column and token index.")
+        self.hover_label = QLabel(HOVER_HINT)
         self.hover_label.setWordWrap(True)
         controls = QWidget()  # below the image; scrolls rather than squeezing it when the text is large
         layout_controls = QVBoxLayout(controls)
@@ -147,6 +158,8 @@ class ImagePanel(SessionWidget):
             button.setToolTip(tip)
             self.mode_group.addButton(button, i)
         self.mode_group.button(0).setChecked(True)
+        self.compact = False  # presentation mode (set_compact)
+        self.mode_group.idToggled.connect(lambda *_: self._drawing_tools())
         self.brush = QSpinBox()
         self.brush.setRange(1, 64)
         self.brush.setValue(3)
@@ -221,14 +234,26 @@ class ImagePanel(SessionWidget):
     def set_compact(self, compact: bool, hover: bool = False, min_image: int = 110) -> None:
         """Presentation mode: the image (at least `min_image` px), its first row and the Mask / Query / Draw
         choice; the hover readout only when `hover` (a lesson step asks the class to hover); Esc clears the mask."""
+        self.compact = compact
         self.hover_label.setVisible(not compact or hover)
         self.open_button.setVisible(not compact)  # File > Open image (Ctrl+O) is still there
         for row in (self.mask_row, self.size_row):
             row.setVisible(not compact)
+        self._drawing_tools()
+        # compact, the few controls left are never scrolled away: the prediction below gives up the room
+        self.controls_area.keep_whole = compact
+        if not compact:
+            self.controls_area.setMinimumHeight(0)
         side = min_image if compact else 110
         self.plot.setMinimumSize(side, side)
         margin = 1 if compact else 9  # pyqtgraph's default margin: presenting, the pixels go to the image
         self.plot.ci.layout.setContentsMargins(margin, margin, margin, margin)
+
+    def _drawing_tools(self) -> None:
+        """Compact, the blank canvas and the brush only while drawing: the image keeps the room otherwise."""
+        shown = not self.compact or self.mode_group.checkedId() == INPUT_MODES.index("draw")
+        self.blank_button.setVisible(shown)
+        self.brush.setVisible(shown)
 
     def set_input_mode(self, mode: str) -> None:
         """"mask", "query" or "draw": what a click on the image does."""
@@ -310,7 +335,7 @@ class ImagePanel(SessionWidget):
         layout = self.session.result.layout
         row, col = patch
         state = " · masked" if self.session.mask[row, col] else ""
-        self.hover_label.setText(f"row {row}, column {col}, token {layout.token_index(row, col)}{state}")
+        self.hover_label.setText(f"row {row}, col {col}, token {layout.token_index(row, col)}{state}")
 
     def press(self, pos: QPointF, start: bool) -> None:
         mode = self.mode_group.checkedId()

@@ -9,7 +9,7 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...explore import lessons
-from ...explore.compare import Side, side
+from ...explore.compare import Side, joint_prediction, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
 from .. import figures
@@ -90,21 +90,27 @@ class CompareView(View):
         self.sides = sides
         self.plots.ci.clear()
         self.note.setText("; ".join(f"{s.name}: {s.note}" for s in sides if s.note))
-        columns = [self.plots.ci.addLayout(row=0, col=i) for i in range(2)]
+        # both predictions in one chart across the view when the models share their classes
+        joint = joint_prediction(*sides, TOP_K) if self.shows("prediction") else None
+        if joint is not None:
+            figures.BarsPlot(self.plots.ci.addLayout(row=0, col=0, colspan=2), joint)
+        columns = []
+        if [name for name in self.panels if name != "prediction"] or joint is None:
+            columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(2)]
         for i in range(2):  # two equal columns
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
         self._drawn_chars = self._title_chars()
         with figures.title_width(self._drawn_chars):
-            for column, one in zip(columns, sides, strict=True):
+            for column, one in zip(columns, sides if columns else (), strict=True):
                 last = one is sides[-1]
                 same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
                     sides[0].similarity.levels == sides[1].similarity.levels is not None)
                 bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
-                parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") else None),
+                parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") and joint is None else None),
                          (figures.MapsPlot, one.rollout if self.shows("rollout") else None),
                          (lambda layout, figure, bar=bar: figures.SimilarityPlot(layout, figure, bar),
                           one.similarity if self.shows("position") else None)]
-                if not self.shows("prediction"):  # its title names the model: without it, a heading does
+                if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
                     figures.add_title(column, one.name)
                     column.nextRow()
                 for i, (draw, figure) in enumerate((d, f) for d, f in parts if f is not None):

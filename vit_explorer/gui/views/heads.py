@@ -95,7 +95,9 @@ class HeadsView(View):
         self.session.cancel("head-importance")
         self._finished("")
         while self.grid.count():
-            self.grid.takeAt(0).widget().deleteLater()
+            old = self.grid.takeAt(0).widget()
+            old.hide()  # gone from the screen now: it is deleted when the event loop next gets to it
+            old.deleteLater()
         for row in range(self.grid.rowCount()):
             self.grid.setRowStretch(row, 0)
         self.buttons = []

@@ -22,6 +22,9 @@ MIN_HEIGHT = 120  # the chart's least height (more with more bars)
 CHANGE_LINES = 2  # the masks' effect in words: two lines kept, more as the column allows
 
 
+PRESENTED_ROWS = 3  # classes the prediction lists beside a presented view, at the text size a room reads
+
+
 class PredictionView(View):
     title = "Prediction"
 
@@ -39,6 +42,7 @@ class PredictionView(View):
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None
+        self.narrow = False  # presenting, in the column beside the big view (set_narrow)
         self.change = Note()  # how the masks and heads changed the prediction
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
@@ -47,6 +51,17 @@ class PredictionView(View):
 
     def picture(self) -> QWidget:
         return self.plots
+
+    @property
+    def shown_k(self) -> int:
+        """Rows drawn: the top-k box's, at most PRESENTED_ROWS beside a presented view (the column is short; alone,
+        the prediction shows them all)."""
+        return min(self.top_k.value(), PRESENTED_ROWS) if self.narrow else self.top_k.value()
+
+    def set_narrow(self, narrow: bool) -> None:
+        if narrow != self.narrow:
+            self.narrow = narrow
+            self.restyle()
 
     def restyle(self) -> None:
         self.plots.ci.clear()
@@ -61,12 +76,12 @@ class PredictionView(View):
             self.change.setText("No prediction yet.")
             return
         if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
-            self.figure = embedding_figure(result.features, self.top_k.value())
+            self.figure = embedding_figure(result.features, self.shown_k)
             self._draw(self.figure)
             self.change.setText("This model has no classifier (features only): its pooled embedding is shown. "
                                 "The Features view finds the nearest images and shows its patch features.")
             return
-        figure = self.figure = prediction_figure(result, self.top_k.value())
+        figure = self.figure = prediction_figure(result, self.shown_k)
         if self._drawn is not None and self._drawn.matches(figure):
             self._drawn.update(figure)  # same structure: new numbers (and labels only if the classes changed)
         else:
