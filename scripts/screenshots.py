@@ -121,6 +121,8 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
     if runner.lesson is None:
         print(window.banner.text(), file=sys.stderr)
         return 1
+    from vit_explorer.gui.measure import step_measure
+
     done: list[int] = []
     measured: list[dict] = []
     runner.applied.connect(done.append)
@@ -133,22 +135,11 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
             time.sleep(0.02)
         settle(app, window, 2.0)
         shoot(window, out / f"lesson_{index + 1:02d}.png")
-        measured.append(measure_step(window, runner.lesson.steps[index].view, index))
+        measured.append({"step": index + 1, **step_measure(window, runner.lesson.steps[index].view)})
         print(json.dumps(measured[-1]))
     (out / "lesson_areas.json").write_text(json.dumps(measured, indent=1))
     window.close()
     return 0
-
-
-def measure_step(window, view_title: str | None, index: int) -> dict:
-    """The short sides (px) of the data areas of the step's view and the input image, as a person sees them."""
-    from vit_explorer.gui.measure import data_areas
-
-    view = window.views.get(view_title) if view_title else window.current_view()
-    areas = sorted((a.short_side for a in data_areas(view, window)), reverse=True) if view is not None else []
-    image = [a.short_side for a in data_areas(window.image_panel.plot, window)]
-    return {"step": index + 1, "view": view_title, "areas": areas, "image": max(image, default=0),
-            "screen_height": window.height()}
 
 
 def shoot(window, path: Path) -> None:

@@ -113,6 +113,8 @@ class LessonPanel(QWidget):
         """Exactly as tall as the wrapped caption at the panel's width: the dock along the bottom does not ask its
         labels' height-for-width, and cut the caption's lines in half."""
         layout = self.layout()
+        if layout is not None:
+            layout.invalidate()  # a new title or caption: the cached height for this width is stale
         need = layout.heightForWidth(self.width()) if layout is not None and layout.hasHeightForWidth() else -1
         if need > 0 and need != self.minimumHeight():
             self.setFixedHeight(need)  # and no taller: the figures above need every line the caption does not

@@ -321,8 +321,8 @@ class MainWindow(QMainWindow):
         # the image panel's controls need their height; the prediction chart is readable smaller. Presenting, the
         # panel asks exactly for the image and the Mask / Query / Draw row, the prediction takes the rest
         if self.presentation.presenting:
-            need = self.image_panel.sizeHint().height()
-            self.resizeDocks([image, prediction], [need, max(self.height() - need, 1)], Qt.Orientation.Vertical)
+            # the image dock alone: the prediction below takes what is left (sizes for both can overshoot)
+            self.resizeDocks([image], [self.image_panel.sizeHint().height()], Qt.Orientation.Vertical)
         else:
             self.resizeDocks([image, prediction], [56, 44], Qt.Orientation.Vertical)
 

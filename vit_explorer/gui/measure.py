@@ -63,3 +63,26 @@ def _in_colorbar(box: pg.ViewBox) -> bool:
             return True
         parent = parent.parentItem()
     return False
+
+
+# the projector targets (issue 15), as shares of the screen's height: the largest data area of the view a step
+# is about, the least any of its data areas may have (px, short side), and the input image
+LARGEST_SHARE, SMALLEST_PX, IMAGE_SHARE = 0.35, 120, 0.25
+
+
+def step_measure(window: QWidget, view_title: str | None) -> dict[str, object]:
+    """The short sides (px) of the data areas of a lesson step's view and of the input image, as a person sees
+    them, with what falls short of the targets ([] when none does)."""
+    view = window.views.get(view_title) if view_title else window.current_view()  # type: ignore[attr-defined]
+    areas = sorted((a.short_side for a in data_areas(view, window)), reverse=True) if view is not None else []
+    image = max((a.short_side for a in data_areas(window.image_panel.plot, window)), default=0)  # type: ignore
+    height = window.height()
+    short = []
+    if areas and areas[0] < LARGEST_SHARE * height:
+        short.append(f"largest data area {areas[0]} px < {LARGEST_SHARE:.0%} of {height}")
+    if areas and areas[-1] < SMALLEST_PX:
+        short.append(f"a data area of {areas[-1]} px < {SMALLEST_PX}")
+    if image < IMAGE_SHARE * height:
+        short.append(f"input image {image} px < {IMAGE_SHARE:.0%} of {height}")
+    return {"view": view_title, "areas": areas, "image": image, "screen_height": height, "short": short}
+
