@@ -317,7 +317,8 @@ class TrainingView(View):
             run = self.runs[-1]
         else:  # a first run starts afresh; a comparison run replaces any but the first
             del self.runs[0 if name == "run 1" else 1:]
-            chosen = self.model_choice.currentData() if config is None else ""
+            # the preset it comes from: the chosen one, or (a comparison run) the first run's, changed
+            chosen = self.model_choice.currentData() if config is None else self.runs[0].preset if self.runs else ""
             run = Run(name, cfg, out, preset=chosen, dataset=dataset, images=size, recipe=recipe)
             self.runs.append(run)
         run.finished, run.first_step = None, None
