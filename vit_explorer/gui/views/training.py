@@ -36,7 +36,7 @@ from ...checkpoints.native import CONFIG_NAME
 from ...models import PRESETS, ViTConfig, preset
 from ...models.position import SCHEMES
 from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
-from ...training.expect import estimate, pace
+from ...training.expect import DEMO, estimate, pace
 from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
@@ -145,8 +145,9 @@ class TrainingView(View):
         self.model_choice.setCurrentIndex(self.model_choice.findData(DEFAULT_PRESET))
         self.model_choice.setToolTip("What to train: a small preset or the model described in the Model builder.")
         form.addRow("Model", self.model_choice)
-        why = QLabel("The convolutional stem (Xiao et al. 2021) learns fastest: the default for a live demo. "
-                     "'classroom' has ViT's own patchify stem.")
+        why = QLabel(f"The convolutional stem (Xiao et al. 2021) learns fastest, so it is the default for a live demo: "
+                     f"{DEMO.accuracy:.0%} after {DEFAULT_BUDGET_S} s on a 2-core laptop. 'classroom' has ViT's own "
+                     "patchify stem.")
         why.setWordWrap(True)
         form.addRow(why)
         self.steps = QSpinBox()
