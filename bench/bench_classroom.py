@@ -12,7 +12,8 @@ steps the busier it is, so recipes are compared at the steps an idle machine mak
 
 --app trains as the app's Training view does (a Step event every 5 steps, a PE snapshot every 10) on the
 data it draws (seed 0 whatever the run's seed). The time is training time as the trainer counts it
-(data drawing, validation and snapshots excluded); the target is >= 90 % for every run.
+(data drawing, validation and snapshots excluded); the target is >= 90 % for every run with the patchify
+stem and >= 95 % with the conv stem.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from vit_explorer.training import events as ev
 from vit_explorer.training.command import add_arguments, build
 from vit_explorer.training.trainer import train
 
-TARGET = 0.90
+TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an idle 2-core CPU
 
 
 def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str]) -> dict[str, Any]:
@@ -87,16 +88,17 @@ def main() -> None:
     summary = {stem: {"min": min(r["val_accuracy"] for r in rows if r["stem"] == stem),
                       "mean": round(statistics.mean(r["val_accuracy"] for r in rows if r["stem"] == stem), 4)}
                for stem in args.stems}
-    met = all(s["min"] >= TARGET for s in summary.values())
+    met = all(s["min"] >= TARGETS.get(stem, 0.90) for stem, s in summary.items())
     if args.json:
         print(json.dumps({"budget_s": None if args.steps else args.budget, "steps": args.steps,
                           "form": "app" if args.app else "train",
                           "threads": torch.get_num_threads(), "flags": args.extra, "runs": rows,
-                          "summary": summary, "target": TARGET, "met": met}, indent=2))
+                          "summary": summary, "targets": TARGETS, "met": met}, indent=2))
         return
     for stem, s in summary.items():
         print(f"{stem:<9} min {s['min']:.2%}  mean {s['mean']:.2%}")
-    print(f"target >= {TARGET:.0%} for every run within {within} on {torch.get_num_threads()} thread(s): "
+    wanted = ", ".join(f"{stem} >= {TARGETS.get(stem, 0.90):.0%}" for stem in args.stems)
+    print(f"target {wanted} for every run within {within} on {torch.get_num_threads()} thread(s): "
           f"{'met' if met else 'MISSED'}")
 
 
