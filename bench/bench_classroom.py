@@ -3,12 +3,17 @@ training on this CPU (torch's threads, or --threads N), for the patchify and the
 seeds 0-2, from the defaults of `vit-explorer train` (the same flags parsed by the same code; only --stem
 and --seed are given, with any extra flags after --).
 
-    python bench/bench_classroom.py [--stems patchify conv] [--seeds 0 1 2] [--budget 120] [--threads N]
-        [--app] [--json] [-- EXTRA TRAIN FLAGS]
+    python bench/bench_classroom.py [--stems patchify conv] [--seeds 0 1 2] [--budget 120 | --steps N]
+        [--threads N] [--app] [--json] [-- EXTRA TRAIN FLAGS]
+
+--steps N trains N steps instead of a time budget: on a machine shared with other work, a budget buys fewer
+steps the busier it is, so recipes are compared at the steps an idle machine makes in the budget (about
+2,100 in 120 s here, bench/README.md).
 
 --app trains as the app's Training view does (a Step event every 5 steps, a PE snapshot every 10) on the
 data it draws (seed 0 whatever the run's seed). The time is training time as the trainer counts it
-(data drawing, validation and snapshots excluded); the target is >= 90 % for every run.
+(data drawing, validation and snapshots excluded); the target is >= 90 % for every run with the patchify
+stem and >= 95 % with the conv stem.
 """
 
 from __future__ import annotations
@@ -26,14 +31,13 @@ from vit_explorer.training import events as ev
 from vit_explorer.training.command import add_arguments, build
 from vit_explorer.training.trainer import train
 
-TARGET = 0.90
+TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an idle 2-core CPU
 
 
-def one_run(stem: str, seed: int, budget: float, app: bool, extra: list[str]) -> dict[str, Any]:
+def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--stem", stem, "--seed", str(seed), "--time-budget", str(budget),
-                              "--no-state", "--out", "unused", *extra])
+    args = parser.parse_args(["--stem", stem, "--seed", str(seed), *length, "--no-state", "--out", "unused", *extra])
     config, data, recipe = build(args)
     if app:  # the Training view's recipe: its own event cadence, the default data (seed 0)
         from vit_explorer.data.datasets import load_data
@@ -41,22 +45,27 @@ def one_run(stem: str, seed: int, budget: float, app: bool, extra: list[str]) ->
         recipe = replace(recipe, log_every=5, snapshot_every=10)
         data = load_data("shapes", image_size=config.image_size, train_size=20_000, val_size=2_000)
     start = time.perf_counter()
-    finished = None
+    finished, train_accuracy = None, None
     for event in train(config, data, recipe, None, device="cpu"):
-        if isinstance(event, ev.Finished):
+        if isinstance(event, ev.Step):
+            train_accuracy = event.accuracy
+        elif isinstance(event, ev.Finished):
             finished = event
         elif isinstance(event, ev.Error):
             raise RuntimeError(event.message)
     assert finished is not None and finished.val_accuracy is not None
     return {"stem": stem, "seed": seed, "steps": finished.step, "train_s": round(finished.elapsed_s, 1),
-            "wall_s": round(time.perf_counter() - start, 1), "val_accuracy": round(finished.val_accuracy, 4)}
+            "wall_s": round(time.perf_counter() - start, 1), "val_accuracy": round(finished.val_accuracy, 4),
+            "train_accuracy": None if train_accuracy is None else round(train_accuracy, 4)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stems", nargs="+", default=["patchify", "conv"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--budget", type=float, default=120.0, help="seconds of training per run")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--budget", type=float, default=120.0, help="seconds of training per run")
+    length.add_argument("--steps", type=int, help="optimizer steps per run instead of a time budget")
     parser.add_argument("--app", action="store_true", help="train as the app's Training view does")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads (default 0: torch's own choice, as `vit-explorer train` runs)")
@@ -65,26 +74,31 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    length = ["--steps", str(args.steps)] if args.steps else ["--time-budget", str(args.budget)]
+    within = f"{args.steps} steps" if args.steps else f"{args.budget:g} s"
     rows = []
     for stem in args.stems:
         for seed in args.seeds:
-            rows.append(one_run(stem, seed, args.budget, args.app, args.extra))
+            rows.append(one_run(stem, seed, length, args.app, args.extra))
             if not args.json:
                 r = rows[-1]
                 print(f"{r['stem']:<9} seed {r['seed']}  {r['steps']:>5} steps  {r['train_s']:>6.1f} s training  "
-                      f"validation accuracy {r['val_accuracy']:.2%}", flush=True)
+                      f"validation accuracy {r['val_accuracy']:.2%} (last training window {r['train_accuracy']:.2%})",
+                      flush=True)
     summary = {stem: {"min": min(r["val_accuracy"] for r in rows if r["stem"] == stem),
                       "mean": round(statistics.mean(r["val_accuracy"] for r in rows if r["stem"] == stem), 4)}
                for stem in args.stems}
-    met = all(s["min"] >= TARGET for s in summary.values())
+    met = all(s["min"] >= TARGETS.get(stem, 0.90) for stem, s in summary.items())
     if args.json:
-        print(json.dumps({"budget_s": args.budget, "form": "app" if args.app else "train",
+        print(json.dumps({"budget_s": None if args.steps else args.budget, "steps": args.steps,
+                          "form": "app" if args.app else "train",
                           "threads": torch.get_num_threads(), "flags": args.extra, "runs": rows,
-                          "summary": summary, "target": TARGET, "met": met}, indent=2))
+                          "summary": summary, "targets": TARGETS, "met": met}, indent=2))
         return
     for stem, s in summary.items():
         print(f"{stem:<9} min {s['min']:.2%}  mean {s['mean']:.2%}")
-    print(f"target >= {TARGET:.0%} for every run within {args.budget:g} s on {torch.get_num_threads()} thread(s): "
+    wanted = ", ".join(f"{stem} >= {TARGETS.get(stem, 0.90):.0%}" for stem in args.stems)
+    print(f"target {wanted} for every run within {within} on {torch.get_num_threads()} thread(s): "
           f"{'met' if met else 'MISSED'}")
 
 

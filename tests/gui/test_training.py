@@ -35,7 +35,7 @@ def test_short_run_comparison_and_open(qtbot, window, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "vit_explorer.json").exists() and run.saved == tmp_path / "run"
     assert view.snapshot is not None and view.snapshot.similarity.shape == (8, 8, 8, 8)
     view.redraw()
-    assert len(view.plots.ci.items) == 3  # loss, accuracy, PE similarity
+    assert set(view._plots) == {"loss", "accuracy"} and view._pe is not None  # and the PE similarity
 
     view.change.setCurrentIndex(0)  # no position embedding
     assert view.start_comparison()

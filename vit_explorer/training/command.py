@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "given: 120)")
     parser.add_argument("--batch-size", type=int, help="global batch size (default 32)")
     parser.add_argument("--lr", type=float, help="peak learning rate (default 1.5e-3)")
-    parser.add_argument("--warmup", type=float, help="warm-up fraction of the run (default 0.06)")
+    parser.add_argument("--warmup", type=float, help="warm-up fraction of the run (default 0.2)")
     parser.add_argument("--weight-decay", type=float)
     parser.add_argument("--label-smoothing", type=float)
     parser.add_argument("--grad-clip", type=float, help="max gradient norm, 0 = off (default 1)")

@@ -1,5 +1,6 @@
 """Training: dataset, model and hyper-parameters; start, pause, stop, resume; live curves and PE
-similarity; a second run with one change plotted against the first."""
+similarity; a second run with one change plotted against the first; how long the run takes and what
+accuracy measured runs reached."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QStandardPaths, QTimer
-from PySide6.QtGui import QFontMetrics
+from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt, QTimer
+from PySide6.QtGui import QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -26,6 +27,8 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
+    QStackedWidget,
+    QToolButton,
     QWidget,
 )
 
@@ -33,6 +36,7 @@ from ...checkpoints.native import CONFIG_NAME
 from ...models import PRESETS, ViTConfig, preset
 from ...models.position import SCHEMES
 from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
+from ...training.expect import DEMO, estimate, pace
 from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
@@ -45,12 +49,20 @@ CHANGES: list[tuple[str, Callable[[ViTConfig], dict[str, Any]]]] = [  # the comp
     ("no position embedding", lambda c: {"pos_embed": "none"}),
     ("sine-cosine 2D position embedding", lambda c: {"pos_embed": "sincos_2d"}),
     ("learned 2D position embedding", lambda c: {"pos_embed": "learned_2d"}),
-    ("convolutional stem", lambda c: {"stem": "conv"}),
+    ("the other stem (patchify / convolutional)", lambda c: {"stem": "patchify" if c.stem == "conv" else "conv"}),
     ("no [CLS]: average pooling", lambda c: {"prefix_tokens": "none", "pool": "gap"}),
     ("half the depth", lambda c: {"depth": max(1, c.depth // 2)}),
 ]
-REDRAW_MS = 250
-DEFAULTS = Recipe()  # the trainer's own defaults fill the form  # curves redraw at most this often while training
+REDRAW_MS = 250  # curves redraw at most this often while training
+DEFAULTS = Recipe()  # the trainer's own defaults fill the form
+DEFAULT_PRESET = "classroom-conv"  # learns fastest on a laptop CPU (the line under the Model choice says so)
+DEFAULT_BUDGET_S = 60  # a demo in front of a class: long enough to learn, short enough to watch
+# below this width the settings fold away when a run starts, so the curves and the PE grid get the whole view
+SETTINGS_BESIDE_PLOTS_PX = 1100
+PE_TITLE_CHARS = 22  # the PE grid's title wraps this narrow, so it never sets the grid's column wider than its half
+PLACEHOLDER = ("Press Start to train. Here appear, as the model learns: the training loss and accuracy every 5 "
+               "steps (a line per run, dots for the validation set), and the similarity grid of the position "
+               "embedding being learned (the ViT paper's Figure 7), updated every 10 steps.")
 
 
 @dataclass
@@ -70,11 +82,31 @@ class Run:
     loss: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
+    preset: str = ""  # the preset it was built from ("" for the Model builder's model)
+    dataset: str = ""
+    images: int = 0  # built-in images drawn for training
+    recipe: Recipe | None = None
     total_steps: int | None = None
     time_budget: float | None = None
+    first_step: tuple[int, float] | None = None  # (step, training seconds) of its first Step event: the pace after it
     started: bool = False  # past setting up: its plots exist
     finished: Finished | None = None
     saved: Path | None = None
+
+
+def describe(run: Run) -> str:
+    """A run in one line: its model, data, recipe and how far it got (an exported figure's metadata)."""
+    c = run.config
+    model = (f"preset {run.preset}" if run.preset else "the Model builder's model") + \
+        f" (stem {c.stem}, position embedding {c.pos_embed}, D {c.embed_dim}, depth {c.depth}, {c.num_heads} heads)"
+    r = run.recipe
+    length = "" if r is None else (f"{r.steps:,} steps" if r.steps else f"{r.time_budget:g} s budget")
+    recipe = "" if r is None else f"; recipe: {length}, batch {r.batch_size}, lr {r.lr:g}, seed {r.seed}"
+    done = run.steps[-1] if run.steps else 0
+    state = f"{done:,} steps done" + ("" if run.finished is None else f" ({run.finished.reason})")
+    if run.val:
+        state += f", validation accuracy {run.val[-1][2]:.1%} at step {run.val[-1][0]:,}"
+    return f"{model}; data {run.dataset}, {run.images:,} training images{recipe}; {state}; saved to {run.out}"
 
 
 def runs_folder() -> Path:
@@ -97,6 +129,7 @@ class TrainingView(View):
         split = self.split = QSplitter()
         form_widget = QWidget()
         form = QFormLayout(form_widget)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)  # narrow: labels above their fields
         self.dataset = QComboBox()
         self.dataset.setEditable(True)
         for text, value in DATASETS:
@@ -109,9 +142,14 @@ class TrainingView(View):
         for name in PRESETS:
             if name.startswith("classroom") or name == "vit-ti4-32":
                 self.model_choice.addItem(f"preset {name}", name)
-        self.model_choice.setCurrentIndex(1)
+        self.model_choice.setCurrentIndex(self.model_choice.findData(DEFAULT_PRESET))
         self.model_choice.setToolTip("What to train: a small preset or the model described in the Model builder.")
         form.addRow("Model", self.model_choice)
+        why = QLabel(f"The convolutional stem (Xiao et al. 2021) learns fastest, so it is the default for a live demo: "
+                     f"{DEMO.accuracy:.0%} after {DEFAULT_BUDGET_S} s on a 2-core laptop. 'classroom' has ViT's own "
+                     "patchify stem.")
+        why.setWordWrap(True)
+        form.addRow(why)
         self.steps = QSpinBox()
         self.steps.setRange(0, 1_000_000)
         self.steps.setValue(0)
@@ -120,7 +158,7 @@ class TrainingView(View):
         form.addRow("Steps", self.steps)
         self.budget = QSpinBox()
         self.budget.setRange(5, 24 * 3600)
-        self.budget.setValue(90)
+        self.budget.setValue(DEFAULT_BUDGET_S)
         self.budget.setSuffix(" s")
         self.budget.setToolTip("How long to train when no step count is given.")
         form.addRow("Time budget", self.budget)
@@ -150,7 +188,6 @@ class TrainingView(View):
         self.change.setToolTip("The one change of the comparison run; its curves are drawn against the first run's.")
         form.addRow("Comparison", self.change)
 
-        buttons = QHBoxLayout()
         self.start_button = QPushButton("Start")
         self.start_button.setToolTip("Train a new model from scratch with these settings.")
         self.start_button.clicked.connect(lambda: self.start())
@@ -163,41 +200,63 @@ class TrainingView(View):
         self.resume_button = QPushButton("Resume")
         self.resume_button.setToolTip("Continue the last stopped run from its saved training state.")
         self.resume_button.clicked.connect(self.resume)
-        for b in (self.start_button, self.pause_button, self.stop_button, self.resume_button):
-            buttons.addWidget(b)
-        form.addRow(buttons)
-        buttons2 = QHBoxLayout()
         self.compare_button = QPushButton("Run comparison")
         self.compare_button.setToolTip("Train again with the one change chosen above and plot both runs.")
         self.compare_button.clicked.connect(self.start_comparison)
         self.use_button = QPushButton("Open trained model")
         self.use_button.setToolTip("Make the last trained model the current model of every view.")
         self.use_button.clicked.connect(self.use_trained)
-        buttons2.addWidget(self.compare_button)
-        buttons2.addWidget(self.use_button)
-        form.addRow(buttons2)
+        self.settings_button = QToolButton()
+        self.settings_button.setText("Settings")
+        self.settings_button.setCheckable(True)
+        self.settings_button.setChecked(True)
+        self.settings_button.setToolTip("Show or hide the run's settings; on a small screen they fold away when a "
+                                        "run starts, so the figures get the room.")
+        self.settings_button.toggled.connect(self._show_settings)
+        # the buttons stay in the view's toolbar (they wrap on a narrow screen) while the settings fold away
+        for b in (self.start_button, self.pause_button, self.stop_button, self.resume_button, self.compare_button,
+                  self.use_button, self.settings_button):
+            self.controls.addWidget(b)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setToolTip("Progress of the current run.")
-        form.addRow(self.progress)
+        self.progress.setVisible(False)  # until a run starts
         self.status = QLabel("Not training.")
         self.status.setWordWrap(True)
-        form.addRow(self.status)
+        self.estimate = QLabel("")  # the run's length from its pace, and the accuracy measured runs reached
+        self.estimate.setWordWrap(True)
+        self.estimate.setVisible(False)
+        line = QHBoxLayout()
+        line.addWidget(self.progress, 1)
+        line.addWidget(self.status, 3)
+        self.body.addLayout(line)
+        self.body.addWidget(self.estimate)
         scroll = self.form_area = QScrollArea()  # on a small screen the form scrolls, not the window taller
         scroll.setWidgetResizable(True)
         scroll.setWidget(form_widget)
         split.addWidget(scroll)
         self.plots = pg.GraphicsLayoutWidget()
-        split.addWidget(self.plots)
+        self.placeholder = QLabel(PLACEHOLDER)  # before the first run: what will appear, not an empty box
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setMargin(24)
+        self.pane = QStackedWidget()
+        self.pane.addWidget(self.placeholder)
+        self.pane.addWidget(self.plots)
+        split.addWidget(self.pane)
+        self.pane.installEventFilter(self)
         split.setStretchFactor(1, 3)
-        self._fit_form()
+        split.setChildrenCollapsible(False)
         self.body.addWidget(split, 1)
         self.snapshot: PESnapshot | None = None
         self.snapshot_run = ""  # the run the snapshot belongs to
         self._key: tuple | None = None  # structure of the drawn figures
         self._curves: dict[tuple[str, str, str], pg.PlotDataItem] = {}  # (run, metric, train/val) -> curve
         self._plots: dict[str, pg.PlotItem] = {}  # metric -> its plot
+        self._legend: pg.LegendItem | None = None
         self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
+        self._beside = True  # the PE grid beside the curves (a wide pane) or below them (a tall one)
+        self._fit_form()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.redraw)
@@ -253,15 +312,21 @@ class TrainingView(View):
             out = out.with_name(out.name + "-" + name.replace(" ", "-"))
         if not resume and (out / CONFIG_NAME).exists() and not self.confirm_replace(out):
             return False  # the runs on screen stay
+        dataset = self.dataset.currentData() or self.dataset.currentText().strip()
+        size = self.train_size.value()
         if resume:
             run = self.runs[-1]
         else:  # a first run starts afresh; a comparison run replaces any but the first
             del self.runs[0 if name == "run 1" else 1:]
-            run = Run(name, cfg, out)
+            # the preset it comes from: the chosen one, or (a comparison run) the first run's, changed
+            chosen = self.model_choice.currentData() if config is None else self.runs[0].preset if self.runs else ""
+            run = Run(name, cfg, out, preset=chosen, dataset=dataset, images=size, recipe=recipe)
             self.runs.append(run)
-        dataset = self.dataset.currentData() or self.dataset.currentText().strip()
-        size = self.train_size.value()
-        run.finished = None
+        run.finished, run.first_step = None, None
+        self.progress.setVisible(True)
+        self.estimate.setVisible(False)
+        if self.width() < SETTINGS_BESIDE_PLOTS_PX:
+            self.settings_button.setChecked(False)
         self.control = Control()
         control = self.control
 
@@ -357,6 +422,7 @@ class TrainingView(View):
             eta = "" if event.eta_s is None else f", ETA {event.eta_s:.0f} s"
             self.status.setText(f"{run.name}: step {event.step}, loss {event.loss:.3f}, accuracy {event.accuracy:.1%}, "
                                 f"{event.images_per_s:.0f} images/s{eta}")
+            self._estimate(run, event)
             self._schedule_redraw()
         elif isinstance(event, Validation):
             run.val.append((event.step, event.loss, event.accuracy))
@@ -377,6 +443,19 @@ class TrainingView(View):
             acc = "" if event.val_accuracy is None else f", validation accuracy {event.val_accuracy:.1%}"
             self.status.setText(f"{run.name}: {event.reason} after {event.step} steps ({event.elapsed_s:.0f} s){acc}")
             self._schedule_redraw()
+
+    def _estimate(self, run: Run, event: Step) -> None:
+        """From the second Step event on (the first window holds the slow first steps), the run's length at its
+        pace and the accuracy measured runs of its model reached."""
+        if run.first_step is None:
+            run.first_step = (event.step, event.elapsed_s)
+            return
+        rate = pace(run.first_step, (event.step, event.elapsed_s))
+        if rate is None:
+            return
+        self.estimate.setText(f"{run.name}: " + estimate(run.config, run.dataset, rate, (event.step, event.elapsed_s),
+                                                         run.total_steps, run.time_budget))
+        self.estimate.setVisible(True)
 
     def _done(self, message: str) -> None:
         if message:
@@ -400,16 +479,45 @@ class TrainingView(View):
         self.redraw()
 
     def _fit_form(self) -> None:
-        """The form as wide as about 52 characters of the current text size; the curves get the rest."""
-        width = QFontMetrics(QApplication.font()).horizontalAdvance("x") * 52
+        """The form as wide as about 52 characters of the current text size; the figures get the rest."""
+        width = self._form_width()
         self.form_area.setMaximumWidth(width)
         self.split.setSizes([width, 3 * width])
+
+    def _form_width(self) -> int:
+        """About 52 characters of the current text size; once there are figures, at most 45 % of the view (they
+        need the rest)."""
+        width = QFontMetrics(QApplication.font()).horizontalAdvance("x") * 52
+        return min(width, max(self.width(), 400) * 45 // 100) if self._key is not None else width
+
+    def _show_settings(self, shown: bool) -> None:
+        self.form_area.setVisible(shown)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self.form_area.setMaximumWidth(self._form_width())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        """The plot pane resized (the window, the splitter, the settings shown or hidden): when the other
+        arrangement of the figures fits it better, lay them out again."""
+        if watched is self.pane and event.type() == QEvent.Type.Resize and self._key is not None \
+                and self._wide() != self._beside:
+            self._key = None
+            self._schedule_redraw()
+        return super().eventFilter(watched, event)
+
+    def _wide(self) -> bool:
+        """Whether the PE grid goes beside the curves (it needs about a square) rather than below them: three
+        figures stacked leave each a strip, so only a pane much taller than wide stacks them."""
+        size = self.pane.size()
+        return size.width() >= 0.8 * size.height()
 
     def redraw(self) -> None:
         """Draw the curves and the PE grid. The plots are built once per set of runs; later series (validation
         dots, the PE grid) join them in place and new points only feed the curves, so a step never rebuilds
         the layout on the GUI thread."""
         runs = [r for r in self.runs if r.started]
+        self.pane.setCurrentWidget(self.plots if runs else self.placeholder)
         if not runs:
             self.plots.ci.clear()
             self._curves, self._plots, self._pe, self._key = {}, {}, None, None
@@ -417,6 +525,9 @@ class TrainingView(View):
         key = tuple(r.name for r in runs)
         if key != self._key:
             self._build_figures(runs)
+            if self._key is None:  # the first figures: the form makes room for them
+                self._key = key
+                self._fit_form()
             self._key = key
         for i, run in enumerate(runs):
             for metric in ("loss", "accuracy"):
@@ -432,43 +543,63 @@ class TrainingView(View):
         if (run, metric, "val") not in self._curves:
             plot = self._plots[metric]
             colour = figures.PALETTE[index % len(figures.PALETTE)]
-            self._curves[(run, metric, "val")] = plot.plot([], [], pen=None, symbol="o", symbolBrush=colour,
-                                                           symbolSize=9)
-            figures.set_title(plot, f"{metric} (dots: validation)")
+            self._curves[(run, metric, "val")] = dots = plot.plot([], [], pen=None, symbol="o", symbolBrush=colour,
+                                                                  symbolSize=9)
+            if metric == "loss" and index == 0 and self._legend is not None:  # the legend says once what dots are
+                self._legend.addItem(dots, "validation")
         return self._curves[(run, metric, "val")]
 
     def _draw_snapshot(self, snapshot: PESnapshot) -> None:
         """The PE similarity grid below the curves (built with them): only its image changes, unless the grid does."""
         mosaic = figures.similarity_mosaic(snapshot.similarity)
-        if self._pe is not None and self._pe[1].image.shape != mosaic.shape:  # another grid: a new plot
-            self.plots.ci.removeItem(self._pe[0])
-            self._pe = None
-        if self._pe is None:
-            self._pe = figures.draw_similarity_grid(self.plots.ci, snapshot.similarity, title=self._snapshot_title())
+        if self._pe is None or self._pe[1].image.shape != mosaic.shape:  # a grid of another size: lay out anew
+            self._build_figures([r for r in self.runs if r.started])
             return
         plot, image = self._pe
         image.setImage(mosaic, levels=(-1, 1), autoLevels=False)
-        figures.set_title(plot, self._snapshot_title())
+        with figures.title_width(PE_TITLE_CHARS):
+            figures.set_title(plot, self._snapshot_title())
 
     def _build_figures(self, runs: list[Run]) -> None:
+        """The loss and accuracy curves one above the other, and the PE grid beside them on a wide pane (below
+        them on a tall one), so that each keeps a data area a room can read."""
         self.plots.ci.clear()
         self._curves, self._plots, self._pe = {}, {}, None
+        self._beside = self._wide()
+        curves = self.plots.ci.addLayout()
+        # one legend for both curves, in a row of its own above them: it never covers a curve
+        legend = self._legend = pg.LegendItem(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
+                                              labelTextColor=pg.getConfigOption("foreground"))
+        curves.addItem(legend)
+        curves.nextRow()
         for metric in ("loss", "accuracy"):
-            plot = self._plots[metric] = figures.draw_lines(self.plots.ci, [], {}, title=metric, xlabel="step",
+            # no title: the y axis names the metric, and a title row would take the height the curve needs
+            plot = self._plots[metric] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
                                                             ylabel=metric, markers=False, integer_x=True)
+            plot.legend.setVisible(False)  # the one legend above both curves names the runs
+            plot.legend.setMaximumHeight(0)  # a hidden item keeps its room in a graphics layout
             for i, run in enumerate(runs):
                 colour = figures.PALETTE[i % len(figures.PALETTE)]
-                self._curves[(run.name, metric, "train")] = plot.plot([], [], pen=pg.mkPen(colour, width=2.5),
-                                                                      name=run.name)
+                self._curves[(run.name, metric, "train")] = line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
+                if metric == "loss":
+                    legend.addItem(line, run.name)
+            curves.nextRow()
+        legend.setMaximumHeight(legend.layout.preferredHeight())
+        if not self._beside:
             self.plots.ci.nextRow()
+        else:  # the curves and the grid share the width equally
+            self.plots.ci.layout.setColumnStretchFactor(0, 1)
+            self.plots.ci.layout.setColumnStretchFactor(1, 1)
         newest = runs[-1]
-        if self.snapshot is not None:
-            self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
-                                                    title=self._snapshot_title())
-        elif SCHEMES[newest.config.pos_embed].additive:  # its grid, empty until the first snapshot
-            gh, gw = newest.config.grid_size
-            self._pe = figures.draw_similarity_grid(self.plots.ci, np.full((gh, gw, gh, gw), np.nan, np.float32),
-                                                    title=f"PE similarity · {newest.name} · at the first snapshot")
+        with figures.title_width(PE_TITLE_CHARS):
+            if self.snapshot is not None:
+                self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
+                                                        title=self._snapshot_title())
+            elif SCHEMES[newest.config.pos_embed].additive:  # its grid, empty until the first snapshot
+                gh, gw = newest.config.grid_size
+                self._pe = figures.draw_similarity_grid(
+                    self.plots.ci, np.full((gh, gw, gh, gw), np.nan, np.float32),
+                    title=f"PE similarity · {newest.name} · at the first snapshot")
 
     def _snapshot_title(self) -> str:
         return f"PE similarity · {self.snapshot_run} · step {self.snapshot.step}"
@@ -478,6 +609,13 @@ class TrainingView(View):
         if self.worker is not None:
             self.worker.join(10)
         super().closeEvent(event)
+
+    def export_info(self) -> dict[str, str]:
+        """The runs drawn, not the loaded model and image: each run's model, data, recipe and steps done."""
+        info = {"view": self.title}
+        for run in self.runs:
+            info[run.name] = describe(run)
+        return info
 
     def table(self) -> Table | None:
         """Every logged training point and every validation, per run, in step order."""
