@@ -77,12 +77,14 @@ def test_mean_distance_from_zero_with_the_uniform_reference(qtbot, window) -> No
     view = show(window, "Attention")
     view.mode.setCurrentText("mean attention distance")
     qtbot.waitUntil(lambda: view.distance is not None, timeout=10000)
-    (plot,) = [item for item in view.plots.ci.items if isinstance(item, pg.PlotItem)]
+    items = view.plots.scene().items()  # the plot and its legend below it, in a cell of their own
+    (plot,) = [item for item in items if isinstance(item, pg.PlotItem)]
     assert plot.vb.viewRange()[1][0] <= 0  # the axis starts at 0, not at the smallest distance
     uniform = float(patch_distances(window.session.result.layout).mean())
     (line,) = [item for item in plot.listDataItems() if item.opts["pen"] is not None]
     np.testing.assert_allclose(line.yData, uniform)
-    legend = next(item for item in view.plots.ci.items if isinstance(item, pg.LegendItem))
+    legend = next(item for item in items if isinstance(item, pg.LegendItem))
+    assert not legend.sceneBoundingRect().intersects(plot.vb.sceneBoundingRect())  # below the data, not over it
     assert any("uniform attention" in label.text for _, label in legend.items)
 
 

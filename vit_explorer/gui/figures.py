@@ -521,19 +521,22 @@ def _legend(columns: int = 1) -> pg.LegendItem:
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
                title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None,
-               x_ticks: Sequence[tuple[float, str]] = ()) -> pg.PlotItem:
+               x_ticks: Sequence[tuple[float, str]] = (), legend: bool = True) -> pg.PlotItem:
     """One line per named series over the same x, with a legend in a row below the plot (curves added later
     with a name join it: it is the plot's `legend`). integer_x: ticks on whole numbers only (x counts layers
-    or steps); None decides from x (say True for curves that start empty). x_ticks: fixed (value, label) ticks."""
+    or steps); None decides from x (say True for curves that start empty). x_ticks: fixed (value, label) ticks.
+    legend=False: none (a figure of several plots with one legend for all, the Training view's)."""
     xs = np.asarray(x, dtype=np.float64)
-    cell = layout.addLayout()  # the plot, and under it its legend: a legend over the data area hides curves
+    # the plot, and under it its legend: a legend over the data area hides curves
+    cell = layout.addLayout() if legend else layout
     plot = _new_plot(cell, title, xlabel, ylabel, integer_x=_is_integer(xs) if integer_x is None else integer_x)
     if x_ticks:
         plot.getAxis("bottom").setTicks([[(float(v), label) for v, label in x_ticks], []])
-    cell.nextRow()
-    legend = plot.legend = _legend(columns=3)
-    cell.addItem(legend)
-    cell.layout.setAlignment(legend, QtCore.Qt.AlignmentFlag.AlignHCenter)
+    if legend:
+        cell.nextRow()
+        plot.legend = _legend(columns=3)
+        cell.addItem(plot.legend)
+        cell.layout.setAlignment(plot.legend, QtCore.Qt.AlignmentFlag.AlignHCenter)
     for i, (name, y) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         plot.plot(xs, np.asarray(y, dtype=np.float64), pen=pg.mkPen(colour, width=2.5), name=name,

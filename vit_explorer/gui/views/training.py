@@ -575,9 +575,8 @@ class TrainingView(View):
         for metric in ("loss", "accuracy"):
             # no title: the y axis names the metric, and a title row would take the height the curve needs
             plot = self._plots[metric] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
-                                                            ylabel=metric, markers=False, integer_x=True)
-            plot.legend.setVisible(False)  # the one legend above both curves names the runs
-            plot.legend.setMaximumHeight(0)  # a hidden item keeps its room in a graphics layout
+                                                             ylabel=metric, markers=False, integer_x=True,
+                                                             legend=False)  # the one above both names the runs
             for i, run in enumerate(runs):
                 colour = figures.PALETTE[i % len(figures.PALETTE)]
                 self._curves[(run.name, metric, "train")] = line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
