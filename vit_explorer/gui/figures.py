@@ -425,7 +425,7 @@ class BarsPlot:
             scatter = pg.ScatterPlotItem(symbol=symbol, size=12, brush=pg.mkBrush(colour), pen=pg.mkPen("k", width=1))
             self.plot.addItem(scatter)
             self.scatters.append(scatter)
-            keys.append(f'<span style="color:{colour}">{glyph}</span> {name}')
+            keys.append(f'<span style="color:{colour}">{glyph}</span> {html.escape(name, quote=False)}')  # a model name
         if keys:  # the key goes in the title, where it never hides a bar or a value; one entry a line if narrow
             one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _text_scale
             key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
