@@ -73,9 +73,9 @@ LARGEST_SHARE, SMALLEST_PX, IMAGE_SHARE = 0.35, 120, 0.25
 def step_measure(window: QWidget, view_title: str | None) -> dict[str, object]:
     """The short sides (px) of the data areas of a lesson step's view and of the input image, as a person sees
     them, with what falls short of the targets ([] when none does)."""
-    view = window.views.get(view_title) if view_title else window.current_view()  # type: ignore[attr-defined]
+    view = window.views.get(view_title) if view_title else window.current_view()
     areas = sorted((a.short_side for a in data_areas(view, window)), reverse=True) if view is not None else []
-    image = max((a.short_side for a in data_areas(window.image_panel.plot, window)), default=0)  # type: ignore
+    image = max((a.short_side for a in data_areas(window.image_panel.plot, window)), default=0)
     height = window.height()
     short = []
     if areas and areas[0] < LARGEST_SHARE * height:

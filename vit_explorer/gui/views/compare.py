@@ -106,17 +106,22 @@ class CompareView(View):
                 same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
                     sides[0].similarity.levels == sides[1].similarity.levels is not None)
                 bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
-                parts = [(figures.BarsPlot, one.prediction if self.shows("prediction") and joint is None else None),
-                         (figures.MapsPlot, one.rollout if self.shows("rollout") else None),
-                         (lambda layout, figure, bar=bar: figures.SimilarityPlot(layout, figure, bar),
-                          one.similarity if self.shows("position") else None)]
                 if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
                     figures.add_title(column, one.name)
                     column.nextRow()
-                for i, (draw, figure) in enumerate((d, f) for d, f in parts if f is not None):
-                    if i:
+                drawn = 0  # panels in this column so far: each after the first in a row of its own
+                if one.prediction is not None and self.shows("prediction") and joint is None:
+                    figures.BarsPlot(column, one.prediction)
+                    drawn += 1
+                if self.shows("rollout"):
+                    if drawn:
                         column.nextRow()
-                    draw(column, figure)
+                    figures.MapsPlot(column, one.rollout)
+                    drawn += 1
+                if one.similarity is not None and self.shows("position"):
+                    if drawn:
+                        column.nextRow()
+                    figures.SimilarityPlot(column, one.similarity, colorbar=bar)
 
     def _title_chars(self) -> int:
         """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,
