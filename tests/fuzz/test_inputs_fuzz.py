@@ -11,12 +11,7 @@ import dataclasses
 import gc
 import importlib.util
 import json
-import os
-import resource
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,23 +35,18 @@ _spec = importlib.util.spec_from_file_location("gui_conftest_for_fuzz", ROOT / "
 gui = importlib.util.module_from_spec(_spec)  # the GUI tests' helpers (tests/ is not a package)
 _spec.loader.exec_module(gui)
 _settings = gui._settings  # the recent-sources list stays out of the user's settings here too
+address_space = gui.address_space
+_spec = importlib.util.spec_from_file_location("budget_tests_for_fuzz", ROOT / "tests" / "explore" / "test_budget.py")
+budget = importlib.util.module_from_spec(_spec)  # a preset built in a memory-limited child
+_spec.loader.exec_module(budget)
+
+
+def child_build(name: str, **options: object) -> str:
+    outcome = budget.build_in_limited_child(name, **options)
+    return str(outcome.get("message", "built"))
 
 PATCHES = f"more than the {MAX_PATCHES:,}"
 OVERFLOW = "the forward pass gave NaN or infinite outputs"
-CHILD = """
-import json, os, resource, sys
-import torch
-from vit_explorer.explore.build import build_loaded
-from vit_explorer.models import preset
-with open("/proc/self/statm") as f:
-    mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-resource.setrlimit(resource.RLIMIT_AS, (mapped + 2 * 2**30, resource.RLIM_INFINITY))
-try:
-    build_loaded(preset(sys.argv[1], **json.loads(sys.argv[2])), "cpu")
-    print(json.dumps({"message": "built"}))
-except BaseException as error:
-    print(json.dumps({"message": f"{type(error).__name__}: {error}"}))
-"""
 
 
 @dataclass
@@ -72,18 +62,6 @@ class Case:
 
 
 # ---------------------------------------------------------------------------- helpers
-@contextmanager
-def address_space(extra: int = 2 * 2**30) -> Iterator[None]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        mapped = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
-
-
 def refused(error: type[BaseException], *fragments: str) -> Callable[[Callable[[], object]], None]:
     def check(call: Callable[[], object]) -> None:
         with pytest.raises(error) as info:
@@ -103,14 +81,6 @@ def classroom_at(size: tuple[int, int]) -> Inputs:
     loaded = load(str(BUNDLED_MODEL), device="cpu")
     grid = (size[0] // 4, size[1] // 4)
     return Inputs(loaded, Image.new("RGB", (32, 32)), size, np.zeros(grid, bool), np.ones((4, 4), np.float32))
-
-
-def child_build(name: str, **options: object) -> str:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(options)], env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["message"]
 
 
 def rope_folder(tmp: Path, theta: float) -> Path:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import resource
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -121,3 +123,16 @@ def timm_cait_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save_for_hf(model, str(folder), safe_serialization=True,
                 data_config={"input_size": (3, 32, 32), "crop_pct": 0.875, "interpolation": "bicubic"})
     return folder
+
+
+@contextmanager
+def address_space(extra: int = 2 * 2**30) -> Iterator[None]:
+    """This process may map at most `extra` bytes more than it does now (what the budget sees as free)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -5,9 +5,6 @@ model and size stay; a model whose outputs are NaN or infinite says so in the ba
 from __future__ import annotations
 
 import json
-import resource
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,20 +14,7 @@ from vit_explorer.checkpoints import Preprocess, save_native
 from vit_explorer.checkpoints.memory import MAX_PATCHES
 from vit_explorer.models import VisionTransformer, preset
 
-from .conftest import open_window, wait_result
-
-
-@contextmanager
-def address_space(extra: int = 2 * 2**30) -> Iterator[None]:
-    """This process may map at most `extra` bytes more than it does now (what the budget sees as free)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    with open("/proc/self/statm") as f:
-        mapped = int(f.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (mapped + extra, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+from .conftest import address_space, open_window, wait_result
 
 
 def ask_size(window, h: int, w: int) -> None:

@@ -54,6 +54,7 @@ CHANGES: list[tuple[str, Callable[[ViTConfig], dict[str, Any]]]] = [  # the comp
     ("half the depth", lambda c: {"depth": max(1, c.depth // 2)}),
 ]
 REDRAW_MS = 250  # curves redraw at most this often while training
+ESTIMATE_EVERY_S = 3.0  # training seconds between updates of the run's estimate
 DEFAULTS = Recipe()  # the trainer's own defaults fill the form
 DEFAULT_PRESET = "classroom-conv"  # learns fastest on a laptop CPU (the line under the Model choice says so)
 DEFAULT_BUDGET_S = 60  # a demo in front of a class: long enough to learn, short enough to watch
@@ -89,6 +90,7 @@ class Run:
     total_steps: int | None = None
     time_budget: float | None = None
     first_step: tuple[int, float] | None = None  # (step, training seconds) of its first Step event: the pace after it
+    estimated_at: float = 0.0  # training seconds when the estimate was last written
     started: bool = False  # past setting up: its plots exist
     finished: Finished | None = None
     saved: Path | None = None
@@ -254,6 +256,7 @@ class TrainingView(View):
         self._curves: dict[tuple[str, str, str], pg.PlotDataItem] = {}  # (run, metric, train/val) -> curve
         self._plots: dict[str, pg.PlotItem] = {}  # metric -> its plot
         self._legend: pg.LegendItem | None = None
+        self._drawn_snapshot: PESnapshot | None = None  # the snapshot the PE grid shows
         self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
         self._beside = True  # the PE grid beside the curves (a wide pane) or below them (a tall one)
         self._fit_form()
@@ -322,7 +325,7 @@ class TrainingView(View):
             chosen = self.model_choice.currentData() if config is None else self.runs[0].preset if self.runs else ""
             run = Run(name, cfg, out, preset=chosen, dataset=dataset, images=size, recipe=recipe)
             self.runs.append(run)
-        run.finished, run.first_step = None, None
+        run.finished, run.first_step, run.estimated_at = None, None, 0.0
         self.progress.setVisible(True)
         self.estimate.setVisible(False)
         if self.width() < SETTINGS_BESIDE_PLOTS_PX:
@@ -451,8 +454,9 @@ class TrainingView(View):
             run.first_step = (event.step, event.elapsed_s)
             return
         rate = pace(run.first_step, (event.step, event.elapsed_s))
-        if rate is None:
-            return
+        if rate is None or (self.estimate.isVisible() and event.elapsed_s - run.estimated_at < ESTIMATE_EVERY_S):
+            return  # a new text re-lays out the view (wrapped lines): not on every step
+        run.estimated_at = event.elapsed_s
         self.estimate.setText(f"{run.name}: " + estimate(run.config, run.dataset, rate, (event.step, event.elapsed_s),
                                                          run.total_steps, run.time_budget))
         self.estimate.setVisible(True)
@@ -535,7 +539,7 @@ class TrainingView(View):
                 if run.val:
                     values = [v[1] if metric == "loss" else v[2] for v in run.val]
                     self._val_curve(run.name, metric, i).setData([v[0] for v in run.val], values)
-        if self.snapshot is not None:
+        if self.snapshot is not None and self.snapshot is not self._drawn_snapshot:  # a new one: not every redraw
             self._draw_snapshot(self.snapshot)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
@@ -557,6 +561,7 @@ class TrainingView(View):
             return
         plot, image = self._pe
         image.setImage(mosaic, levels=(-1, 1), autoLevels=False)
+        self._drawn_snapshot = snapshot
         with figures.title_width(PE_TITLE_CHARS):
             figures.set_title(plot, self._snapshot_title())
 
@@ -564,7 +569,7 @@ class TrainingView(View):
         """The loss and accuracy curves one above the other, and the PE grid beside them on a wide pane (below
         them on a tall one), so that each keeps a data area a room can read."""
         self.plots.ci.clear()
-        self._curves, self._plots, self._pe = {}, {}, None
+        self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
         self._beside = self._wide()
         curves = self.plots.ci.addLayout()
         # one legend for both curves, in a row of its own above them: it never covers a curve
@@ -594,6 +599,7 @@ class TrainingView(View):
             if self.snapshot is not None:
                 self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
                                                         title=self._snapshot_title())
+                self._drawn_snapshot = self.snapshot
             elif SCHEMES[newest.config.pos_embed].additive:  # its grid, empty until the first snapshot
                 gh, gw = newest.config.grid_size
                 self._pe = figures.draw_similarity_grid(
