@@ -42,8 +42,9 @@ _spec.loader.exec_module(budget)
 
 
 def child_build(name: str, **options: object) -> str:
+    """"ErrorType: message" of building the preset in a memory-limited child, or "built"."""
     outcome = budget.build_in_limited_child(name, **options)
-    return str(outcome.get("message", "built"))
+    return f"{outcome['error']}: {outcome['message']}" if "error" in outcome else "built"
 
 PATCHES = f"more than the {MAX_PATCHES:,}"
 OVERFLOW = "the forward pass gave NaN or infinite outputs"
