@@ -9,6 +9,7 @@ import pytest
 from vit_explorer.explore.figures import SimilarityFigure
 
 from .conftest import save_tiny, wait_result
+from .screens import run_on_screen
 
 
 @pytest.mark.parametrize(("scheme", "colorbar"), [("rope", "mean cos of angle differences"),
@@ -25,3 +26,33 @@ def test_a_scheme_inside_attention_shows_its_own_picture(qtbot, window, tmp_path
                     timeout=10000)
     assert isinstance(view.figure, SimilarityFigure) and view.figure.colorbar_label == colorbar
     assert view.figure.similarity.shape == (8, 8, 8, 8) and view.sim.patches is None
+
+
+COMPARISON_CHILD = r"""
+maximise()
+window.show_view("Position embeddings")
+settle()
+view = window.views["Position embeddings"]
+for i in range(view.compare.count()):
+    view.compare.setCurrentIndex(i)
+    settle()
+    seen = [a.rect for a in data_areas(view, window)]  # as on screen
+    whole = [a.rect for a in data_areas(view, view)]  # as laid out in the view
+    print(json.dumps({"compare": view.compare.itemText(i), "seen": [[r.width(), r.height()] for r in seen],
+                      "whole": [[r.width(), r.height()] for r in whole],
+                      "fits": view.plots.ci.minimumWidth() <= view.plots.width()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
+def test_a_comparison_never_runs_off_the_view(tmp_path: Path, screen: tuple[int, int]) -> None:
+    """Issue 15: EVA-02 (a learned table + RoPE, two mosaics already) against an untrained scheme clipped the
+    right-hand grid at 1280, and any comparison at 1024. Every mosaic and map is now whole on screen: the
+    mosaics wrap onto a second row, titles narrow, and the single maps give way in a narrow view."""
+    folder = save_tiny(tmp_path / "eva", pos_embed="learned+rope")
+    rows = run_on_screen(tmp_path, screen, COMPARISON_CHILD, str(folder))
+    assert len(rows) > 2
+    for row in rows:
+        assert row["fits"], row
+        assert row["seen"] == row["whole"] and all(min(side) > 0 for side in row["seen"]), row

@@ -16,6 +16,7 @@ from vit_explorer.gui.measure import data_areas
 from vit_explorer.paths import LESSONS
 
 from .conftest import wait_result
+from .screens import run_on_screen
 
 
 def test_a_data_area_is_what_the_widgets_around_it_leave_on_screen(qtbot) -> None:
@@ -127,31 +128,9 @@ def test_what_a_step_shows_is_validated(tmp_path: Path, step: dict, fragment: st
 
 
 PROJECTOR_CHILD = """
-import json, sys, time
 from vit_explorer.explore.lessons import bundled_lessons, read_lesson
-from vit_explorer.gui.app import make_app
-from vit_explorer.gui.main_window import MainWindow
-from vit_explorer.gui.measure import step_measure
 
-app = make_app(["vit-explorer"])
-window = MainWindow(None)
-window.show()
-
-def settle(condition=lambda: True, seconds=120.0, quiet=0.5):
-    end, calm = time.monotonic() + seconds, None
-    while time.monotonic() < end:
-        app.processEvents()
-        time.sleep(0.01)
-        busy = window.session is None or window.session.working() or not condition()
-        calm = None if busy else (calm or time.monotonic())
-        if calm is not None and time.monotonic() - calm > quiet:
-            return
-    raise TimeoutError("the app did not settle")
-
-settle(lambda: window.session is not None and window.session.result is not None)
-window.presentation.toggle()
-settle(window.isFullScreen)
-window.setFixedSize(app.primaryScreen().geometry().size())  # as a window manager holds a full-screen window
+present()
 for path in bundled_lessons():
     lesson, done = read_lesson(path), []
     window.lesson.applied.connect(done.append)
@@ -174,20 +153,7 @@ def test_every_lesson_step_is_readable_on_a_projector(tmp_path: Path, screen: tu
     that size): the step's figure is at least 35 % of the screen's height on its short side, none of its data
     areas under 120 px, the input image at least 25 %, the caption whole (gui/measure.py, the same measurement
     `scripts/screenshots.py --lesson` prints from a real window)."""
-    import os
-    import subprocess
-    import sys
-
-    config = tmp_path / "screen.json"
-    config.write_text(json.dumps({"screens": [{"name": "projector", "x": 0, "y": 0, "width": screen[0],
-                                               "height": screen[1], "logicalDpi": 96, "logicalBaseDpi": 96,
-                                               "dpr": 1}]}))
-    env = {**os.environ, "QT_QPA_PLATFORM": f"offscreen:configfile={config}", "HF_HUB_OFFLINE": "1",
-           "XDG_CONFIG_HOME": str(tmp_path / "config")}  # the text scale of a fresh installation
-    done = subprocess.run([sys.executable, "-c", PROJECTOR_CHILD], capture_output=True, text=True, timeout=600,
-                          env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    steps = run_on_screen(tmp_path, screen, PROJECTOR_CHILD)
     assert len(steps) == sum(len(read_lesson(p).steps) for p in bundled_lessons())
     problems = {f"{s['lesson']} step {s['step']} ({s['view']})": s["short"] + (["caption cut"] if s["caption_cut"]
                                                                                else [])

@@ -52,20 +52,22 @@ COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.Wea
 
 TITLE_POINTS, LABEL_POINTS, TICK_POINTS = 14, 12, 11  # at text scale 1
 _text_scale = 1.0  # presentation mode and Ctrl+plus / Ctrl+minus scale every text of every figure
+_wrap_scale = 1.0  # the text scale against the page's width (zoomed pages are wider: set_text_scale)
 
 
-def set_text_scale(scale: float) -> None:
-    """Scale the text of figures drawn from now on (views redraw to apply it)."""
-    global _text_scale
-    _text_scale = scale
+def set_text_scale(scale: float, zoom: float = 1.0) -> None:
+    """Scale the text of figures drawn from now on (views redraw to apply it); `zoom`: how much larger than the
+    dock the page they are drawn on is (gui/zoom.py), so titles wrap at the same words."""
+    global _text_scale, _wrap_scale
+    _text_scale, _wrap_scale = scale, scale / zoom
 
 
 def title_size() -> str:
-    return f"{round(TITLE_POINTS * _text_scale)}pt"
+    return f"{TITLE_POINTS * _text_scale:.4g}pt"  # not rounded: text grows exactly with the zoom (gui/zoom.py)
 
 
 def label_size() -> str:
-    return f"{round(LABEL_POINTS * _text_scale)}pt"
+    return f"{LABEL_POINTS * _text_scale:.4g}pt"
 # A qualitative palette (Tableau 10) that stays distinguishable on white and on dark backgrounds.
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
@@ -77,7 +79,7 @@ MARKER_SYMBOLS = (("t", "▼"), ("d", "◆"), ("s", "■"), ("o", "●"))  # pyq
 # ---------------------------------------------------------------------------- helpers
 def _tick_font() -> QtGui.QFont:
     font = QtGui.QFont()
-    font.setPointSize(round(TICK_POINTS * _text_scale))
+    font.setPointSizeF(TICK_POINTS * _text_scale)
     return font
 
 
@@ -113,7 +115,7 @@ def title_width(chars: int) -> Iterator[None]:
 def wrap_title(text: str, heading: bool = False) -> str:
     """A long title broken at spaces into lines of about `title_width` characters at text scale 1 (fewer when
     the text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
-    width = max(12, round((_title_chars + (4 if heading else 0)) / _text_scale))
+    width = max(12, round((_title_chars + (4 if heading else 0)) / _wrap_scale))
     lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
@@ -427,7 +429,7 @@ class BarsPlot:
             self.scatters.append(scatter)
             keys.append(f'<span style="color:{colour}">{glyph}</span> {html.escape(name, quote=False)}')  # a model name
         if keys:  # the key goes in the title, where it never hides a bar or a value; one entry a line if narrow
-            one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _text_scale
+            one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _wrap_scale
             key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
             set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{key}", label_size())
         # a fixed axis ends where its range does (probabilities at 100 %): the values go on a right-hand axis,
@@ -685,17 +687,23 @@ class SimilarityPlot:
     """A SimilarityFigure: the similarity mosaic (and any others beside it) in a full-width row, and the
     single maps in the row below on the same scale, with one colour bar after the last."""
 
-    def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure, colorbar: bool = True) -> None:
-        """`colorbar=False` leaves the colour bar to a figure beside it on the same scale (Compare's other side)."""
+    def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure, colorbar: bool = True,
+                 columns: int = 0) -> None:
+        """`colorbar=False` leaves the colour bar to a figure beside it on the same scale (Compare's other side);
+        `columns`: mosaics a row (0: all in one), the others wrap onto the rows below."""
         self.figure = figure
         self.levels = finite_levels(figure.similarity, figure.levels)  # one scale for every mosaic and map
         top = layout.addLayout()
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
                                                              levels=self.levels, colorbar_label=figure.colorbar_label,
                                                              colorbar=colorbar and not figure.others, note=figure.note)
-        for i, (name, other) in enumerate(figure.others):  # one colour bar, after the last mosaic: the same scale
+        for i, (name, other) in enumerate(figure.others, start=1):  # one colour bar, after the last: the same scale
+            if columns and i % columns == 0:
+                top.nextRow()
             draw_similarity_grid(top, other, title=name, levels=self.levels, colorbar_label=figure.colorbar_label,
-                                 colorbar=i == len(figure.others) - 1)
+                                 colorbar=i == len(figure.others))
+        for column in range(columns or 1 + len(figure.others)):  # wrapped or not, the mosaics share the width
+            top.layout.setColumnStretchFactor(column, 1)
         self.maps: list[tuple[pg.PlotItem, pg.ImageItem]] = []
         if figure.maps:
             layout.nextRow()

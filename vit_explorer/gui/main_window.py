@@ -324,7 +324,8 @@ class MainWindow(QMainWindow):
             # the image dock alone: the prediction below takes what is left (sizes for both can overshoot)
             self.resizeDocks([image], [self.image_panel.sizeHint().height()], Qt.Orientation.Vertical)
         else:
-            self.resizeDocks([image, prediction], [56, 44], Qt.Orientation.Vertical)
+            total = image.height() + prediction.height()  # pixels: Qt reads bare proportions against the old sizes
+            self.resizeDocks([image, prediction], [total * 56 // 100, total * 44 // 100], Qt.Orientation.Vertical)
 
     def show_view(self, title: str, panels: tuple[str, ...] | None = None) -> None:
         """Bring view `title` to the front with only `panels` of it drawn (None: all), the others whole again.
@@ -360,9 +361,11 @@ class MainWindow(QMainWindow):
         QTimer.singleShot(0, self.share_width)
 
     def _add_dock(self, title: str, widget: QWidget, area: Qt.DockWidgetArea) -> QDockWidget:
+        from .zoom import ZoomArea
+
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock-{title}")
-        dock.setWidget(widget)
+        dock.setWidget(ZoomArea(widget))
         if hasattr(widget, "set_on_screen"):
             dock.visibilityChanged.connect(widget.set_on_screen)
         self.addDockWidget(area, dock)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from .settings import read_number
 from .theme import FONT_POINTS
+from .zoom import ZoomArea
 
 if TYPE_CHECKING:
     from .main_window import MainWindow
@@ -116,6 +117,10 @@ class Presentation:
             app.setFont(font)
         from . import figures  # pyqtgraph: not before the window first paints
 
-        figures.set_text_scale(scale)
+        zoom = max(1.0, scale / self.default)  # beyond the mode's default, text and figures grow together
+        figures.set_text_scale(scale, zoom)
         for view in self.window.views.values():
             view.restyle()
+        for dock in self.window.docks.values():
+            if isinstance(dock.widget(), ZoomArea):
+                dock.widget().set_zoom(zoom)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pyqtgraph as pg
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...analysis.pe import PESimilarity
@@ -16,6 +17,12 @@ from ...models.position import SCHEMES
 from .. import figures
 from ..session import Session
 from .base import Table, View
+
+# a similarity mosaic's room around its data area (axes; title and axis), the colour bar after the last one, the
+# least width of a column of mosaics, the mosaics' share of the height above the single maps (rows 3:2), and the
+# least side of a compared mosaic before the maps give way
+MOSAIC_FRAME_PX, COLORBAR_PX, COLUMN_MIN_PX, MOSAIC_SHARE, READABLE_PX = (70, 110), 90, 230, 0.6, 120
+MIN_TITLE_CHARS = 12
 
 
 class PositionView(View):
@@ -32,6 +39,7 @@ class PositionView(View):
         self.patch = (0, 0)
         self.figure: SimilarityFigure | None = None
         self._drawn: figures.SimilarityPlot | None = None
+        self._drawn_layout = (0, 0, True)  # (mosaics a row, title characters, maps) of the figure drawn
         self.compare = QComboBox()
         self.compare.addItem("no comparison", "")
         for scheme in SCHEMES.values():
@@ -160,7 +168,46 @@ class PositionView(View):
         rotation = self.inside.similarity if self.inside is not None else None  # EVA-02: its RoPE beside its table
         figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others, rotation)
         self.figure = figure if self.shows("maps") else replace(figure, maps=())
-        self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
+        if not self.figure.others:  # one mosaic: the figure's own layout
+            self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
+            return
+        self._drawn_layout = columns, chars, maps = self._mosaic_layout()
+        if not maps and self.figure.maps:
+            self.figure = replace(self.figure, maps=())
+            self.note.setText("; ".join([*notes, "the single maps make room for the comparison (a wider view shows "
+                                                 "them)"]))
+        while True:  # titles narrower until the figure is no wider than the view (pyqtgraph never squeezes them)
+            with figures.title_width(chars):
+                self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure, columns=columns)
+            if chars <= MIN_TITLE_CHARS or self.plots.ci.minimumWidth() <= self.plots.width():
+                break
+            self.plots.ci.clear()
+            chars = max(MIN_TITLE_CHARS, chars - 4)
+
+    def _mosaic_layout(self) -> tuple[int, int, bool]:
+        """Mosaics a row, the characters of a title line, and whether the single maps fit below: a comparison
+        (another scheme, another model, EVA-02's rotation) wraps onto more rows rather than running off the
+        right, and in a narrow view the maps give way to the mosaics it is about (clicking a tile still shows its
+        map in the lesson-sized views)."""
+        count = 1 + len(self.figure.others) if self.figure is not None else 1
+        width, height = self.plots.width() - COLORBAR_PX, self.plots.height()
+
+        def side(columns: int, share: float) -> float:  # the mosaics' side, with that many a row
+            rows = -(-count // columns)
+            return min(width / columns - MOSAIC_FRAME_PX[0], share * height / rows - MOSAIC_FRAME_PX[1])
+
+        maps = self.figure is not None and bool(self.figure.maps)
+        fits = [c for c in range(1, count + 1) if width / c >= COLUMN_MIN_PX] or [1]
+        columns = max(fits, key=lambda c: side(c, MOSAIC_SHARE if maps else 1.0))
+        if maps and count > 1 and side(columns, MOSAIC_SHARE) < READABLE_PX:
+            maps = False
+            columns = max(fits, key=lambda c: side(c, 1.0))
+        return columns, max(MIN_TITLE_CHARS, min(44, int((width / columns - 30) / 10))), maps
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.figure is not None and self.figure.others and self._mosaic_layout() != self._drawn_layout:
+            self.redraw()
 
     def table(self) -> Table | None:
         if self.sim is None or self.sim.patches is None:
