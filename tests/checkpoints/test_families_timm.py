@@ -36,6 +36,7 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
 FAMILIES.update({
     "dinov3": ("vit_small_patch16_dinov3_qkvb", {}),
     "dinov3_swiglu": ("vit_small_plus_patch16_dinov3", {}),
+    "dinov3_token": ("vit_base_patch16_dinov3", dict(global_pool="token")),  # upstream's [CLS] pooling
     "aimv2": ("aimv2_large_patch14_224", dict(dynamic_img_size=True)),
     "pe": ("vit_pe_core_base_patch16_224", dict(dynamic_img_size=True)),
 })

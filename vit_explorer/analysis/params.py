@@ -129,4 +129,7 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
     if config.pool == "map":  # the latent's query, keys and values of the patches (PE: all tokens), attention, MLP
         m = t if config.pool_prefix else n
         macs["head"] += d * d + 2 * m * d * d + 2 * m * d + d * d + 2 * d * config.pool_mlp_hidden
+    elif config.pool == "query":  # AIMv2: keys and values of the patches, attention, the output layer
+        m = t if config.pool_prefix else n
+        macs["head"] += 2 * m * d * d + 2 * m * d + d * d
     return {stage: 2 * m for stage, m in macs.items()}

@@ -43,11 +43,14 @@ def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
+    if model_type == "dinov3_vit":  # DINOv3ViTImageProcessor: resize (bilinear), ImageNet statistics
+        return dict(size={"height": h, "width": w}, resample=2, image_mean=list(IMAGENET_MEAN),
+                    image_std=list(IMAGENET_STD))
     crop = dict(do_center_crop=True, crop_size={"height": h, "width": w}, resample=3)
     if model_type in ("dinov2", "dinov2_with_registers"):
         return dict(size={"shortest_edge": h * 256 // 224}, image_mean=list(IMAGENET_MEAN),
                     image_std=list(IMAGENET_STD), **crop)
-    if model_type == "clip_vision_model":
+    if model_type in ("clip_vision_model", "aimv2_vision_model"):  # AIMv2's hub folders name CLIPImageProcessor
         return dict(size={"shortest_edge": h}, image_mean=CLIP_MEAN, image_std=CLIP_STD, **crop)
     return dict(size={"height": h * 256 // 224, "width": w * 256 // 224}, **half, **crop)
 
@@ -82,6 +85,7 @@ CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTF
 WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
 ANTIALIASED = ("dinov2_with_registers",)
+NO_CLS = ("siglip_vision_model", "aimv2_vision_model")  # image towers without a [CLS] token
 
 
 def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
@@ -119,9 +123,9 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             mlp_ratio=mlp_ratio_for(d, hf.intermediate_size),
             mlp=hf.mlp,
             qkv_bias=hf.qkv_bias,
-            k_bias=kind != "beit",  # BEiT's keys have no bias
+            k_bias=kind != "beit" and hf.k_bias,  # BEiT's keys have no bias, DINOv3's by default none
             pre_norm=kind == "clip_vision_model",
-            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind == "siglip_vision_model" else "cls",
+            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind in NO_CLS else "cls",
             dist_head=not (kind == "deit" and one_head),  # DeiTModel always has both tokens
             reg_tokens=hf.register_tokens,
             pool=hf.pool,
@@ -132,6 +136,10 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             pe_resample_antialias=kind in ANTIALIASED,
             layer_scale_init=hf.layer_scale,
             layer_norm_eps=hf.layer_norm_eps,
+            norm=hf.norm,
+            embed_norm=hf.embed_norm,
+            proj_bias=hf.proj_bias,
+            rope_theta=hf.rope_theta,
         )
     except ConfigError as error:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
@@ -261,6 +269,9 @@ def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
         reasons.append("a distillation token without classifier heads")
     if family != "vit" and config.num_classes:
         reasons.append(f"a classifier (HF's {family} image models have none)")
+    plain = dict(norm="layernorm", embed_norm=False, proj_bias=True, pool_heads=0, pool_mlp_ratio=0.0,
+                 pool_prefix=False, rope_offset=0.0)  # issue 18's options, which the written classes lack
+    reasons += [f"{name}={getattr(config, name)!r}" for name, value in plain.items() if getattr(config, name) != value]
     return reasons
 
 

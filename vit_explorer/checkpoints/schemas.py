@@ -59,13 +59,17 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "clip": ("CLIPModel",),
                     "siglip_vision_model": ("SiglipVisionModel",),
                     "siglip": ("SiglipModel",),
-                    "beit": ("BeitForImageClassification", "BeitModel")}
+                    "beit": ("BeitForImageClassification", "BeitModel"),
+                    # issue 18
+                    "dinov3_vit": ("DINOv3ViTModel",),
+                    "aimv2_vision_model": ("Aimv2VisionModel",)}
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
 # transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
 HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh"}
 HF_DEFAULT_EPS = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "clip_vision_model": 1e-5,
-                  "siglip_vision_model": 1e-6}  # the others: 1e-12
+                  "siglip_vision_model": 1e-6, "dinov3_vit": 1e-5, "aimv2_vision_model": 1e-5}  # the others: 1e-12
+HF_SILU = ("dinov3_vit", "aimv2_vision_model")  # types whose gated MLP (SwiGLU) takes "silu"
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,12 @@ class HFConfig:
     projection_dim: int = 0  # CLIP's joint space (used when the weights have the projection)
     pool: str = "cls"  # ViTConfig.pool: BEiT's mean pooling, SigLIP's attention-pool head
     position: str = "learned"  # ViTConfig.pos_embed: BEiT's relative position bias, or none
+    # DINOv3, AIMv2 (issue 18)
+    k_bias: bool = True  # with qkv_bias: the keys have a bias too (DINOv3's key_bias)
+    proj_bias: bool = True  # attention's output layer and the MLP have biases (AIMv2: none)
+    norm: str = "layernorm"  # ViTConfig.norm
+    embed_norm: bool = False  # AIMv2's norm of the patch embeddings
+    rope_theta: float = 100.0  # DINOv3's RoPE base period
 
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
@@ -103,7 +113,8 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
                architectures)
     kind = TOWERS.get(model_type, model_type)
     tower = f.section("vision_config", required=True) if model_type in TOWERS else f
-    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"), choices=tuple(HF_ACTIVATIONS))
+    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"),
+                     choices=tuple(HF_ACTIVATIONS) + (("silu",) if kind in HF_SILU else ()))
     width = tower.integer("hidden_size", high=MAX_WIDTH)
     family = _hf_family_fields(tower, kind, width)
     return HFConfig(
@@ -115,14 +126,14 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         image_size=tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
         patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
         num_channels=tower.integer("num_channels", 3, high=64),
-        qkv_bias=tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2",
-                                                           "dinov2_with_registers") else True,
-        layer_norm_eps=tower.number("layer_norm_eps", HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0,
-                                    low_open=True),
+        qkv_bias=family.pop("qkv_bias") if "qkv_bias" in family else  # DINOv3's and AIMv2's are their own
+        tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2", "dinov2_with_registers") else True,
+        layer_norm_eps=tower.number("rms_norm_eps" if kind == "aimv2_vision_model" else "layer_norm_eps",
+                                    HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0, low_open=True),
         id2label=index_labels(f, "id2label"),
         projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type == "clip" else
         tower.integer("projection_dim", 0, low=0, high=MAX_WIDTH),
-        **{**family, "mlp": family.get("mlp", HF_ACTIVATIONS[act])},
+        **{**family, "mlp": family.get("mlp") or HF_ACTIVATIONS[act]},
     )
 
 
@@ -138,6 +149,8 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
                     register_tokens=f.integer("num_register_tokens", 4, low=0, high=256)
                     if kind == "dinov2_with_registers" else 0)
     fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
+    if kind in HF_SILU:
+        fields.update(_hf_recent_fields(f, kind))
     if kind == "siglip_vision_model":
         fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
     if kind == "beit":
@@ -154,6 +167,37 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
                       layer_scale=scale if scale > 0 else None,
                       pool="gap" if f.flag("use_mean_pooling", True) else "cls")
     return fields
+
+
+def _hf_recent_fields(f: Fields, kind: str) -> dict[str, Any]:
+    """DINOv3's and AIMv2's fields: their biases, norms, MLP, pooling and position scheme, as HFConfig's."""
+    gated = kind == "aimv2_vision_model" or f.flag("use_gated_mlp", False)
+    act = f.text("hidden_act", "silu" if kind == "aimv2_vision_model" else "gelu")
+    if gated != (act == "silu"):
+        f.fail("hidden_act", "'silu' with the gated MLP (SwiGLU), a GELU without it", act)
+    if kind == "aimv2_vision_model":
+        if f.flag("is_native", False):
+            f.fail("is_native", "false (the native-resolution variant's sine-cosine table is not supported)", True)
+        if not f.flag("use_head", True):
+            f.fail("use_head", "true (without its attention-pooling head the model has no pooled output)", False)
+        bias = f.flag("qkv_bias", False)  # q, k, v and the attention output layer
+        if f.flag("mlp_bias", False) != bias:
+            f.fail("mlp_bias", f"{bias} like qkv_bias (vit-explorer has one switch for the dense layers' biases)",
+                   not bias)
+        return dict(mlp="swiglu", qkv_bias=bias, proj_bias=bias, norm="rmsnorm", embed_norm=True, pool="query")
+    q, k, v = (f.flag(name, default) for name, default in (("query_bias", True), ("key_bias", False),
+                                                           ("value_bias", True)))
+    if q != v or (k and not q):
+        f.fail("key_bias", "a bias on the queries and values with or without one on the keys, or no bias at all "
+               f"(query_bias={q}, key_bias={k}, value_bias={v} is not supported)", k)
+    proj = f.flag("proj_bias", True)
+    if f.flag("mlp_bias", True) != proj:
+        f.fail("mlp_bias", f"{proj} like proj_bias (vit-explorer has one switch for the dense layers' biases)",
+               not proj)
+    return dict(mlp="swiglu" if gated else "", qkv_bias=q, k_bias=k or not q, proj_bias=proj, position="rope_dinov3",
+                layer_scale=f.number("layerscale_value", 1.0, low=0.0, high=1e3, low_open=True),
+                register_tokens=f.integer("num_register_tokens", 0, low=0, high=256),
+                rope_theta=f.number("rope_theta", 100.0, low=1.0, high=1e9))
 
 
 # --------------------------------------------------------------------- Hugging Face preprocessor_config.json

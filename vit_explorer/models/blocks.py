@@ -106,10 +106,10 @@ class SwiGLU(nn.Module):
 
 def make_mlp(config: ViTConfig, ratio: float) -> nn.Module:
     hidden = int(config.embed_dim * ratio)
-    norm = dict(norm_kind=config.norm, bias=config.proj_bias)
+    d, eps, kind, bias = config.embed_dim, config.layer_norm_eps, config.norm, config.proj_bias
     if config.mlp == "swiglu":
-        return SwiGLU(config.embed_dim, hidden, config.drop_rate, config.mlp_norm, config.layer_norm_eps, **norm)
-    return Mlp(config.embed_dim, hidden, config.drop_rate, config.mlp, config.mlp_norm, config.layer_norm_eps, **norm)
+        return SwiGLU(d, hidden, config.drop_rate, config.mlp_norm, eps, norm_kind=kind, bias=bias)
+    return Mlp(d, hidden, config.drop_rate, config.mlp, config.mlp_norm, eps, norm_kind=kind, bias=bias)
 
 
 def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
@@ -300,3 +300,30 @@ class AttentionPool(nn.Module):
         probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
         out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
         return out + self.mlp(self.norm(out)), probs
+
+
+class QueryPool(nn.Module):
+    """AIMv2's attention-pooling head (HF's Aimv2AttentionPoolingHead): a learned query, used as it is (no
+    query projection), attends over the patch tokens; the heads' outputs go through one output layer. No
+    norm, no MLP."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        dim = config.embed_dim
+        self.num_heads = config.pool_heads or config.num_heads
+        self.head_dim = dim // self.num_heads
+        self.scale = self.head_dim**-0.5
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.k = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> pooled (B, D), and with `capture` the query's attention (B, heads, 1, N)."""
+        b, n, c = x.shape
+        q = self.latent.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
+        k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
+        v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
+        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+        return self.proj(out.transpose(1, 2).reshape(b, c)), probs

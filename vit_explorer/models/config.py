@@ -16,7 +16,7 @@ STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 # what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS = ("cls", "gap", "map")
+POOLS = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -242,9 +242,10 @@ class ViTConfig:
         if self.pool == "map" and self.mlp == "swiglu":
             raise ConfigError("the attention-pool head's MLP takes a GELU-family activation: choose mlp='gelu', "
                               "'gelu_tanh' or 'quick_gelu' with pool='map'")
-        if self.pool != "map" and (self.pool_heads or self.pool_mlp_ratio or self.pool_prefix):
-            raise ConfigError("pool_heads, pool_mlp_ratio and pool_prefix shape the attention-pool head: set them to "
-                              "0 / False, or pool='map'")
+        if self.pool not in ("map", "query") and (self.pool_heads or self.pool_prefix) or \
+                self.pool != "map" and self.pool_mlp_ratio:
+            raise ConfigError("pool_heads, pool_prefix (pool='map' or 'query') and pool_mlp_ratio (pool='map') shape "
+                              "the attention-pool head: set them to 0 / False, or choose that pool")
         if self.pool_heads and self.embed_dim % self.pool_heads:
             raise ConfigError(f"embed_dim {self.embed_dim} must be divisible by pool_heads {self.pool_heads}")
         if self.proj_dim and self.num_classes:
@@ -348,6 +349,8 @@ class ViTConfig:
         if self.pool == "map":  # latent query, q, kv, proj, norm, a plain MLP
             h = self.pool_mlp_hidden
             n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + nd + (2 * d * h + h + d)
+        elif self.pool == "query":  # the query itself, keys and values, the output layer
+            n += d + 2 * (d * d + (d if self.qkv_bias else 0)) + d * d + d
         n += d * self.proj_dim
         heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, Rows
+from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, QueryPool, Rows
 from .config import ConfigError, TokenLayout, ViTConfig
 from .norms import make_norm
 from .stems import make_stem
@@ -78,8 +78,9 @@ class VisionTransformer(nn.Module):
         # the final norm: on every token, or (fc_norm) on the pooled vector
         self.norm = nn.Identity() if config.fc_norm else make_norm(config.norm, d, eps)
         self.fc_norm = make_norm(config.norm, d, eps) if config.fc_norm else nn.Identity()
-        if config.pool == "map":
-            self.attn_pool = AttentionPool(config)
+        if config.pool in ("map", "query"):
+            self.attn_pool: AttentionPool | QueryPool = AttentionPool(config) if config.pool == "map" else \
+                QueryPool(config)
         if config.proj_dim:
             self.proj = nn.Linear(d, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
@@ -314,7 +315,7 @@ class VisionTransformer(nn.Module):
         x = self.norm(x)
         if cfg.pool == "gap":
             pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
-        elif cfg.pool == "map":
+        elif cfg.pool in ("map", "query"):
             start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
             pooled, probs = self.attn_pool(x[:, start:], "pool_attention" in out.want)
             out.keep("pool_attention", probs)  # (B, heads, 1, N or T): the latent query over the patches (all tokens)

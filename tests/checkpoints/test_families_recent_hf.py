@@ -1,0 +1,123 @@
+"""The families of issue 18 from Hugging Face transformers (DINOv3 with registers, its qkv and SwiGLU
+variants, and AIMv2's image tower with its attention-pooling head), tiny and random, saved with
+`save_pretrained` and loaded through our loaders: the embedded tokens, every hidden state, every
+attention map and the pooled features equal transformers' (eager attention, float32, max |diff| <= 1e-4).
+DINOv3's RoPE follows any input, so it runs at the built size and at a rectangular one; AIMv2's
+transformers model has a fixed square table, so it is built, and compared, at two square sizes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from vit_explorer.checkpoints import CheckpointError, convert, load
+
+from .conftest import assert_close, randomize
+
+TINY = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, patch_size=8)
+
+
+def _dinov3(**extra: Any) -> Callable[[int], torch.nn.Module]:
+    def make(size: int) -> torch.nn.Module:
+        from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+        return DINOv3ViTModel(DINOv3ViTConfig(**TINY, image_size=size, num_register_tokens=4, layerscale_value=0.5,
+                                              **extra))
+    return make
+
+
+def _aimv2(size: int) -> torch.nn.Module:
+    from transformers import Aimv2VisionConfig, Aimv2VisionModel
+
+    return Aimv2VisionModel(Aimv2VisionConfig(**TINY, image_size=size))
+
+
+# case -> (model at a square size, the input sizes it is compared at, the square sizes it is built at)
+CASES: dict[str, tuple[Callable[[int], torch.nn.Module], list[tuple[int, int]]]] = {
+    "dinov3": (_dinov3(), [(32, 32), (24, 48)]),
+    "dinov3_qkv_bias": (_dinov3(key_bias=True), [(32, 32), (24, 48)]),
+    "dinov3_swiglu": (_dinov3(use_gated_mlp=True, hidden_act="silu", query_bias=False, value_bias=False),
+                      [(32, 32), (24, 48)]),
+    "aimv2": (_aimv2, [(32, 32), (48, 48)]),
+}
+PARAMS = [(case, size) for case, (_, sizes) in CASES.items() for size in sizes]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory):
+    cache: dict[tuple[str, int], tuple[torch.nn.Module, Path]] = {}
+
+    def get(case: str, side: int) -> tuple[torch.nn.Module, Path]:
+        if (case, side) not in cache:
+            torch.manual_seed(0)
+            model = randomize(CASES[case][0](side))
+            model.set_attn_implementation("eager")
+            folder = tmp_path_factory.mktemp(f"{case}_{side}")
+            model.save_pretrained(folder)
+            cache[case, side] = model, folder
+        return cache[case, side]
+
+    return get
+
+
+@pytest.mark.parametrize("case,size", PARAMS, ids=[f"{c}-{h}x{w}" for c, (h, w) in PARAMS])
+def test_recent_hf_family_parity(saved, case: str, size: tuple[int, int]) -> None:
+    # a fixed table (AIMv2) is built at the size it runs at; RoPE (DINOv3) runs at any size from the 32x32 model
+    model, folder = saved(case, size[0] if size[0] == size[1] else 32)
+    loaded = load(folder)
+    assert loaded.kind == "hf"
+    x = torch.randn(2, 3, *size)
+    with torch.no_grad():
+        ref = model(x, output_hidden_states=True, output_attentions=True)
+        ours = loaded.model.forward_intermediates(x, capture="all")
+    assert_close(ours["logits"], ref.pooler_output, "pooled features")
+    assert len(ref.hidden_states) == 3 and len(ref.attentions) == 2
+    assert_close(ours["embedded"], ref.hidden_states[0], "embedded tokens")
+    for i in range(2):
+        assert_close(ours["hidden_states"][i], ref.hidden_states[i + 1], f"hidden state {i}")
+        assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
+
+
+def test_dinov3_layout_registers_and_mask_token(saved) -> None:
+    """[CLS], four registers, then the patches; HF's [MASK] replaces patch embeddings as ours does."""
+    model, folder = saved("dinov3", 32)
+    loaded = load(folder)
+    layout = loaded.model.layout()
+    assert layout.prefix_names == ("cls", "reg0", "reg1", "reg2", "reg3")
+    assert loaded.config.pos_embed == "rope_dinov3" and loaded.config.mask_token
+    x, mask = torch.randn(2, 3, 32, 32), torch.rand(2, 16) < 0.5
+    with torch.no_grad():
+        ref = model(x, bool_masked_pos=mask).pooler_output
+        ours = loaded.model(x, mask=mask)
+    assert_close(ours, ref, "features with [MASK]")
+
+
+def test_preprocessing_defaults(saved) -> None:
+    """Without preprocessor_config.json: DINOv3ViTImageProcessor's and CLIP's (AIMv2's hub folders) defaults."""
+    dinov3 = load(saved("dinov3", 32)[1]).preprocessing
+    assert dinov3.mean == pytest.approx((0.485, 0.456, 0.406)) and dinov3.interpolation == "bilinear"
+    aimv2 = load(saved("aimv2", 32)[1]).preprocessing
+    assert aimv2.mean == pytest.approx((0.48145466, 0.4578275, 0.40821073)) and aimv2.crop
+
+
+def test_what_hf_cannot_hold_is_refused(saved, tmp_path: Path) -> None:
+    loaded = load(saved("aimv2", 32)[1])
+    with pytest.raises(CheckpointError, match=r"norm='rmsnorm'.*embed_norm=True.*proj_bias=False"):
+        convert(loaded, "hf", tmp_path / "out")
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("is_native", True, "is_native"), ("use_head", False, "use_head"), ("mlp_bias", True, "mlp_bias")])
+def test_aimv2_variants_we_do_not_have_are_named(saved, tmp_path: Path, field: str, value: Any, message: str) -> None:
+    import json
+    import shutil
+
+    folder = shutil.copytree(saved("aimv2", 32)[1], tmp_path / "copy")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, field: value}))
+    with pytest.raises(CheckpointError, match=message):
+        load(folder)

@@ -1,0 +1,67 @@
+"""What the families of issue 18 bring from timm beyond the parity of test_families_timm.py: the Perception
+Encoder's head is its projection to the joint space, a bare DINOv3 state dict loads by its name alone at
+full size, each family gets its own preprocessing, and a timm argument we do not model is refused by name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from vit_explorer.checkpoints import CheckpointError, load
+
+from .conftest import assert_close, randomize, save_timm_hub
+from .test_families_timm import build
+
+
+def test_a_pe_tower_head_is_the_projection_to_the_joint_space(tmp_path: Path) -> None:
+    """timm keeps PE's projection as `head` with a zero bias (as CLIP's): we load it as the embedding."""
+    model = build("pe")
+    with torch.no_grad():
+        model.head.bias.zero_()
+    loaded = load(save_timm_hub(model, tmp_path / "pe"))
+    cfg = loaded.config
+    assert cfg.num_classes == 0 and cfg.proj_dim == model.head.out_features and loaded.labels == []
+    assert (cfg.pool, cfg.pool_heads, cfg.pool_prefix, cfg.pos_embed) == ("map", 8, True, "learned+rope_xy")
+    x = torch.randn(2, 3, 24, 48)
+    with torch.no_grad():
+        out = loaded.model.forward_intermediates(x, capture="pool_attention")
+        assert_close(out["logits"], model(x), "projected embedding")
+    assert out["pool_attention"].shape == (2, 8, 1, 1 + 3 * 6)  # the latent reads [CLS] and every patch
+
+
+def test_bare_dinov3_state_dict_with_arch_at_full_size(tmp_path: Path) -> None:
+    import timm
+
+    model = randomize(timm.create_model("vit_small_patch16_dinov3", pretrained=False))
+    torch.save(model.state_dict(), tmp_path / "weights.pth")
+    loaded = load(tmp_path / "weights.pth", arch="vit_small_patch16_dinov3")
+    x = torch.randn(1, 3, 224, 160)
+    with torch.no_grad():
+        assert_close(loaded.model(x), model(x), "features")
+
+
+@pytest.mark.parametrize("case,mean,size", [("dinov3", (0.485, 0.456, 0.406), 224),
+                                            ("aimv2", (0.48145466, 0.4578275, 0.40821073), 224),
+                                            ("pe", (0.5, 0.5, 0.5), 224)])
+def test_family_preprocessing_without_a_pretrained_cfg(case: str, mean: tuple, size: int) -> None:
+    from vit_explorer.checkpoints.timm_format import parse_name, preprocess_from_timm
+    from vit_explorer.models import ViTConfig
+
+    from .test_families_timm import FAMILIES
+
+    name = FAMILIES[case][0]
+    pre = preprocess_from_timm({}, ViTConfig(image_size=size, num_classes=0), name, "test")
+    assert pre.mean == pytest.approx(mean) and pre.size == (size, size)
+    assert parse_name(name).family == case
+
+
+def test_a_rope_argument_we_do_not_model_is_refused(tmp_path: Path) -> None:
+    folder = save_timm_hub(build("dinov3"), tmp_path / "dinov3")
+    config = json.loads((folder / "config.json").read_text())
+    config["model_args"]["rope_type"] = "mixed"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="rope_type"):
+        load(folder)
