@@ -1,6 +1,8 @@
-"""What the families of issue 18 bring from timm beyond the parity of test_families_timm.py: the Perception
-Encoder's head is its projection to the joint space, a bare DINOv3 state dict loads by its name alone at
-full size, each family gets its own preprocessing, and a timm argument we do not model is refused by name."""
+"""What the families of issue 18 bring from timm beyond the parity of test_families_timm.py: SigLIP 2 as
+timm's NaFlexVit (its own module layout, so its own parity test: a Linear patch embedding and a 4x4 table
+resampled bilinearly to each grid, at three aspect ratios), the Perception Encoder's head is its
+projection to the joint space, a bare DINOv3 state dict loads by its name alone at full size, each
+family gets its own preprocessing, and a timm argument we do not model is refused by name."""
 
 from __future__ import annotations
 
@@ -13,7 +15,36 @@ import torch
 from vit_explorer.checkpoints import CheckpointError, load
 
 from .conftest import assert_close, randomize, save_timm_hub
-from .test_families_timm import build
+from .test_families_timm import build, timm_run
+
+
+@pytest.fixture(scope="module")
+def naflex(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
+    import timm
+    from timm.models._hub import save_for_hf
+
+    model = randomize(timm.create_model("naflexvit_base_patch16_siglip", pretrained=False, embed_dim=48, depth=2,
+                                        num_heads=2, patch_size=8, pos_embed_grid_size=(4, 4)))
+    folder = tmp_path_factory.mktemp("naflex")
+    save_for_hf(model, str(folder), safe_serialization=True,
+                data_config={"input_size": (3, 32, 32), "crop_pct": 1.0, "interpolation": "bilinear"})
+    return model, folder
+
+
+@pytest.mark.parametrize("size", [(32, 32), (24, 48), (40, 16)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_naflexvit_siglip2_parity(naflex, size: tuple[int, int]) -> None:
+    model, folder = naflex
+    loaded = load(folder)
+    assert (loaded.config.pe_resample, loaded.config.image_size, loaded.config.pool) == ("bilinear", (32, 32), "map")
+    x = torch.randn(2, 3, *size)
+    ref = timm_run(model, x)
+    with torch.no_grad():
+        ours = loaded.model.forward_intermediates(x, capture="all")
+    assert_close(ours["logits"], ref["out"], "features")
+    assert_close(ours["embedded"], ref["embedded"], "embedded tokens")
+    for i in range(2):
+        assert_close(ours["hidden_states"][i], ref["hidden"][i], f"hidden state {i}")
+        assert_close(ours["attentions"][i], ref["attn"][i], f"attention {i}")
 
 
 def test_a_pe_tower_head_is_the_projection_to_the_joint_space(tmp_path: Path) -> None:

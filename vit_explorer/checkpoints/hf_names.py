@@ -162,6 +162,14 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def patch_linear_to_conv(weight: torch.Tensor, patch_size: int) -> torch.Tensor | None:
+    """SigLIP 2's (HF, timm's NaFlexVit) patch embedding, a Linear (D, P*P*C) over each patch's pixels in (row,
+    column, channel) order, as our stem's Conv2d weight (D, C, P, P); None if the shape has no such reading."""
+    if weight.dim() != 2 or weight.shape[1] % (patch_size * patch_size):
+        return None
+    return weight.reshape(weight.shape[0], patch_size, patch_size, -1).permute(0, 3, 1, 2).contiguous()
+
+
 def _as_tokens(t: torch.Tensor) -> torch.Tensor:
     """(D,) or (N, D) -> (1, N, D), as our tokens and tables are."""
     return t.reshape(1, -1, t.shape[-1]) if t.dim() in (1, 2) else t

@@ -304,7 +304,7 @@ TIMM_FLAG_ARGS = ("qkv_bias", "class_token", "no_embed_class", "pre_norm", "use_
                   "use_rot_pos_emb", "swiglu_mlp", "scale_mlp", "qkv_fused", "use_pre_transformer_norm")
 TIMM_AUTO_FLAG_ARGS = ("fc_norm", "use_fc_norm")  # null: timm decides from global_pool
 TIMM_CHOICE_ARGS = {"global_pool": ("token", "avg", "map"), "act_layer": ("gelu", "gelu_tanh", "quick_gelu")}
-TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape")
+TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape", "pos_embed_grid_size")
 # model_args that must keep timm's default: other values build architectures vit-explorer does not have
 TIMM_FIXED_ARGS: dict[str, Any] = {"qk_norm": False, "dynamic_img_pad": False, "final_norm": True, "proj_bias": True,
                                    "pos_embed": "learn", "use_shared_rel_pos_bias": False, "scale_attn_inner": False,

@@ -21,6 +21,7 @@ import torch
 from ..models import ConfigError, ViTConfig
 from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
+from .hf_names import patch_linear_to_conv
 from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import TimmConfig, parse_timm_config, timm_preprocess
@@ -55,6 +56,7 @@ DINOV3_SIZES = {**_sizes(tiny=(192, 3, 12), small=(384, 6, 12), base=(768, 12, 1
                 "7b": dict(embed_dim=4096, num_heads=32, depth=40, mlp_ratio=2, swiglu_mlp=True, swiglu_align_to=64)}
 AIMV2_SIZES = _sizes(large=(1024, 8, 24, 2.75), huge=(1536, 12, 24, 2.6667), **{"1b": (2048, 16, 24, 2.75),
                                                                              "3b": (3072, 24, 24, 2.6667)})
+NAFLEX_SIZES = {word: SIGLIP_SIZES[word] for word in ("base", "so400m")}
 PE_SIZES = _sizes(tiny=(192, 3, 12), small=(384, 6, 12), base=(768, 12, 12), large=(1024, 16, 24),
                   gigantic=(1536, 16, 50, 8960 / 1536))
 # SigLIP (2) towers whose definitions use GELU's tanh approximation (the others use exact GELU)
@@ -78,6 +80,7 @@ CLASS_ARGS = {
     "EvaDinoV3": _COMMON | {"class_token", "num_reg_tokens", "use_fc_norm", "rope_temperature"},
     "EvaPE": _COMMON | {"class_token", "ref_feat_shape", "rope_temperature", "use_fc_norm"},
     "VisionTransformerAimV2": _COMMON | {"fc_norm"},
+    "NaFlexVit": _COMMON | {"pos_embed_grid_size", "class_token", "reg_tokens"},
 }
 # what timm's classes do when an argument is not given
 CLASS_DEFAULTS = {"Beit": dict(global_pool="avg"), "Eva": dict(global_pool="avg"), "EvaDinoV3": dict(global_pool="avg")}
@@ -178,6 +181,13 @@ def _pe(m: re.Match[str]) -> TimmName:
     return TimmName("pe", "EvaPE", args, eps=1e-5)
 
 
+def _naflex(m: re.Match[str]) -> TimmName:
+    """SigLIP 2 as timm's NaFlexVit: a learned 16x16 table, resampled bilinearly to each image's grid."""
+    args = dict(NAFLEX_SIZES[m["size"]], patch_size=16, class_token=False, global_pool="map", act_layer="gelu_tanh",
+                pos_embed_grid_size=(16, 16))
+    return TimmName("siglip2", "NaFlexVit", args)
+
+
 def _cait(m: re.Match[str]) -> TimmName:
     args = dict(CAIT_SIZES[m["size"]], depth=int(m["depth"]), patch_size=16, img_size=int(m["res"]), init_values=1e-5)
     return TimmName("cait", "Cait", args)
@@ -198,6 +208,7 @@ FAMILIES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], TimmName]], ...
      _dinov3),
     (re.compile(rf"aimv2_(?P<size>large|huge|1b|3b)_patch14_{_R}"), _aimv2),
     (re.compile(rf"vit_pe_core_(?P<size>tiny|small|base|large|gigantic)_{_P}_{_R}"), _pe),
+    (re.compile(r"naflexvit_(?P<size>base|so400m)_patch16_siglip"), _naflex),
 )
 SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,base}[_distilled]_patch{P}_{res}, "
              "deit3_{small,medium,base,large,huge}_patch{P}_{res}, vit_{small,base,large,giant}_patch14[_reg4]_dinov2, "
@@ -205,7 +216,8 @@ SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,
              "vit_{base,large,so400m}_patch{P}_siglip[_gap]_{res}, beit[v2]_{base,large}_patch16_{res}, "
              "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res}, "
              "vit_{tiny,small,small_plus,base,large,huge_plus,7b}_patch16_dinov3[_qkvb], "
-             "aimv2_{large,huge,1b,3b}_patch14_{res}, vit_pe_core_{tiny,small,base,large,gigantic}_patch{P}_{res} "
+             "aimv2_{large,huge,1b,3b}_patch14_{res}, vit_pe_core_{tiny,small,base,large,gigantic}_patch{P}_{res}, "
+             "naflexvit_{base,so400m}_patch16_siglip "
              "(an optional .tag after the name)")
 # eval preprocessing when no pretrained_cfg says it: (mean, std, crop_pct) per family, timm's defaults
 FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_STD, 0.875),
@@ -213,7 +225,7 @@ FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_
                      "dinov2": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "clip": (CLIP_MEAN, CLIP_STD, 1.0),
                      "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9),
                      "dinov3": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "aimv2": (CLIP_MEAN, CLIP_STD, 1.0),
-                     "pe": (HALF, HALF, 1.0)}
+                     "pe": (HALF, HALF, 1.0), "siglip2": (HALF, HALF, 1.0)}
 TAG_STATISTICS = {"mae": (IMAGENET_MEAN, IMAGENET_STD)}  # tags whose weights were trained on other statistics
 # names of our dimensions in timm's model_args, for messages
 TIMM_NAMES = {"width": "embed_dim", "depth": "depth", "mlp_width": "MLP width (embed_dim x mlp_ratio)",
@@ -248,6 +260,12 @@ def timm_to_native(state: dict[str, torch.Tensor], config: ViTConfig) -> dict[st
         key = re.sub(r"^blocks_token_only\.", "class_blocks.", key)
         key = re.sub(r"\.gamma_([12])$", r".ls\1.gamma", key)
         key = re.sub(r"^patch_embed\.norm\.", "embed_norm.", key)  # AIMv2's norm of the patch embeddings
+        if key == "embeds.proj.weight" and (conv := patch_linear_to_conv(value, config.patch_size)) is not None:
+            key, value = "patch_embed.proj.weight", conv  # NaFlexVit: a Linear over each patch's pixels
+        elif key == "embeds.proj.bias":
+            key = "patch_embed.proj.bias"
+        elif key == "embeds.pos_embed" and value.dim() == 4:  # NaFlexVit's table is (1, gh, gw, D)
+            key, value = "pos_embed", value.flatten(1, 2)
         if config.mlp == "swiglu" and re.fullmatch(r"(class_)?blocks\.\d+\.mlp\.fc1\.(weight|bias)", key):
             gate, value_half = value.chunk(2, dim=0)
             stem, param = key.rsplit(".fc1.", 1)
@@ -323,6 +341,8 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
                               f"{timm_class} ({name!r}); vit-explorer reads "
                               f"{', '.join(sorted(CLASS_ARGS[parsed.model_class]))}")
     args = {**CLASS_DEFAULTS.get(parsed.model_class, {}), **parsed.args, **model_args}
+    if parsed.model_class == "NaFlexVit":  # no img_size: the learned table's grid is the native one
+        args["img_size"] = tuple(side * args["patch_size"] for side in args["pos_embed_grid_size"])
     d, heads = args["embed_dim"], args["num_heads"]
     if heads != parsed.num_heads and d == parsed.embed_dim:
         raise CheckpointError(f"{where}: model_args num_heads={heads} contradicts the model name {name!r}, whose "
@@ -369,6 +389,7 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
             norm=args.get("norm_layer", "layernorm"),
             embed_norm=args.get("embed_norm", False),
             proj_bias=args.get("proj_bias", True),
+            pe_resample="bilinear" if parsed.model_class == "NaFlexVit" else "bicubic",
             **(dict(pool_heads=args.get("attn_pool_num_heads", 0), pool_mlp_ratio=args.get("attn_pool_mlp_ratio", 0.0),
                     pool_prefix=parsed.model_class == "EvaPE") if pool == "map" else {}),
         )

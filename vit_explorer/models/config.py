@@ -33,6 +33,7 @@ TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
     "none, attention-pool head (SigLIP)": dict(prefix_tokens="none", pool="map", class_attn_depth=0),
 }
 POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
+PE_RESAMPLES = ("bicubic", "bilinear")  # SigLIP 2 (NaFlex) resamples its table bilinearly for each image's grid
 
 # Refuse configurations that would allocate more than this many parameters: a typo such as
 # depth=12000 should produce a message, not a machine that swaps for ten minutes.
@@ -107,6 +108,7 @@ class ViTConfig:
     pool_heads: int = 0  # heads of the attention-pool head; 0 = num_heads (PE: 8)
     pool_mlp_ratio: float = 0.0  # MLP width of the attention-pool head / D; 0 = mlp_ratio
     pool_prefix: bool = False  # the attention-pool head reads the prefix tokens too (timm's Eva: PE's [CLS])
+    pe_resample: str = "bicubic"  # how a learned table follows another grid, one of PE_RESAMPLES (SigLIP 2: bilinear)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -172,6 +174,7 @@ class ViTConfig:
         _need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
         _need(self.mlp in MLPS, f"mlp must be one of {MLPS}, got {self.mlp!r}")
         _need(self.norm in NORMS, f"norm must be one of {tuple(NORMS)}, got {self.norm!r}")
+        _need(self.pe_resample in PE_RESAMPLES, f"pe_resample must be one of {PE_RESAMPLES}, got {self.pe_resample!r}")
         self._validate_heads()
         _need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
         _need(

@@ -69,15 +69,17 @@ def learned_2d(table_y: torch.Tensor, table_x: torch.Tensor) -> torch.Tensor:
 
 
 def resample_grid(
-    table: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], antialias: bool
+    table: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], antialias: bool,
+    mode: str = "bicubic",
 ) -> torch.Tensor:
-    """Bicubic resampling of patch PE rows (N_old, D) -> (N_new, D) to an explicit output size."""
+    """Bicubic (or bilinear: SigLIP 2) resampling of patch PE rows (N_old, D) -> (N_new, D) to an explicit
+    output size."""
     if tuple(old_grid) == tuple(new_grid):
         return table
     d = table.shape[-1]
     dtype = table.dtype
     image = table.float().reshape(1, old_grid[0], old_grid[1], d).permute(0, 3, 1, 2)  # (1, D, gh, gw)
-    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=antialias)
+    image = F.interpolate(image, size=tuple(new_grid), mode=mode, align_corners=False, antialias=antialias)
     return image.permute(0, 2, 3, 1).reshape(new_grid[0] * new_grid[1], d).to(dtype)
 
 
@@ -249,7 +251,8 @@ class Learned1D(Scheme):
         if tuple(grid) == cfg.grid_size:
             return table  # the native grid: no resampling, no copy
         k = self.prefix_rows(cfg)  # prefix rows stay out of the interpolation
-        return torch.cat([table[:k], resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)])
+        return torch.cat([table[:k], resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias,
+                                                   cfg.pe_resample)])
 
 
 class Learned2D(Scheme):
