@@ -121,3 +121,70 @@ def test_aimv2_variants_we_do_not_have_are_named(saved, tmp_path: Path, field: s
     (folder / "config.json").write_text(json.dumps({**config, field: value}))
     with pytest.raises(CheckpointError, match=message):
         load(folder)
+
+
+# ------------------------------------------------------------------------------ SigLIP 2 (NaFlex)
+def _siglip2(two_towers: bool) -> torch.nn.Module:
+    from transformers import Siglip2Config, Siglip2Model, Siglip2VisionConfig, Siglip2VisionModel
+
+    vision = dict(hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96, patch_size=8,
+                  num_patches=16)  # a 4x4 table: 32x32 is its native size
+    if not two_towers:
+        return Siglip2VisionModel(Siglip2VisionConfig(**vision))
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=99)
+    return Siglip2Model(Siglip2Config(text_config=text, vision_config=vision))
+
+
+def naflex_inputs(x: torch.Tensor, patch: int) -> dict[str, torch.Tensor]:
+    """Images (B, 3, H, W) as Siglip2ImageProcessor hands them to the model: each image's patches in raster
+    order, each patch's pixels as (row, column, channel), its grid as spatial_shapes, every patch real."""
+    from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+    b, _, h, w = x.shape
+    patches = torch.stack([convert_image_to_patches(image, patch) for image in x])  # (B, N, P*P*3)
+    return dict(pixel_values=patches, spatial_shapes=torch.tensor([[h // patch, w // patch]] * b),
+                pixel_attention_mask=torch.ones(b, patches.shape[1], dtype=torch.int32))
+
+
+@pytest.fixture(scope="module")
+def siglip2(tmp_path_factory: pytest.TempPathFactory):
+    cache: dict[bool, tuple[torch.nn.Module, Path]] = {}
+
+    def get(two_towers: bool) -> tuple[torch.nn.Module, Path]:
+        if two_towers not in cache:
+            torch.manual_seed(0)
+            model = randomize(_siglip2(two_towers))
+            model.set_attn_implementation("eager")
+            folder = tmp_path_factory.mktemp("siglip2")
+            model.save_pretrained(folder)
+            cache[two_towers] = model, folder
+        return cache[two_towers]
+
+    return get
+
+
+@pytest.mark.parametrize("two_towers", [False, True], ids=["tower", "two_towers"])
+@pytest.mark.parametrize("size", [(32, 32), (24, 48), (40, 16)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_siglip2_naflex_parity_at_each_aspect_ratio(siglip2, size: tuple[int, int], two_towers: bool) -> None:
+    """The same image as HF's patches with its spatial shape and as our (B, 3, H, W): HF resamples the table
+    to each image's grid, we to the input's; every stage agrees."""
+    model, folder = siglip2(two_towers)
+    loaded = load(folder)
+    assert (loaded.config.pe_resample, loaded.config.image_size, loaded.config.prefix_tokens) == \
+        ("bilinear", (32, 32), "none")
+    x = torch.randn(2, 3, *size)
+    tower = model.vision_model if two_towers else model
+    with torch.no_grad():
+        ref = tower(**naflex_inputs(x, 8), output_hidden_states=True, output_attentions=True)
+        ours = loaded.model.forward_intermediates(x, capture="all")
+    assert_close(ours["logits"], ref.pooler_output, "pooled features")
+    assert_close(ours["embedded"], ref.hidden_states[0], "embedded tokens")
+    for i in range(2):
+        assert_close(ours["hidden_states"][i], ref.hidden_states[i + 1], f"hidden state {i}")
+        assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
+
+
+def test_siglip2_is_not_written_as_siglip(siglip2, tmp_path: Path) -> None:
+    """HF's SigLIP (1) resamples its table bicubically: a SigLIP 2 model written as one would change off its grid."""
+    with pytest.raises(CheckpointError, match="pe_resample='bilinear'"):
+        convert(load(siglip2(False)[1]), "hf", tmp_path / "out")

@@ -22,7 +22,7 @@ from ..models import ConfigError, ViTConfig
 from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
 from .files import read_json
-from .hf_names import hf_to_native, native_to_hf
+from .hf_names import hf_to_native, native_to_hf, patch_linear_to_conv
 from .labels import generic_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import HFConfig, hf_preprocess, parse_hf_config
@@ -43,6 +43,8 @@ def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
+    if model_type == "siglip2_vision_model":  # Siglip2ImageProcessor (bilinear); a square image at the table's grid
+        return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "dinov3_vit":  # DINOv3ViTImageProcessor: resize (bilinear), ImageNet statistics
         return dict(size={"height": h, "width": w}, resample=2, image_mean=list(IMAGENET_MEAN),
                     image_std=list(IMAGENET_STD))
@@ -84,8 +86,8 @@ CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTF
                "BeitForImageClassification")
 WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
-ANTIALIASED = ("dinov2_with_registers",)
-NO_CLS = ("siglip_vision_model", "aimv2_vision_model")  # image towers without a [CLS] token
+ANTIALIASED = ("dinov2_with_registers", "siglip2_vision_model")
+NO_CLS = ("siglip_vision_model", "aimv2_vision_model", "siglip2_vision_model")  # image towers without a [CLS] token
 
 
 def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
@@ -140,6 +142,7 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             embed_norm=hf.embed_norm,
             proj_bias=hf.proj_bias,
             rope_theta=hf.rope_theta,
+            pe_resample=hf.pe_resample,
         )
     except ConfigError as error:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
@@ -182,6 +185,10 @@ def read_config(source: Source) -> Declared[tuple[HFConfig, Preprocess]]:
 def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torch.Tensor]) -> Checkpoint:
     hf, preprocessing = declared.spec
     state = hf_to_native(raw)
+    weight = state.get("patch_embed.proj.weight")
+    if hf.model_type == "siglip2_vision_model" and weight is not None:  # a Linear over each patch's pixels
+        conv = patch_linear_to_conv(weight, hf.patch_size)
+        state["patch_embed.proj.weight"] = weight if conv is None else conv  # None: the shape check names it
     config = config_from_hf(hf, state, declared.described_by)
     labels = labels_from_hf(hf, config.num_classes, declared.described_by)
     details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
@@ -269,8 +276,9 @@ def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
         reasons.append("a distillation token without classifier heads")
     if family != "vit" and config.num_classes:
         reasons.append(f"a classifier (HF's {family} image models have none)")
+    # issue 18's options, which the written classes lack
     plain = dict(norm="layernorm", embed_norm=False, proj_bias=True, pool_heads=0, pool_mlp_ratio=0.0,
-                 pool_prefix=False, rope_offset=0.0)  # issue 18's options, which the written classes lack
+                 pool_prefix=False, rope_offset=0.0, pe_resample="bicubic")
     reasons += [f"{name}={getattr(config, name)!r}" for name, value in plain.items() if getattr(config, name) != value]
     return reasons
 

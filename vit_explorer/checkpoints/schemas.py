@@ -11,6 +11,7 @@ weights do not show, so it is refused. In preprocessing configs a null means "th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +63,18 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "beit": ("BeitForImageClassification", "BeitModel"),
                     # issue 18
                     "dinov3_vit": ("DINOv3ViTModel",),
-                    "aimv2_vision_model": ("Aimv2VisionModel",)}
-TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
+                    "aimv2_vision_model": ("Aimv2VisionModel",),
+                    "siglip2_vision_model": ("Siglip2VisionModel",),
+                    "siglip2": ("Siglip2Model",)}
+# two-tower models: their image tower
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
 # transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
 HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
-HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh"}
+HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh",
+                  "siglip2_vision_model": "gelu_pytorch_tanh"}
 HF_DEFAULT_EPS = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "clip_vision_model": 1e-5,
-                  "siglip_vision_model": 1e-6, "dinov3_vit": 1e-5, "aimv2_vision_model": 1e-5}  # the others: 1e-12
+                  "siglip_vision_model": 1e-6, "dinov3_vit": 1e-5, "aimv2_vision_model": 1e-5,
+                  "siglip2_vision_model": 1e-6}  # the others: 1e-12
 HF_SILU = ("dinov3_vit", "aimv2_vision_model")  # types whose gated MLP (SwiGLU) takes "silu"
 
 
@@ -98,6 +104,7 @@ class HFConfig:
     norm: str = "layernorm"  # ViTConfig.norm
     embed_norm: bool = False  # AIMv2's norm of the patch embeddings
     rope_theta: float = 100.0  # DINOv3's RoPE base period
+    pe_resample: str = "bicubic"  # ViTConfig.pe_resample (SigLIP 2: bilinear)
 
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
@@ -123,7 +130,8 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         hidden_size=width,
         num_hidden_layers=tower.integer("num_hidden_layers", high=MAX_DEPTH),
         num_attention_heads=tower.integer("num_attention_heads", high=MAX_HEADS),
-        image_size=tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
+        image_size=family.pop("image_size") if "image_size" in family else  # SigLIP 2 gives num_patches
+        tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
         patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
         num_channels=tower.integer("num_channels", 3, high=64),
         qkv_bias=family.pop("qkv_bias") if "qkv_bias" in family else  # DINOv3's and AIMv2's are their own
@@ -151,8 +159,15 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
     fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
     if kind in HF_SILU:
         fields.update(_hf_recent_fields(f, kind))
-    if kind == "siglip_vision_model":
+    if kind in ("siglip_vision_model", "siglip2_vision_model"):
         fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
+    if kind == "siglip2_vision_model":  # a square table of num_patches rows, resampled to each image's grid
+        count = f.integer("num_patches", 256, high=65536)
+        side = math.isqrt(count)
+        if side * side != count:
+            f.fail("num_patches", "a square number (the position table is a square grid)", count)
+        patch = f.integer("patch_size", 16, high=MAX_SIDE)
+        fields.update(image_size=(side * patch, side * patch), pe_resample="bilinear")
     if kind == "beit":
         if f.flag("use_shared_relative_position_bias", False):
             f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "
