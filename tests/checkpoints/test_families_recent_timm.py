@@ -96,3 +96,35 @@ def test_a_rope_argument_we_do_not_model_is_refused(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="rope_type"):
         load(folder)
+
+
+# every size of the new families (beside the preset ones in test_timm_names.py), at full size on the meta device
+REAL_NAMES = ["vit_small_plus_patch16_dinov3", "vit_large_patch16_dinov3_qkvb", "vit_huge_plus_patch16_dinov3",
+              "vit_tiny_patch16_dinov3_qkvb", "aimv2_huge_patch14_448", "aimv2_3b_patch14_224",
+              "vit_pe_core_tiny_patch16_384", "vit_pe_core_large_patch14_336", "vit_pe_core_gigantic_patch14_448",
+              "naflexvit_so400m_patch16_siglip"]
+
+
+@pytest.mark.parametrize("name", REAL_NAMES)
+def test_real_sizes_read_exactly(name: str) -> None:
+    from vit_explorer.checkpoints.build import check_state_dict
+    from vit_explorer.checkpoints.timm_format import config_from_timm, timm_to_native
+    from vit_explorer.models import VisionTransformer, count_parameters
+
+    from .test_timm_names import timm_meta_state
+
+    state, heads = timm_meta_state(name)
+    config = config_from_timm(name, state, {}, name)
+    native = timm_to_native(state, config)
+    with torch.device("meta"):
+        ours = VisionTransformer(config)
+    check_state_dict(ours, native, name)  # raises, naming every difference
+    assert config.num_heads == heads and count_parameters(ours) == sum(t.numel() for t in state.values()
+                                                                         if not t.dtype == torch.long)
+
+
+def test_fixed_resolution_siglip2_is_timm_siglip_with_the_v2_tag() -> None:
+    """timm's fixed-resolution SigLIP 2 towers are its SigLIP architecture with the v2_webli weights."""
+    from vit_explorer.checkpoints.timm_format import parse_name
+
+    assert parse_name("timm/vit_so400m_patch16_siglip_384.v2_webli").family == "siglip"

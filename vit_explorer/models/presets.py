@@ -48,6 +48,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "pe-core-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=1024, pre_norm=True,
                         pos_embed="learned+rope_xy", rope_theta=10000.0, rope_ref_grid=(14, 14), rope_offset=1.0,
                         pool="map", pool_heads=8, pool_mlp_ratio=4.0, pool_prefix=True, layer_norm_eps=1e-5),
+    # SigLIP 2 with NaFlex (timm's NaFlexVit): a 16x16 table resampled bilinearly to each image's grid
+    "siglip2-b16-naflex": dict(image_size=256, embed_dim=768, depth=12, num_heads=12, num_classes=0,
+                               prefix_tokens="none", pool="map", mlp="gelu_tanh", pe_resample="bilinear"),
     # classroom models: 32x32 images, 4x4 patches (an 8x8 grid), train on a laptop CPU in minutes
     # pre_norm: a LayerNorm on the embedded patches; with mimetic attention init (training/init.py) it takes
     # the patchify stem from about 25 % to about 75 % on `shapes` in a two-minute run
@@ -89,6 +92,7 @@ TIMM_NAMES: dict[str, str] = {
     "vit_base_patch16_dinov3": "dinov3-b16",
     "aimv2_large_patch14_224": "aimv2-l14",
     "vit_pe_core_base_patch16_224": "pe-core-b16",
+    "naflexvit_base_patch16_siglip": "siglip2-b16-naflex",
 }
 
 
