@@ -188,3 +188,23 @@ def test_siglip2_is_not_written_as_siglip(siglip2, tmp_path: Path) -> None:
     """HF's SigLIP (1) resamples its table bicubically: a SigLIP 2 model written as one would change off its grid."""
     with pytest.raises(CheckpointError, match="pe_resample='bilinear'"):
         convert(load(siglip2(False)[1]), "hf", tmp_path / "out")
+
+
+@pytest.mark.parametrize("width,height", [(300, 200), (90, 250), (64, 64)])
+def test_siglip2_naflex_preprocessing_equals_the_image_processor(siglip2, width: int, height: int) -> None:
+    """Each image keeps its aspect ratio, resized to at most the table's 16 patches: the same pixels, the same
+    grid as Siglip2ImageProcessor (with its patch size and patch budget, as the folder's model has them)."""
+    import numpy as np
+    from PIL import Image
+    from transformers import Siglip2ImageProcessor
+    from transformers.models.siglip2.image_processing_siglip2 import convert_image_to_patches
+
+    loaded = load(siglip2(False)[1])
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8))
+    ref = Siglip2ImageProcessor(patch_size=8, max_num_patches=16)(image, return_tensors="pt")
+    ours = loaded.preprocess(image)  # (1, 3, H, W)
+    gh, gw = (int(v) for v in ref["spatial_shapes"][0])
+    assert ours.shape[-2:] == (gh * 8, gw * 8) and gh * gw <= 16
+    patches = convert_image_to_patches(ours[0], 8)
+    assert_close(patches, ref["pixel_values"][0, :gh * gw], "pixels")
+    assert loaded.preprocessing.with_size((24, 48))(image).shape[-2:] == (24, 48)  # the app's chosen size

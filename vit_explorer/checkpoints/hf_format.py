@@ -33,18 +33,20 @@ CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
+def processor_defaults(model_type: str, size: tuple[int, int], patch: int = 16) -> dict[str, Any]:
     """transformers' image-processor defaults for a folder without preprocessor_config.json, scaled
     from their 224 to the model's own input size: ViT, ViTMAE and SigLIP resize; DeiT and BEiT resize
     to 256/224 of it, then crop; DINOv2 and CLIP resize the shortest edge (DINOv2: to 256/224), then crop."""
     h, w = size
     half = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    max_patches = (h // patch) * (w // patch)
     if model_type in ("vit", "vit_mae"):
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
-    if model_type == "siglip2_vision_model":  # Siglip2ImageProcessor (bilinear); a square image at the table's grid
-        return dict(size={"height": h, "width": w}, resample=2, **half)
+    if model_type == "siglip2_vision_model":  # Siglip2ImageProcessor: NaFlex, up to the table's patches (bilinear)
+        return dict(size={"height": h, "width": w}, resample=2, max_num_patches=max_patches, patch_size=patch,
+                    **half)
     if model_type == "dinov3_vit":  # DINOv3ViTImageProcessor: resize (bilinear), ImageNet statistics
         return dict(size={"height": h, "width": w}, resample=2, image_mean=list(IMAGENET_MEAN),
                     image_std=list(IMAGENET_STD))
@@ -163,10 +165,14 @@ def _span(indices: dict[int, str]) -> str:
     return f"{min(indices)}..{max(indices)}" if indices else "none"
 
 
-def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int]) -> Preprocess:
+def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int], patch: int = 16) -> Preprocess:
     path = folder / "preprocessor_config.json"
     processor = read_json(path) if path.exists() else {}
-    return hf_preprocess(processor, processor_defaults(model_type, size), str(path))
+    pre = hf_preprocess(processor, processor_defaults(model_type, size, patch), str(path))
+    if pre.max_patches and pre.patch_size != patch:
+        raise CheckpointError(f"{path}: patch_size {pre.patch_size} differs from the model's {patch} (config.json): "
+                              "NaFlex would cut the image into patches the model does not take")
+    return pre
 
 
 # ------------------------------------------------------------------------------------ the format entry
@@ -178,7 +184,7 @@ def detect(source: Source) -> bool:
 def read_config(source: Source) -> Declared[tuple[HFConfig, Preprocess]]:
     path = source.folder / "config.json"
     hf = parse_hf_config(source.config_json, str(path))
-    preprocessing = preprocess_from_hf(source.folder, hf.model_type, hf.image_size)
+    preprocessing = preprocess_from_hf(source.folder, hf.model_type, hf.image_size, hf.patch_size)
     return Declared((hf, preprocessing), source.file or find_weights(source.folder), str(path))
 
 

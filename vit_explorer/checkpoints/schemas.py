@@ -250,6 +250,9 @@ def hf_preprocess(processor: Any, defaults: dict[str, Any], where: str) -> Prepr
     if box is None:
         raise CheckpointError(f"{where}: do_resize, size and do_center_crop give no fixed output size (a "
                               "shortest_edge resize needs a centre crop, no resize needs a crop); not supported")
+    if "max_num_patches" in f.data:  # SigLIP 2's NaFlex: each image keeps its aspect ratio
+        common.update(max_patches=f.integer("max_num_patches", high=65536),
+                      patch_size=f.integer("patch_size", 16, high=MAX_SIDE))
     return _preprocess(where, box, **common)
 
 
