@@ -36,6 +36,14 @@ def _aimv2(size: int) -> torch.nn.Module:
     return Aimv2VisionModel(Aimv2VisionConfig(**TINY, image_size=size))
 
 
+def _aimv2_model(size: int) -> torch.nn.Module:
+    """The two-tower model: we read its image tower and the projection to the joint space."""
+    from transformers import Aimv2Config, Aimv2Model
+
+    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=99)
+    return Aimv2Model(Aimv2Config(text_config=text, vision_config=dict(**TINY, image_size=size), projection_dim=16))
+
+
 # case -> (model at a square size, the input sizes it is compared at, the square sizes it is built at)
 CASES: dict[str, tuple[Callable[[int], torch.nn.Module], list[tuple[int, int]]]] = {
     "dinov3": (_dinov3(), [(32, 32), (24, 48)]),
@@ -43,6 +51,7 @@ CASES: dict[str, tuple[Callable[[int], torch.nn.Module], list[tuple[int, int]]]]
     "dinov3_swiglu": (_dinov3(use_gated_mlp=True, hidden_act="silu", query_bias=False, value_bias=False),
                       [(32, 32), (24, 48)]),
     "aimv2": (_aimv2, [(32, 32), (48, 48)]),
+    "aimv2_model": (_aimv2_model, [(32, 32)]),
 }
 PARAMS = [(case, size) for case, (_, sizes) in CASES.items() for size in sizes]
 
@@ -71,10 +80,12 @@ def test_recent_hf_family_parity(saved, case: str, size: tuple[int, int]) -> Non
     loaded = load(folder)
     assert loaded.kind == "hf"
     x = torch.randn(2, 3, *size)
+    tower = getattr(model, "vision_model", model)
     with torch.no_grad():
-        ref = model(x, output_hidden_states=True, output_attentions=True)
+        ref = tower(x, output_hidden_states=True, output_attentions=True)
         ours = loaded.model.forward_intermediates(x, capture="all")
-    assert_close(ours["logits"], ref.pooler_output, "pooled features")
+    features = model.visual_projection(ref.pooler_output) if tower is not model else ref.pooler_output
+    assert_close(ours["logits"], features, "pooled (projected) features")
     assert len(ref.hidden_states) == 3 and len(ref.attentions) == 2
     assert_close(ours["embedded"], ref.hidden_states[0], "embedded tokens")
     for i in range(2):

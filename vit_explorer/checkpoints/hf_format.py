@@ -86,7 +86,7 @@ HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "
             "num_classes": "classes (architectures and id2label)"}
 CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",
                "BeitForImageClassification")
-WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
+WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel", "Aimv2Model")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
 ANTIALIASED = ("dinov2_with_registers", "siglip2_vision_model")
 NO_CLS = ("siglip_vision_model", "aimv2_vision_model", "siglip2_vision_model")  # image towers without a [CLS] token

@@ -64,10 +64,12 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     # issue 18
                     "dinov3_vit": ("DINOv3ViTModel",),
                     "aimv2_vision_model": ("Aimv2VisionModel",),
+                    "aimv2": ("Aimv2Model",),
                     "siglip2_vision_model": ("Siglip2VisionModel",),
                     "siglip2": ("Siglip2Model",)}
 # two-tower models: their image tower
-TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model",
+          "aimv2": "aimv2_vision_model"}
 # transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
 HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
 HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh",
@@ -139,7 +141,7 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         layer_norm_eps=tower.number("rms_norm_eps" if kind == "aimv2_vision_model" else "layer_norm_eps",
                                     HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0, low_open=True),
         id2label=index_labels(f, "id2label"),
-        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type == "clip" else
+        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type in ("clip", "aimv2") else
         tower.integer("projection_dim", 0, low=0, high=MAX_WIDTH),
         **{**family, "mlp": family.get("mlp") or HF_ACTIVATIONS[act]},
     )
