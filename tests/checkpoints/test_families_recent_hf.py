@@ -219,3 +219,10 @@ def test_siglip2_naflex_preprocessing_equals_the_image_processor(siglip2, width:
     patches = convert_image_to_patches(ours[0], 8)
     assert_close(patches, ref["pixel_values"][0, :gh * gw], "pixels")
     assert loaded.preprocessing.with_size((24, 48))(image).shape[-2:] == (24, 48)  # the app's chosen size
+
+
+def test_siglip2_round_trips_through_the_native_format_with_its_naflex_preprocessing(siglip2, tmp_path: Path) -> None:
+    loaded = load(siglip2(False)[1])
+    again = load(convert(loaded, "native", tmp_path / "native"))
+    assert again.config == loaded.config and again.preprocessing == loaded.preprocessing
+    assert again.preprocessing.max_patches == 16

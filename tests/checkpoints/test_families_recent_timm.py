@@ -128,3 +128,26 @@ def test_fixed_resolution_siglip2_is_timm_siglip_with_the_v2_tag() -> None:
     from vit_explorer.checkpoints.timm_format import parse_name
 
     assert parse_name("timm/vit_so400m_patch16_siglip_384.v2_webli").family == "siglip"
+
+
+@pytest.mark.parametrize("case", ["dinov3_swiglu", "aimv2", "pe"])
+def test_each_recent_family_round_trips_through_the_native_format(tmp_path: Path, case: str) -> None:
+    from vit_explorer.checkpoints import convert
+
+    loaded = load(save_timm_hub(build(case), tmp_path / "timm"))
+    again = load(convert(loaded, "native", tmp_path / "native"))
+    assert again.kind == "native" and again.config == loaded.config
+    x = torch.randn(2, 3, 24, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
+
+
+def test_naflex_round_trips_through_the_native_format(naflex, tmp_path: Path) -> None:
+    from vit_explorer.checkpoints import convert
+
+    loaded = load(naflex[1])
+    again = load(convert(loaded, "native", tmp_path / "native"))
+    assert again.config == loaded.config and again.config.pe_resample == "bilinear"
+    x = torch.randn(1, 3, 40, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
