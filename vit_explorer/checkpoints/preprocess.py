@@ -122,6 +122,10 @@ class Preprocess:
             return round(h / ratio), round(w / ratio)
         return th, tw
 
+    def native_size(self, h: int, w: int) -> tuple[int, int]:
+        """The model input (H, W) the source gives an h x w image: its own NaFlex size (SigLIP 2), else `size`."""
+        return self.resized_size(h, w) if self.max_patches else self.size
+
     def to_image(self, pixels: torch.Tensor) -> np.ndarray:
         """Undo the normalisation of (1, 3, H, W): the image exactly as the model sees it, (H, W, 3) uint8."""
         x = pixels[0].detach().float().cpu()  # (3, H, W)
