@@ -30,6 +30,16 @@ FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     "eva02": ("eva02_tiny_patch14_224", dict(dynamic_img_size=True)),  # RoPE on a reference grid, packed SwiGLU
     "eva02_base": ("eva02_base_patch14_224", dict(dynamic_img_size=True)),  # unfused q/k/v, SwiGLU with sub-LN
 }
+# issue 18 (part B): DINOv3 (RoPE on normalised centres, registers, LayerScale; SwiGLU in the "plus" sizes),
+# AIMv2 (RMSNorm, SwiGLU, no dense biases, a norm on the patch embeddings), the Perception Encoder (a learned
+# table and RoPE with x first, pre-norm, an 8-head attention pool over every token, a projection)
+FAMILIES.update({
+    "dinov3": ("vit_small_patch16_dinov3_qkvb", {}),
+    "dinov3_swiglu": ("vit_small_plus_patch16_dinov3", {}),
+    "dinov3_token": ("vit_base_patch16_dinov3", dict(global_pool="token")),  # upstream's [CLS] pooling
+    "aimv2": ("aimv2_large_patch14_224", dict(dynamic_img_size=True)),
+    "pe": ("vit_pe_core_base_patch16_224", dict(dynamic_img_size=True)),
+})
 SIZES = [(32, 32), (24, 48)]
 
 

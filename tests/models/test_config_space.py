@@ -84,8 +84,9 @@ def brute_attention(model: VisionTransformer, i: int, x: torch.Tensor, grid: tup
     y = F.layer_norm(x, (d,), block.norm1.weight, block.norm1.bias, cfg.layer_norm_eps)
     qkv = y @ block.attn.qkv.weight.T + block.attn.qkv.bias  # (B, T, 3D): [q | k | v], heads inside each
     q, k = (qkv[..., j * d:(j + 1) * d].reshape(b, t, h, hd).transpose(1, 2) for j in (0, 1))  # (B, H, T, hd)
-    if cfg.pos_embed in ("rope", "learned+rope"):  # rotate each (even, odd) pair of patch tokens as a complex number
-        turn = torch.polar(torch.ones(()), rope_angles(grid, hd, cfg.rope_theta))  # (N, hd/2)
+    if cfg.pos_embed in ("rope", "learned+rope", "learned+rope_xy"):  # rotate each (even, odd) pair of patch tokens
+        angles = rope_angles(grid, hd, cfg.rope_theta, cols_first=cfg.pos_embed == "learned+rope_xy")  # (N, hd/2)
+        turn = torch.polar(torch.ones(()), angles)  # as a complex number
         p = t - grid[0] * grid[1]
 
         def rotate(z: torch.Tensor) -> torch.Tensor:
@@ -93,6 +94,20 @@ def brute_attention(model: VisionTransformer, i: int, x: torch.Tensor, grid: tup
             return torch.cat([z[:, :, :p], torch.view_as_real(pairs * turn).reshape(b, h, t - p, hd)], dim=2)
 
         q, k = rotate(q), rotate(k)
+    if cfg.pos_embed == "rope_dinov3":  # DINOv3: dimension i turns with i + hd/2, by the patch centre in [-1, 1]
+        gh, gw = grid
+        rows = torch.tensor([(2 * r + 1) / gh - 1 for r in range(gh) for _ in range(gw)])
+        cols = torch.tensor([(2 * c + 1) / gw - 1 for _ in range(gh) for c in range(gw)])
+        periods = cfg.rope_theta ** (torch.arange(hd // 4) * 4 / hd)
+        angles = 2 * math.pi * torch.cat([rows[:, None] / periods, cols[:, None] / periods], dim=1)  # (N, hd/2)
+        turn, p = torch.polar(torch.ones(()), angles), t - gh * gw
+
+        def rotate_halves(z: torch.Tensor) -> torch.Tensor:
+            first, second = z[:, :, p:].chunk(2, dim=-1)
+            turned = torch.complex(first, second) * turn
+            return torch.cat([z[:, :, :p], torch.cat([turned.real, turned.imag], dim=-1)], dim=2)
+
+        q, k = rotate_halves(q), rotate_halves(k)
     scores = torch.einsum("bhqc,bhkc->bhqk", q, k) / math.sqrt(hd)
     if cfg.pos_embed == "rel_bias":
         scores = scores + brute_relative_bias(block.attn.relative_position_bias_table, grid, t - grid[0] * grid[1])

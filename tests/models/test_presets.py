@@ -31,6 +31,10 @@ EXPECTED = {
     "beit-b16": 86_530_984,
     "eva02-ti14": 5_502_144,
 }
+# issue 18 (part B): timm's counts of vit_base_patch16_dinov3, aimv2_large_patch14_224, vit_pe_core_base_patch16_224,
+# naflexvit_base_patch16_siglip
+EXPECTED.update({"dinov3-b16": 85_641_216, "aimv2-l14": 309_197_824, "pe-core-b16": 93_673_984,
+                 "siglip2-b16-naflex": 92_930_304})
 
 
 def meta_models(timm_name: str) -> tuple[torch.nn.Module, VisionTransformer]:

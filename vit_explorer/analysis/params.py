@@ -17,6 +17,7 @@ _EMBED_LAYERS = {  # first name component -> layer name in the embedding stage (
     "mask_token": "[MASK] token",
     "pos_embed": "position embedding",  # every scheme's parameters are named pos_embed* (models/position.py)
     "norm_pre": "pre-norm",
+    "embed_norm": "patch-embedding norm",  # AIMv2
 }
 _HEAD_LAYERS = {"norm": "final norm", "fc_norm": "final norm", "attn_pool": "attention-pool head",
                 "proj": "projection", "head": "classifier", "head_dist": "distillation classifier"}
@@ -125,6 +126,10 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
 
     heads = 2 if config.distilled and config.dist_head else 1
     macs["head"] = heads * d * config.num_classes + d * config.proj_dim
-    if config.pool == "map":  # the latent's query, keys and values of the patches, attention, proj, MLP
-        macs["head"] += d * d + 2 * n * d * d + 2 * n * d + d * d + 2 * d * hidden
+    if config.pool == "map":  # the latent's query, keys and values of the patches (PE: all tokens), attention, MLP
+        m = t if config.pool_prefix else n
+        macs["head"] += d * d + 2 * m * d * d + 2 * m * d + d * d + 2 * d * config.pool_mlp_hidden
+    elif config.pool == "query":  # AIMv2: keys and values of the patches, attention, the output layer
+        m = t if config.pool_prefix else n
+        macs["head"] += 2 * m * d * d + 2 * m * d + d * d
     return {stage: 2 * m for stage, m in macs.items()}

@@ -22,7 +22,7 @@ from ..models import ConfigError, ViTConfig
 from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
 from .files import read_json
-from .hf_names import hf_to_native, native_to_hf
+from .hf_names import hf_to_native, native_to_hf, patch_linear_to_conv
 from .labels import generic_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import HFConfig, hf_preprocess, parse_hf_config
@@ -33,21 +33,28 @@ CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]:
+def processor_defaults(model_type: str, size: tuple[int, int], patch: int = 16) -> dict[str, Any]:
     """transformers' image-processor defaults for a folder without preprocessor_config.json, scaled
     from their 224 to the model's own input size: ViT, ViTMAE and SigLIP resize; DeiT and BEiT resize
     to 256/224 of it, then crop; DINOv2 and CLIP resize the shortest edge (DINOv2: to 256/224), then crop."""
     h, w = size
     half = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    max_patches = (h // patch) * (w // patch)
     if model_type in ("vit", "vit_mae"):
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
+    if model_type == "siglip2_vision_model":  # Siglip2ImageProcessor: NaFlex, up to the table's patches (bilinear)
+        return dict(size={"height": h, "width": w}, resample=2, max_num_patches=max_patches, patch_size=patch,
+                    **half)
+    if model_type == "dinov3_vit":  # DINOv3ViTImageProcessor: resize (bilinear), ImageNet statistics
+        return dict(size={"height": h, "width": w}, resample=2, image_mean=list(IMAGENET_MEAN),
+                    image_std=list(IMAGENET_STD))
     crop = dict(do_center_crop=True, crop_size={"height": h, "width": w}, resample=3)
     if model_type in ("dinov2", "dinov2_with_registers"):
         return dict(size={"shortest_edge": h * 256 // 224}, image_mean=list(IMAGENET_MEAN),
                     image_std=list(IMAGENET_STD), **crop)
-    if model_type == "clip_vision_model":
+    if model_type in ("clip_vision_model", "aimv2_vision_model"):  # AIMv2's hub folders name CLIPImageProcessor
         return dict(size={"shortest_edge": h}, image_mean=CLIP_MEAN, image_std=CLIP_STD, **crop)
     return dict(size={"height": h * 256 // 224, "width": w * 256 // 224}, **half, **crop)
 
@@ -79,9 +86,10 @@ HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "
             "num_classes": "classes (architectures and id2label)"}
 CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",
                "BeitForImageClassification")
-WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
+WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel", "Aimv2Model")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
-ANTIALIASED = ("dinov2_with_registers",)
+ANTIALIASED = ("dinov2_with_registers", "siglip2_vision_model")
+NO_CLS = ("siglip_vision_model", "aimv2_vision_model", "siglip2_vision_model")  # image towers without a [CLS] token
 
 
 def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
@@ -119,9 +127,9 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             mlp_ratio=mlp_ratio_for(d, hf.intermediate_size),
             mlp=hf.mlp,
             qkv_bias=hf.qkv_bias,
-            k_bias=kind != "beit",  # BEiT's keys have no bias
+            k_bias=kind != "beit" and hf.k_bias,  # BEiT's keys have no bias, DINOv3's by default none
             pre_norm=kind == "clip_vision_model",
-            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind == "siglip_vision_model" else "cls",
+            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind in NO_CLS else "cls",
             dist_head=not (kind == "deit" and one_head),  # DeiTModel always has both tokens
             reg_tokens=hf.register_tokens,
             pool=hf.pool,
@@ -132,6 +140,11 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             pe_resample_antialias=kind in ANTIALIASED,
             layer_scale_init=hf.layer_scale,
             layer_norm_eps=hf.layer_norm_eps,
+            norm=hf.norm,
+            embed_norm=hf.embed_norm,
+            proj_bias=hf.proj_bias,
+            rope_theta=hf.rope_theta,
+            pe_resample=hf.pe_resample,
         )
     except ConfigError as error:
         raise CheckpointError(f"{where}: invalid model config: {error}") from None
@@ -152,10 +165,14 @@ def _span(indices: dict[int, str]) -> str:
     return f"{min(indices)}..{max(indices)}" if indices else "none"
 
 
-def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int]) -> Preprocess:
+def preprocess_from_hf(folder: Path, model_type: str, size: tuple[int, int], patch: int = 16) -> Preprocess:
     path = folder / "preprocessor_config.json"
     processor = read_json(path) if path.exists() else {}
-    return hf_preprocess(processor, processor_defaults(model_type, size), str(path))
+    pre = hf_preprocess(processor, processor_defaults(model_type, size, patch), str(path))
+    if pre.max_patches and pre.patch_size != patch:
+        raise CheckpointError(f"{path}: patch_size {pre.patch_size} differs from the model's {patch} (config.json): "
+                              "NaFlex would cut the image into patches the model does not take")
+    return pre
 
 
 # ------------------------------------------------------------------------------------ the format entry
@@ -167,13 +184,17 @@ def detect(source: Source) -> bool:
 def read_config(source: Source) -> Declared[tuple[HFConfig, Preprocess]]:
     path = source.folder / "config.json"
     hf = parse_hf_config(source.config_json, str(path))
-    preprocessing = preprocess_from_hf(source.folder, hf.model_type, hf.image_size)
+    preprocessing = preprocess_from_hf(source.folder, hf.model_type, hf.image_size, hf.patch_size)
     return Declared((hf, preprocessing), source.file or find_weights(source.folder), str(path))
 
 
 def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torch.Tensor]) -> Checkpoint:
     hf, preprocessing = declared.spec
     state = hf_to_native(raw)
+    weight = state.get("patch_embed.proj.weight")
+    if hf.model_type == "siglip2_vision_model" and weight is not None:  # a Linear over each patch's pixels
+        conv = patch_linear_to_conv(weight, hf.patch_size)
+        state["patch_embed.proj.weight"] = weight if conv is None else conv  # None: the shape check names it
     config = config_from_hf(hf, state, declared.described_by)
     labels = labels_from_hf(hf, config.num_classes, declared.described_by)
     details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
@@ -261,6 +282,10 @@ def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
         reasons.append("a distillation token without classifier heads")
     if family != "vit" and config.num_classes:
         reasons.append(f"a classifier (HF's {family} image models have none)")
+    # issue 18's options, which the written classes lack
+    plain = dict(norm="layernorm", embed_norm=False, proj_bias=True, pool_heads=0, pool_mlp_ratio=0.0,
+                 pool_prefix=False, rope_offset=0.0, pe_resample="bicubic")
+    reasons += [f"{name}={getattr(config, name)!r}" for name, value in plain.items() if getattr(config, name) != value]
     return reasons
 
 

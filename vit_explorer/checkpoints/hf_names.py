@@ -46,6 +46,16 @@ _MODEL = _compile([
     ("layernorm.{p}", "norm.{p}"),
     ("post_layernorm.{p}", "norm.{p}"),
     ("pooler.layernorm.{p}", "fc_norm.{p}"),
+    # DINOv3, AIMv2 (issue 18)
+    ("embeddings.patch_embeddings.{p}", "patch_embed.proj.{p}"),
+    ("embeddings.patch_embed.{p}", "patch_embed.proj.{p}"),
+    ("embeddings.rms_norm.weight", "embed_norm.weight"),
+    ("norm.{p}", "norm.{p}"),
+    ("rms_norm.weight", "norm.weight"),
+    ("head.cls_token", "attn_pool.latent"),
+    ("head.k_proj.{p}", "attn_pool.k.{p}"),
+    ("head.v_proj.{p}", "attn_pool.v.{p}"),
+    ("head.output_proj.{p}", "attn_pool.proj.{p}"),
     ("head.probe", "attn_pool.latent"),
     ("head.attention.out_proj.{p}", "attn_pool.proj.{p}"),
     ("head.layernorm.{p}", "attn_pool.norm.{p}"),
@@ -78,11 +88,21 @@ _BLOCK = _compile([  # inside encoder.layer.{i}. (ViT, DeiT, MAE, DINOv2, BEiT) 
     ("layer_scale2.lambda1", "ls2.gamma"),
     ("lambda_1", "ls1.gamma"),
     ("lambda_2", "ls2.gamma"),
+    # DINOv3 (mlp.*; a gated MLP's up_proj is its value half, fixed in hf_to_native) and AIMv2 (ffn.*)
+    ("attention.out_proj.{p}", "attn.proj.{p}"),
+    ("mlp.up_proj.{p}", "mlp.fc1.{p}"),
+    ("mlp.gate_proj.{p}", "mlp.fc1_g.{p}"),
+    ("mlp.down_proj.{p}", "mlp.fc2.{p}"),
+    ("ffn.gate_proj.{p}", "mlp.fc1_g.{p}"),
+    ("ffn.up_proj.{p}", "mlp.fc1_x.{p}"),
+    ("ffn.down_proj.{p}", "mlp.fc2.{p}"),
+    ("rms_norm1.weight", "norm1.weight"),
+    ("rms_norm2.weight", "norm2.weight"),
 ])
 _QKV = {"attention.attention.query": "q", "attention.attention.key": "k", "attention.attention.value": "v",
         "attention.q_proj": "q", "attention.k_proj": "k", "attention.v_proj": "v",
         "self_attn.q_proj": "q", "self_attn.k_proj": "k", "self_attn.v_proj": "v"}
-_BLOCK_PREFIX = re.compile(r"(?:encoder\.layers?|layers)\.(\d+)\.(.+)")
+_BLOCK_PREFIX = re.compile(r"(?:encoder\.layers?|layers?|model\.layer)\.(\d+)\.(.+)")  # DINOv3: (model.)layer
 _DERIVED = ("relative_position_index",)  # buffers older checkpoints saved; recomputed, so dropped
 
 
@@ -136,7 +156,18 @@ def hf_to_native(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             out[mapped or key] = _as_tokens(value) if mapped in ("cls_token", "mask_token", "pos_embed") else value
     for (index, param), parts in qkv.items():
         out.update(_fuse(prefix, index, param, parts))
+    for key in [k for k in out if re.fullmatch(r"blocks\.\d+\.mlp\.fc1\.(weight|bias)", k)]:
+        if key.replace(".fc1.", ".fc1_g.") in out:  # DINOv3's gated MLP: up_proj is the value half
+            out[key.replace(".fc1.", ".fc1_x.")] = out.pop(key)
     return out
+
+
+def patch_linear_to_conv(weight: torch.Tensor, patch_size: int) -> torch.Tensor | None:
+    """SigLIP 2's (HF, timm's NaFlexVit) patch embedding, a Linear (D, P*P*C) over each patch's pixels in (row,
+    column, channel) order, as our stem's Conv2d weight (D, C, P, P); None if the shape has no such reading."""
+    if weight.dim() != 2 or weight.shape[1] % (patch_size * patch_size):
+        return None
+    return weight.reshape(weight.shape[0], patch_size, patch_size, -1).permute(0, 3, 1, 2).contiguous()
 
 
 def _as_tokens(t: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,9 @@ class Preprocess:
     Resizing: `resize_shortest` scales the shortest edge to that length (torchvision `Resize(int)`);
     else `resize_to` (H, W) with `keep_ratio` scales by one factor so the image just covers that box
     (timm `ResizeKeepRatio`); else the image is resized exactly to `resize_to` (default: `size`).
+    With `max_patches` (SigLIP 2's NaFlex) each image keeps its aspect ratio instead: it is resized to
+    the sides, multiples of `patch_size`, with the most patches up to `max_patches` (`naflex_size`);
+    `size` is then the square input the app starts with, and `with_size` fixes another.
     `backend` picks the resampler: "pil" (PIL, as timm and PIL-based processors do) or "tensor"
     (torch on uint8 tensors, as transformers' torchvision image processors do; results differ by
     up to a few grey levels, so each source gets its own).
@@ -52,6 +55,8 @@ class Preprocess:
     backend: str = "pil"  # "pil" or "tensor"
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    max_patches: int = 0  # NaFlex (SigLIP 2): at most this many patches, the image's aspect ratio kept; 0 = off
+    patch_size: int = 16  # with max_patches: the sides are multiples of it
 
     def __post_init__(self) -> None:
         _check_pair("size", self.size, MAX_SIDE)
@@ -62,6 +67,12 @@ class Preprocess:
         for name in ("keep_ratio", "crop"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        _check_int("patch_size", self.patch_size, MAX_SIDE)
+        if self.max_patches:
+            _check_int("max_patches", self.max_patches, 65536)
+            if self.crop:
+                raise ValueError("max_patches resizes each image to its own size, so there is nothing to crop: "
+                                 "set crop=False")
         _check_three("mean", self.mean, *MEAN_RANGE)
         _check_three("std", self.std, *STD_RANGE)
         for name in ("interpolation", "backend", "crop_offset"):
@@ -99,6 +110,8 @@ class Preprocess:
 
     def resized_size(self, h: int, w: int) -> tuple[int, int]:
         """(H, W) of an h x w image after the resize step."""
+        if self.max_patches:
+            return naflex_size(h, w, self.patch_size, self.max_patches)
         if self.resize_shortest is not None:
             short, long = (w, h) if w <= h else (h, w)
             new_short, new_long = self.resize_shortest, int(self.resize_shortest * long / short)
@@ -108,6 +121,10 @@ class Preprocess:
             ratio = min(h / th, w / tw)
             return round(h / ratio), round(w / ratio)
         return th, tw
+
+    def native_size(self, h: int, w: int) -> tuple[int, int]:
+        """The model input (H, W) the source gives an h x w image: its own NaFlex size (SigLIP 2), else `size`."""
+        return self.resized_size(h, w) if self.max_patches else self.size
 
     def to_image(self, pixels: torch.Tensor) -> np.ndarray:
         """Undo the normalisation of (1, 3, H, W): the image exactly as the model sees it, (H, W, 3) uint8."""
@@ -142,6 +159,8 @@ class Preprocess:
     def with_size(self, size: tuple[int, int]) -> Preprocess:
         """The same recipe for another model input size (keeps the resize/crop ratio)."""
         size = (int(size[0]), int(size[1]))
+        if self.max_patches:  # a fixed input: NaFlex's resize of an image of that shape
+            return replace(self, size=size, max_patches=0)
         if size == self.size:
             return self
         ratio = size[0] / self.size[0]
@@ -173,6 +192,23 @@ class Preprocess:
             raise ValueError("size is missing")
         values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls(**values)
+
+
+def naflex_size(h: int, w: int, patch_size: int, max_patches: int, eps: float = 1e-5) -> tuple[int, int]:
+    """SigLIP 2's NaFlex resize of an h x w image (HF's get_image_size_for_max_num_patches): the largest scale,
+    found by bisection, whose sides rounded up to multiples of the patch (at least one) give at most
+    `max_patches` patches."""
+    def side(scale: float, size: int) -> int:
+        return max(patch_size, math.ceil(size * scale / patch_size) * patch_size)
+
+    low, high = eps / 10, 100.0
+    while high - low >= eps:
+        scale = (low + high) / 2
+        if (side(scale, h) / patch_size) * (side(scale, w) / patch_size) <= max_patches:
+            low = scale
+        else:
+            high = scale
+    return side(low, h), side(low, w)
 
 
 def _resize_uint8(pixels: torch.Tensor, size: tuple[int, int], interpolation: str) -> torch.Tensor:

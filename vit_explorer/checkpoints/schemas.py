@@ -11,6 +11,7 @@ weights do not show, so it is refused. In preprocessing configs a null means "th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,13 +60,24 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "clip": ("CLIPModel",),
                     "siglip_vision_model": ("SiglipVisionModel",),
                     "siglip": ("SiglipModel",),
-                    "beit": ("BeitForImageClassification", "BeitModel")}
-TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
+                    "beit": ("BeitForImageClassification", "BeitModel"),
+                    # issue 18
+                    "dinov3_vit": ("DINOv3ViTModel",),
+                    "aimv2_vision_model": ("Aimv2VisionModel",),
+                    "aimv2": ("Aimv2Model",),
+                    "siglip2_vision_model": ("Siglip2VisionModel",),
+                    "siglip2": ("Siglip2Model",)}
+# two-tower models: their image tower
+TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model",
+          "aimv2": "aimv2_vision_model"}
 # transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
 HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
-HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh"}
+HF_DEFAULT_ACT = {"clip_vision_model": "quick_gelu", "siglip_vision_model": "gelu_pytorch_tanh",
+                  "siglip2_vision_model": "gelu_pytorch_tanh"}
 HF_DEFAULT_EPS = {"dinov2": 1e-6, "dinov2_with_registers": 1e-6, "clip_vision_model": 1e-5,
-                  "siglip_vision_model": 1e-6}  # the others: 1e-12
+                  "siglip_vision_model": 1e-6, "dinov3_vit": 1e-5, "aimv2_vision_model": 1e-5,
+                  "siglip2_vision_model": 1e-6}  # the others: 1e-12
+HF_SILU = ("dinov3_vit", "aimv2_vision_model")  # types whose gated MLP (SwiGLU) takes "silu"
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,13 @@ class HFConfig:
     projection_dim: int = 0  # CLIP's joint space (used when the weights have the projection)
     pool: str = "cls"  # ViTConfig.pool: BEiT's mean pooling, SigLIP's attention-pool head
     position: str = "learned"  # ViTConfig.pos_embed: BEiT's relative position bias, or none
+    # DINOv3, AIMv2 (issue 18)
+    k_bias: bool = True  # with qkv_bias: the keys have a bias too (DINOv3's key_bias)
+    proj_bias: bool = True  # attention's output layer and the MLP have biases (AIMv2: none)
+    norm: str = "layernorm"  # ViTConfig.norm
+    embed_norm: bool = False  # AIMv2's norm of the patch embeddings
+    rope_theta: float = 100.0  # DINOv3's RoPE base period
+    pe_resample: str = "bicubic"  # ViTConfig.pe_resample (SigLIP 2: bilinear)
 
 
 def parse_hf_config(data: Any, where: str) -> HFConfig:
@@ -103,7 +122,8 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
                architectures)
     kind = TOWERS.get(model_type, model_type)
     tower = f.section("vision_config", required=True) if model_type in TOWERS else f
-    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"), choices=tuple(HF_ACTIVATIONS))
+    act = tower.text("hidden_act", HF_DEFAULT_ACT.get(kind, "gelu"),
+                     choices=tuple(HF_ACTIVATIONS) + (("silu",) if kind in HF_SILU else ()))
     width = tower.integer("hidden_size", high=MAX_WIDTH)
     family = _hf_family_fields(tower, kind, width)
     return HFConfig(
@@ -112,17 +132,18 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         hidden_size=width,
         num_hidden_layers=tower.integer("num_hidden_layers", high=MAX_DEPTH),
         num_attention_heads=tower.integer("num_attention_heads", high=MAX_HEADS),
-        image_size=tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
+        image_size=family.pop("image_size") if "image_size" in family else  # SigLIP 2 gives num_patches
+        tower.size2("image_size", (224, 224), high=16 * MAX_SIDE),
         patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
         num_channels=tower.integer("num_channels", 3, high=64),
-        qkv_bias=tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2",
-                                                           "dinov2_with_registers") else True,
-        layer_norm_eps=tower.number("layer_norm_eps", HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0,
-                                    low_open=True),
+        qkv_bias=family.pop("qkv_bias") if "qkv_bias" in family else  # DINOv3's and AIMv2's are their own
+        tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2", "dinov2_with_registers") else True,
+        layer_norm_eps=tower.number("rms_norm_eps" if kind == "aimv2_vision_model" else "layer_norm_eps",
+                                    HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0, low_open=True),
         id2label=index_labels(f, "id2label"),
-        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type == "clip" else
+        projection_dim=f.integer("projection_dim", 0, low=0, high=MAX_WIDTH) if model_type in ("clip", "aimv2") else
         tower.integer("projection_dim", 0, low=0, high=MAX_WIDTH),
-        **{**family, "mlp": family.get("mlp", HF_ACTIVATIONS[act])},
+        **{**family, "mlp": family.get("mlp") or HF_ACTIVATIONS[act]},
     )
 
 
@@ -138,8 +159,17 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
                     register_tokens=f.integer("num_register_tokens", 4, low=0, high=256)
                     if kind == "dinov2_with_registers" else 0)
     fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
-    if kind == "siglip_vision_model":
+    if kind in HF_SILU:
+        fields.update(_hf_recent_fields(f, kind))
+    if kind in ("siglip_vision_model", "siglip2_vision_model"):
         fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
+    if kind == "siglip2_vision_model":  # a square table of num_patches rows, resampled to each image's grid
+        count = f.integer("num_patches", 256, high=65536)
+        side = math.isqrt(count)
+        if side * side != count:
+            f.fail("num_patches", "a square number (the position table is a square grid)", count)
+        patch = f.integer("patch_size", 16, high=MAX_SIDE)
+        fields.update(image_size=(side * patch, side * patch), pe_resample="bilinear")
     if kind == "beit":
         if f.flag("use_shared_relative_position_bias", False):
             f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "
@@ -154,6 +184,37 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
                       layer_scale=scale if scale > 0 else None,
                       pool="gap" if f.flag("use_mean_pooling", True) else "cls")
     return fields
+
+
+def _hf_recent_fields(f: Fields, kind: str) -> dict[str, Any]:
+    """DINOv3's and AIMv2's fields: their biases, norms, MLP, pooling and position scheme, as HFConfig's."""
+    gated = kind == "aimv2_vision_model" or f.flag("use_gated_mlp", False)
+    act = f.text("hidden_act", "silu" if kind == "aimv2_vision_model" else "gelu")
+    if gated != (act == "silu"):
+        f.fail("hidden_act", "'silu' with the gated MLP (SwiGLU), a GELU without it", act)
+    if kind == "aimv2_vision_model":
+        if f.flag("is_native", False):
+            f.fail("is_native", "false (the native-resolution variant's sine-cosine table is not supported)", True)
+        if not f.flag("use_head", True):
+            f.fail("use_head", "true (without its attention-pooling head the model has no pooled output)", False)
+        bias = f.flag("qkv_bias", False)  # q, k, v and the attention output layer
+        if f.flag("mlp_bias", False) != bias:
+            f.fail("mlp_bias", f"{bias} like qkv_bias (vit-explorer has one switch for the dense layers' biases)",
+                   not bias)
+        return dict(mlp="swiglu", qkv_bias=bias, proj_bias=bias, norm="rmsnorm", embed_norm=True, pool="query")
+    q, k, v = (f.flag(name, default) for name, default in (("query_bias", True), ("key_bias", False),
+                                                           ("value_bias", True)))
+    if q != v or (k and not q):
+        f.fail("key_bias", "a bias on the queries and values with or without one on the keys, or no bias at all "
+               f"(query_bias={q}, key_bias={k}, value_bias={v} is not supported)", k)
+    proj = f.flag("proj_bias", True)
+    if f.flag("mlp_bias", True) != proj:
+        f.fail("mlp_bias", f"{proj} like proj_bias (vit-explorer has one switch for the dense layers' biases)",
+               not proj)
+    return dict(mlp="swiglu" if gated else "", qkv_bias=q, k_bias=k or not q, proj_bias=proj, position="rope_dinov3",
+                layer_scale=f.number("layerscale_value", 1.0, low=0.0, high=1e3, low_open=True),
+                register_tokens=f.integer("num_register_tokens", 0, low=0, high=256),
+                rope_theta=f.number("rope_theta", 100.0, low=1.0, high=1e9))
 
 
 # --------------------------------------------------------------------- Hugging Face preprocessor_config.json
@@ -191,6 +252,9 @@ def hf_preprocess(processor: Any, defaults: dict[str, Any], where: str) -> Prepr
     if box is None:
         raise CheckpointError(f"{where}: do_resize, size and do_center_crop give no fixed output size (a "
                               "shortest_edge resize needs a centre crop, no resize needs a crop); not supported")
+    if "max_num_patches" in f.data:  # SigLIP 2's NaFlex: each image keeps its aspect ratio
+        common.update(max_patches=f.integer("max_num_patches", high=65536),
+                      patch_size=f.integer("patch_size", 16, high=MAX_SIDE))
     return _preprocess(where, box, **common)
 
 
@@ -260,7 +324,7 @@ TIMM_FLAG_ARGS = ("qkv_bias", "class_token", "no_embed_class", "pre_norm", "use_
                   "use_rot_pos_emb", "swiglu_mlp", "scale_mlp", "qkv_fused", "use_pre_transformer_norm")
 TIMM_AUTO_FLAG_ARGS = ("fc_norm", "use_fc_norm")  # null: timm decides from global_pool
 TIMM_CHOICE_ARGS = {"global_pool": ("token", "avg", "map"), "act_layer": ("gelu", "gelu_tanh", "quick_gelu")}
-TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape")
+TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape", "pos_embed_grid_size")
 # model_args that must keep timm's default: other values build architectures vit-explorer does not have
 TIMM_FIXED_ARGS: dict[str, Any] = {"qk_norm": False, "dynamic_img_pad": False, "final_norm": True, "proj_bias": True,
                                    "pos_embed": "learn", "use_shared_rel_pos_bias": False, "scale_attn_inner": False,

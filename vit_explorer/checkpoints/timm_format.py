@@ -21,6 +21,7 @@ import torch
 from ..models import ConfigError, ViTConfig
 from ..models.config import mlp_ratio_for
 from .errors import CheckpointError
+from .hf_names import patch_linear_to_conv
 from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import TimmConfig, parse_timm_config, timm_preprocess
@@ -48,6 +49,16 @@ DINOV2_SIZES = {**_sizes(small=(384, 6, 12), base=(768, 12, 12), large=(1024, 16
 SIGLIP_SIZES = _sizes(base=(768, 12, 12), large=(1024, 16, 24), so400m=(1152, 16, 27, 3.7362))
 EVA02_SIZES = _sizes(tiny=(192, 3, 12), small=(384, 6, 12), base=(768, 12, 12), large=(1024, 16, 24))
 CAIT_SIZES = _sizes(xxs=(192, 4), xs=(288, 6), s=(384, 8), m=(768, 16))
+# DINOv3 (timm's Eva): the "plus" sizes and 7B have SwiGLU, its width rounded up to a multiple of 8 (7B: 64)
+DINOV3_SIZES = {**_sizes(tiny=(192, 3, 12), small=(384, 6, 12), base=(768, 12, 12), large=(1024, 16, 24)),
+                "small_plus": dict(embed_dim=384, num_heads=6, depth=12, swiglu_mlp=True, swiglu_align_to=8),
+                "huge_plus": dict(embed_dim=1280, num_heads=20, depth=32, swiglu_mlp=True, swiglu_align_to=8),
+                "7b": dict(embed_dim=4096, num_heads=32, depth=40, mlp_ratio=2, swiglu_mlp=True, swiglu_align_to=64)}
+AIMV2_SIZES = _sizes(large=(1024, 8, 24, 2.75), huge=(1536, 12, 24, 2.6667), **{"1b": (2048, 16, 24, 2.75),
+                                                                             "3b": (3072, 24, 24, 2.6667)})
+NAFLEX_SIZES = {word: SIGLIP_SIZES[word] for word in ("base", "so400m")}
+PE_SIZES = _sizes(tiny=(192, 3, 12), small=(384, 6, 12), base=(768, 12, 12), large=(1024, 16, 24),
+                  gigantic=(1536, 16, 50, 8960 / 1536))
 # SigLIP (2) towers whose definitions use GELU's tanh approximation (the others use exact GELU)
 SIGLIP_GELU_TANH = frozenset(
     f"vit_{name}" for name in ("base_patch32_siglip_256", "large_patch16_siglip_512", "so400m_patch16_siglip_256",
@@ -65,9 +76,16 @@ CLASS_ARGS = {
     "Eva": _COMMON | {"class_token", "num_reg_tokens", "no_embed_class", "use_abs_pos_emb", "use_rot_pos_emb",
                       "ref_feat_shape", "rope_temperature", "swiglu_mlp", "scale_mlp", "qkv_fused", "use_fc_norm",
                       "use_pre_transformer_norm"},
+    # issue 18: DINOv3, AIMv2, the Perception Encoder
+    "EvaDinoV3": _COMMON | {"class_token", "num_reg_tokens", "use_fc_norm", "rope_temperature"},
+    "EvaPE": _COMMON | {"class_token", "ref_feat_shape", "rope_temperature", "use_fc_norm"},
+    "VisionTransformerAimV2": _COMMON | {"fc_norm"},
+    "NaFlexVit": _COMMON | {"pos_embed_grid_size", "class_token", "reg_tokens"},
 }
 # what timm's classes do when an argument is not given
-CLASS_DEFAULTS = {"Beit": dict(global_pool="avg"), "Eva": dict(global_pool="avg")}
+CLASS_DEFAULTS = {"Beit": dict(global_pool="avg"), "Eva": dict(global_pool="avg"), "EvaDinoV3": dict(global_pool="avg")}
+# the timm class each of our model classes stands for (one class, with other arguments)
+TIMM_CLASS = {"EvaDinoV3": "Eva", "EvaPE": "Eva", "VisionTransformerAimV2": "VisionTransformer"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +93,8 @@ class TimmName:
     """What a timm model name stands for: its family, timm class, and the keyword arguments of its
     model definition (sizes included; 'eps' is the LayerNorm epsilon, which timm passes as a layer)."""
 
-    family: str  # vit, deit, deit3, cait, dinov2, clip, siglip, beit, eva02
-    model_class: str  # a key of CLASS_ARGS
+    family: str  # vit, deit, deit3, cait, dinov2, clip, siglip, beit, eva02, dinov3, aimv2, pe
+    model_class: str  # a key of CLASS_ARGS (timm's class, TIMM_CLASS, with the arguments that class reads)
     args: dict[str, Any] = field(default_factory=dict)
     distilled: bool = False
     eps: float = 1e-6
@@ -140,6 +158,36 @@ def _eva02(m: re.Match[str]) -> TimmName:
     return TimmName("eva02", "Eva", args)
 
 
+def _dinov3(m: re.Match[str]) -> TimmName:
+    args = dict(DINOV3_SIZES[m["size"]], patch_size=16, img_size=224, qkv_bias=bool(m["qkvb"]), init_values=1e-5,
+                rope_type="dinov3", rope_temperature=100, use_rot_pos_emb=True, use_abs_pos_emb=False,
+                num_reg_tokens=4, use_fc_norm=False)
+    return TimmName("dinov3", "EvaDinoV3", args, eps=1e-5)
+
+
+def _aimv2(m: re.Match[str]) -> TimmName:
+    args = dict(AIMV2_SIZES[m["size"]], patch_size=14, img_size=int(m["res"]), class_token=False, fc_norm=False,
+                global_pool="avg", qkv_bias=False, proj_bias=False, norm_layer="rmsnorm", embed_norm=True,
+                mlp_layer="swiglu")
+    return TimmName("aimv2", "VisionTransformerAimV2", args, eps=1e-5)
+
+
+def _pe(m: re.Match[str]) -> TimmName:
+    patch, res = int(m["patch"]), int(m["res"])
+    args = dict(PE_SIZES[m["size"]], patch_size=patch, img_size=res, global_pool="map", attn_type="rope",
+                use_pre_transformer_norm=True, use_rot_pos_emb=True, ref_feat_shape=(res // patch, res // patch),
+                rope_grid_offset=0.0 if m["size"] == "gigantic" else 1.0, rope_grid_indexing="xy",
+                attn_pool_num_heads=8, attn_pool_mlp_ratio=4.0, class_token=m["size"] != "gigantic")
+    return TimmName("pe", "EvaPE", args, eps=1e-5)
+
+
+def _naflex(m: re.Match[str]) -> TimmName:
+    """SigLIP 2 as timm's NaFlexVit: a learned 16x16 table, resampled bilinearly to each image's grid."""
+    args = dict(NAFLEX_SIZES[m["size"]], patch_size=16, class_token=False, global_pool="map", act_layer="gelu_tanh",
+                pos_embed_grid_size=(16, 16))
+    return TimmName("siglip2", "NaFlexVit", args)
+
+
 def _cait(m: re.Match[str]) -> TimmName:
     args = dict(CAIT_SIZES[m["size"]], depth=int(m["depth"]), patch_size=16, img_size=int(m["res"]), init_values=1e-5)
     return TimmName("cait", "Cait", args)
@@ -156,18 +204,28 @@ FAMILIES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], TimmName]], ...
     (re.compile(rf"beit(?P<v2>v2)?_(?P<size>base|large)_patch16_{_R}"), _beit),
     (re.compile(rf"eva02_(?P<size>tiny|small|base|large)_{_P}_{_R}"), _eva02),
     (re.compile(rf"cait_(?P<size>xxs|xs|s|m)(?P<depth>\d{{1,4}})_{_R}"), _cait),
+    (re.compile(r"vit_(?P<size>tiny|small|small_plus|base|large|huge_plus|7b)_patch16_dinov3(?P<qkvb>_qkvb)?"),
+     _dinov3),
+    (re.compile(rf"aimv2_(?P<size>large|huge|1b|3b)_patch14_{_R}"), _aimv2),
+    (re.compile(rf"vit_pe_core_(?P<size>tiny|small|base|large|gigantic)_{_P}_{_R}"), _pe),
+    (re.compile(r"naflexvit_(?P<size>base|so400m)_patch16_siglip"), _naflex),
 )
 SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,base}[_distilled]_patch{P}_{res}, "
              "deit3_{small,medium,base,large,huge}_patch{P}_{res}, vit_{small,base,large,giant}_patch14[_reg4]_dinov2, "
              "vit_{base,large,huge}_patch{P}_clip[_quickgelu]_{res}, "
              "vit_{base,large,so400m}_patch{P}_siglip[_gap]_{res}, beit[v2]_{base,large}_patch16_{res}, "
-             "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res} (an optional .tag after "
-             "the name)")
+             "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res}, "
+             "vit_{tiny,small,small_plus,base,large,huge_plus,7b}_patch16_dinov3[_qkvb], "
+             "aimv2_{large,huge,1b,3b}_patch14_{res}, vit_pe_core_{tiny,small,base,large,gigantic}_patch{P}_{res}, "
+             "naflexvit_{base,so400m}_patch16_siglip "
+             "(an optional .tag after the name)")
 # eval preprocessing when no pretrained_cfg says it: (mean, std, crop_pct) per family, timm's defaults
 FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_STD, 0.875),
                      "deit3": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "cait": (IMAGENET_MEAN, IMAGENET_STD, 1.0),
                      "dinov2": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "clip": (CLIP_MEAN, CLIP_STD, 1.0),
-                     "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9)}
+                     "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9),
+                     "dinov3": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "aimv2": (CLIP_MEAN, CLIP_STD, 1.0),
+                     "pe": (HALF, HALF, 1.0), "siglip2": (HALF, HALF, 1.0)}
 TAG_STATISTICS = {"mae": (IMAGENET_MEAN, IMAGENET_STD)}  # tags whose weights were trained on other statistics
 # names of our dimensions in timm's model_args, for messages
 TIMM_NAMES = {"width": "embed_dim", "depth": "depth", "mlp_width": "MLP width (embed_dim x mlp_ratio)",
@@ -201,6 +259,13 @@ def timm_to_native(state: dict[str, torch.Tensor], config: ViTConfig) -> dict[st
             continue
         key = re.sub(r"^blocks_token_only\.", "class_blocks.", key)
         key = re.sub(r"\.gamma_([12])$", r".ls\1.gamma", key)
+        key = re.sub(r"^patch_embed\.norm\.", "embed_norm.", key)  # AIMv2's norm of the patch embeddings
+        if key == "embeds.proj.weight" and (conv := patch_linear_to_conv(value, config.patch_size)) is not None:
+            key, value = "patch_embed.proj.weight", conv  # NaFlexVit: a Linear over each patch's pixels
+        elif key == "embeds.proj.bias":
+            key = "patch_embed.proj.bias"
+        elif key == "embeds.pos_embed" and value.dim() == 4:  # NaFlexVit's table is (1, gh, gw, D)
+            key, value = "pos_embed", value.flatten(1, 2)
         if config.mlp == "swiglu" and re.fullmatch(r"(class_)?blocks\.\d+\.mlp\.fc1\.(weight|bias)", key):
             gate, value_half = value.chunk(2, dim=0)
             stem, param = key.rsplit(".fc1.", 1)
@@ -229,7 +294,11 @@ def _mlp(args: dict[str, Any], d: int) -> dict[str, Any]:
     ratio = args.get("mlp_ratio", 4.0)
     if args.get("mlp_layer") == "swiglu_packed":  # one fc1 holds both branches
         return dict(mlp="swiglu", mlp_ratio=mlp_ratio_for(d, int(d * ratio) // 2))
-    if args.get("swiglu_mlp"):
+    if args.get("swiglu_mlp") and args.get("swiglu_align_to"):  # DINOv3: the width rounded up to a multiple
+        hidden = int(d * ratio)
+        return dict(mlp="swiglu", mlp_ratio=mlp_ratio_for(d, hidden + -hidden % args["swiglu_align_to"]),
+                    mlp_norm=args.get("scale_mlp", False))
+    if args.get("swiglu_mlp") or args.get("mlp_layer") == "swiglu":  # AIMv2's is timm's SwiGLU, in halves
         return dict(mlp="swiglu", mlp_ratio=ratio, mlp_norm=args.get("scale_mlp", False))
     return dict(mlp=args.get("act_layer", "gelu"), mlp_ratio=ratio, mlp_norm=args.get("scale_mlp", False))
 
@@ -243,6 +312,11 @@ def _position(name: TimmName, args: dict[str, Any]) -> dict[str, Any]:
             raise CheckpointError("model_args use_abs_pos_emb and use_rel_pos_bias together (an absolute table and "
                                   "a relative bias) are not supported; vit-explorer has one or the other")
         return dict(pos_embed="rel_bias")
+    if cls == "EvaDinoV3":  # RoPE on normalised patch centres, no absolute table
+        return dict(pos_embed="rope_dinov3", rope_theta=args["rope_temperature"])
+    if cls == "EvaPE":  # a learned table ([CLS] row included), RoPE from rope_grid_offset with x first
+        return dict(pos_embed="learned+rope_xy", rope_theta=args.get("rope_temperature", 1e4),
+                    rope_ref_grid=tuple(args.get("ref_feat_shape") or ()), rope_offset=args["rope_grid_offset"])
     if cls == "Eva" and args.get("use_rot_pos_emb"):
         return dict(pos_embed="learned+rope" if absolute else "rope", rope_theta=args.get("rope_temperature", 1e4),
                     rope_ref_grid=tuple(args.get("ref_feat_shape") or ()))
@@ -262,10 +336,13 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
     parsed = parse_name(name)
     foreign = sorted(set(model_args) - CLASS_ARGS[parsed.model_class])
     if foreign:
+        timm_class = TIMM_CLASS.get(parsed.model_class, parsed.model_class)
         raise CheckpointError(f"{where}: model_args {', '.join(foreign)} are not arguments of timm's "
-                              f"{parsed.model_class} ({name!r}); vit-explorer reads "
+                              f"{timm_class} ({name!r}); vit-explorer reads "
                               f"{', '.join(sorted(CLASS_ARGS[parsed.model_class]))}")
     args = {**CLASS_DEFAULTS.get(parsed.model_class, {}), **parsed.args, **model_args}
+    if parsed.model_class == "NaFlexVit":  # no img_size: the learned table's grid is the native one
+        args["img_size"] = tuple(side * args["patch_size"] for side in args["pos_embed_grid_size"])
     d, heads = args["embed_dim"], args["num_heads"]
     if heads != parsed.num_heads and d == parsed.embed_dim:
         raise CheckpointError(f"{where}: model_args num_heads={heads} contradicts the model name {name!r}, whose "
@@ -295,8 +372,8 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
             num_heads=heads,
             **_mlp(args, d),
             qkv_bias=args.get("qkv_bias", True),
-            # Beit's and Eva's qkv have q and v biases only
-            k_bias=parsed.model_class not in ("Beit", "Eva") or not args.get("qkv_bias", True),
+            # Beit's and Eva's qkv have q and v biases only (PE's AttentionRope has all three)
+            k_bias=parsed.model_class not in ("Beit", "Eva", "EvaDinoV3") or not args.get("qkv_bias", True),
             pre_norm=args.get("pre_norm", args.get("use_pre_transformer_norm", False)),
             prefix_tokens="cls+dist" if parsed.distilled else "cls" if class_token else "none",
             reg_tokens=args.get("reg_tokens", args.get("num_reg_tokens", 0)),
@@ -309,6 +386,12 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
             class_attn_depth=args.get("depth_token_only", 2) if cait else 0,
             class_attn_mlp_ratio=args.get("mlp_ratio_token_only", 4.0),
             layer_norm_eps=parsed.eps,
+            norm=args.get("norm_layer", "layernorm"),
+            embed_norm=args.get("embed_norm", False),
+            proj_bias=args.get("proj_bias", True),
+            pe_resample="bilinear" if parsed.model_class == "NaFlexVit" else "bicubic",
+            **(dict(pool_heads=args.get("attn_pool_num_heads", 0), pool_mlp_ratio=args.get("attn_pool_mlp_ratio", 0.0),
+                    pool_prefix=parsed.model_class == "EvaPE") if pool == "map" else {}),
         )
     except (ConfigError, CheckpointError) as error:
         raise CheckpointError(f"{where}: the name {name!r} and model_args give an invalid model: {error}") from None
@@ -369,9 +452,10 @@ def read_bare(source: Source) -> Declared[TimmConfig]:
 
 
 def clip_projection(spec: TimmConfig, state: dict[str, torch.Tensor]) -> int:
-    """The width of a CLIP tower's projection to the joint image-text space, which timm keeps as `head` with a
-    zero bias (the "openai", "laion2b"... weights); 0 for a classifier (a fine-tuned tag, labels, a bias)."""
-    if parse_name(spec.architecture).family != "clip" or spec.label_names:
+    """The width of a CLIP (or Perception Encoder) tower's projection to the joint image-text space, which timm
+    keeps as `head` with a zero bias (the "openai", "laion2b", "fb"... weights); 0 for a classifier (a fine-tuned
+    tag, labels, a bias)."""
+    if parse_name(spec.architecture).family not in ("clip", "pe") or spec.label_names:
         return 0
     tag = str(spec.pretrained_cfg.get("tag") or spec.architecture.partition(".")[2])
     head, bias = state.get("head.weight"), state.get("head.bias")

@@ -8,7 +8,8 @@ import numpy as np
 from .figures import BarsFigure
 from .forward import ForwardResult
 
-HEAD_TITLES = {"cls": "class head", "dist": "distillation head", "gap": "pooled head", "map": "attention-pool head"}
+HEAD_TITLES = {"cls": "class head", "dist": "distillation head", "gap": "pooled head", "map": "attention-pool head",
+               "query": "attention-pool head"}
 
 
 def short_label(label: str, limit: int = 32) -> str:

@@ -194,7 +194,7 @@ class ImagePanel(SessionWidget):
         apply_size.setToolTip("Run the model at this height and width (rectangles too).")
         apply_size.clicked.connect(self.apply_size)
         reset_size = QPushButton("Native")
-        reset_size.setToolTip("Go back to the resolution the model was trained at.")
+        reset_size.setToolTip("Go back to the resolution the model was trained at (NaFlex: the image's own).")
         reset_size.clicked.connect(self.reset_size)
         self.size_row = flow_row([self.height_box, self.width_box, apply_size, reset_size])
         layout_controls.addWidget(self.size_row)
@@ -312,7 +312,8 @@ class ImagePanel(SessionWidget):
 
     def reset_size(self) -> None:
         if self.session.loaded is not None:
-            self.session.set_size(tuple(self.session.loaded.preprocessing.size))
+            image = self.session.image
+            self.session.set_size(self.session.loaded.preprocessing.native_size(image.height, image.width))
             self._sync_size_boxes()
 
     def clear_canvas(self) -> None:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .norms import make_norm
 from .position import SCHEMES, apply_rope
 
 if TYPE_CHECKING:
@@ -65,16 +66,16 @@ def activation(name: str) -> nn.Module:
 
 
 class Mlp(nn.Module):
-    """fc1, activation, (sub-LN norm,) fc2."""
+    """fc1, activation, (sub-LN norm,) fc2; `bias=False`: neither layer has a bias (AIMv2)."""
 
     def __init__(self, dim: int, hidden: int, drop: float, act: str = "gelu", norm: bool = False,
-                 eps: float = 1e-6) -> None:
+                 eps: float = 1e-6, norm_kind: str = "layernorm", bias: bool = True) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = nn.Linear(dim, hidden, bias=bias)
         self.act = activation(act)
         self.drop1 = nn.Dropout(drop)
-        self.norm = nn.LayerNorm(hidden, eps=eps) if norm else nn.Identity()
-        self.fc2 = nn.Linear(hidden, dim)
+        self.norm = make_norm(norm_kind, hidden, eps) if norm else nn.Identity()
+        self.fc2 = nn.Linear(hidden, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -86,14 +87,15 @@ class SwiGLU(nn.Module):
     """silu(x W_g) * (x W_x), (sub-LN norm,) then the output layer (timm's SwiGLU; its packed form,
     one fc1 with the gate half first, is split into fc1_g and fc1_x when loading)."""
 
-    def __init__(self, dim: int, hidden: int, drop: float, norm: bool = False, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, hidden: int, drop: float, norm: bool = False, eps: float = 1e-6,
+                 norm_kind: str = "layernorm", bias: bool = True) -> None:
         super().__init__()
-        self.fc1_g = nn.Linear(dim, hidden)
-        self.fc1_x = nn.Linear(dim, hidden)
+        self.fc1_g = nn.Linear(dim, hidden, bias=bias)
+        self.fc1_x = nn.Linear(dim, hidden, bias=bias)
         self.act = nn.SiLU()
         self.drop1 = nn.Dropout(drop)
-        self.norm = nn.LayerNorm(hidden, eps=eps) if norm else nn.Identity()
-        self.fc2 = nn.Linear(hidden, dim)
+        self.norm = make_norm(norm_kind, hidden, eps) if norm else nn.Identity()
+        self.fc2 = nn.Linear(hidden, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -104,9 +106,10 @@ class SwiGLU(nn.Module):
 
 def make_mlp(config: ViTConfig, ratio: float) -> nn.Module:
     hidden = int(config.embed_dim * ratio)
+    d, eps, kind, bias = config.embed_dim, config.layer_norm_eps, config.norm, config.proj_bias
     if config.mlp == "swiglu":
-        return SwiGLU(config.embed_dim, hidden, config.drop_rate, config.mlp_norm, config.layer_norm_eps)
-    return Mlp(config.embed_dim, hidden, config.drop_rate, config.mlp, config.mlp_norm, config.layer_norm_eps)
+        return SwiGLU(d, hidden, config.drop_rate, config.mlp_norm, eps, norm_kind=kind, bias=bias)
+    return Mlp(d, hidden, config.drop_rate, config.mlp, config.mlp_norm, eps, norm_kind=kind, bias=bias)
 
 
 def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
@@ -141,8 +144,9 @@ class Attention(nn.Module):
             self.proj_w = nn.Linear(self.num_heads, self.num_heads)
         for name, parameter in SCHEMES[config.pos_embed].create_attention(config).items():
             setattr(self, name, parameter)  # e.g. BEiT's relative position bias table
+        self.rope_half = SCHEMES[config.pos_embed].rope_half
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim, bias=config.proj_bias)
         self.proj_drop = nn.Dropout(config.drop_rate)
 
     def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
@@ -159,7 +163,7 @@ class Attention(nn.Module):
         qkv = self.project_qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, H, N, hd)
         if rope is not None:
-            q, k = apply_rope(q, rope, num_prefix), apply_rope(k, rope, num_prefix)
+            q, k = apply_rope(q, rope, num_prefix, self.rope_half), apply_rope(k, rope, num_prefix, self.rope_half)
         if bias is not None:
             bias = bias.to(q.dtype)
 
@@ -193,11 +197,11 @@ class Block(nn.Module):
     def __init__(self, config: ViTConfig, drop_path: float) -> None:
         super().__init__()
         dim, eps, layer_scale = config.embed_dim, config.layer_norm_eps, config.layer_scale_init
-        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.norm1 = make_norm(config.norm, dim, eps)
         self.attn = Attention(config)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path1 = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.norm2 = make_norm(config.norm, dim, eps)
         self.mlp = make_mlp(config, config.mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
@@ -249,11 +253,11 @@ class ClassAttentionBlock(nn.Module):
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         dim, eps, layer_scale = config.embed_dim, config.layer_norm_eps, config.layer_scale_init
-        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.norm1 = make_norm(config.norm, dim, eps)
         self.attn = ClassAttention(config)
         self.ls1 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path1 = DropPath(0.0)
-        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.norm2 = make_norm(config.norm, dim, eps)
         self.mlp = make_mlp(config, config.class_attn_mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(0.0)
@@ -268,22 +272,23 @@ class ClassAttentionBlock(nn.Module):
 
 
 class AttentionPool(nn.Module):
-    """Multi-head attention pooling (MAP, SigLIP's head): one learned latent query attends over the
-    patch tokens, then a residual MLP on its normed output (timm's AttentionPoolLatent, HF's
-    SiglipMultiheadAttentionPoolingHead)."""
+    """Multi-head attention pooling (MAP, SigLIP's and the Perception Encoder's head): one learned latent
+    query attends over the patch tokens (with `pool_prefix` over every token), then a residual MLP on
+    its normed output (timm's AttentionPoolLatent, HF's SiglipMultiheadAttentionPoolingHead). Its
+    heads and MLP width may differ from the blocks' (`pool_heads`, `pool_mlp_ratio`: PE's)."""
 
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         dim = config.embed_dim
-        self.num_heads = config.num_heads
-        self.head_dim = config.head_dim
+        self.num_heads = config.pool_heads or config.num_heads
+        self.head_dim = dim // self.num_heads
         self.scale = self.head_dim**-0.5
         self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.q = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
-        self.mlp = Mlp(dim, config.mlp_hidden, config.drop_rate, config.mlp)
+        self.norm = make_norm(config.norm, dim, config.layer_norm_eps)
+        self.mlp = Mlp(dim, config.pool_mlp_hidden, config.drop_rate, config.mlp)
 
     def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, N, D) -> pooled (B, D), and with `capture` the latent's attention (B, heads, 1, N)."""
@@ -295,3 +300,30 @@ class AttentionPool(nn.Module):
         probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
         out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
         return out + self.mlp(self.norm(out)), probs
+
+
+class QueryPool(nn.Module):
+    """AIMv2's attention-pooling head (HF's Aimv2AttentionPoolingHead): a learned query, used as it is (no
+    query projection), attends over the patch tokens; the heads' outputs go through one output layer. No
+    norm, no MLP."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        dim = config.embed_dim
+        self.num_heads = config.pool_heads or config.num_heads
+        self.head_dim = dim // self.num_heads
+        self.scale = self.head_dim**-0.5
+        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
+        self.k = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> pooled (B, D), and with `capture` the query's attention (B, heads, 1, N)."""
+        b, n, c = x.shape
+        q = self.latent.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
+        k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
+        v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
+        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+        return self.proj(out.transpose(1, 2).reshape(b, c)), probs

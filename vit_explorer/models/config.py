@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from .norms import NORMS
 from .position import SCHEMES, Rotary2D
 from .stems import STEMS as STEM_CLASSES
 
@@ -15,7 +16,7 @@ STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 # what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS = ("cls", "gap", "map")
+POOLS = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -32,6 +33,7 @@ TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
     "none, attention-pool head (SigLIP)": dict(prefix_tokens="none", pool="map", class_attn_depth=0),
 }
 POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
+PE_RESAMPLES = ("bicubic", "bilinear")  # SigLIP 2 (NaFlex) resamples its table bilinearly for each image's grid
 
 # Refuse configurations that would allocate more than this many parameters: a typo such as
 # depth=12000 should produce a message, not a machine that swaps for ten minutes.
@@ -98,6 +100,15 @@ class ViTConfig:
     talking_heads: bool = False  # CaiT's talking-heads attention in the self-attention blocks
     class_attn_depth: int = 0  # CaiT: class-attention blocks after which only [CLS] is updated
     class_attn_mlp_ratio: float = 4.0
+    # DINOv3, AIMv2, the Perception Encoder (issue 18)
+    norm: str = "layernorm"  # every norm of the model, one of NORMS ('rmsnorm': AIMv2)
+    embed_norm: bool = False  # a norm on the patch embeddings, before [MASK] and the position embedding (AIMv2)
+    proj_bias: bool = True  # biases in attention's output projection and the MLP (AIMv2 has none)
+    rope_offset: float = 0.0  # added to RoPE's row and column indices (timm's rope_grid_offset; PE: 1)
+    pool_heads: int = 0  # heads of the attention-pool head; 0 = num_heads (PE: 8)
+    pool_mlp_ratio: float = 0.0  # MLP width of the attention-pool head / D; 0 = mlp_ratio
+    pool_prefix: bool = False  # the attention-pool head reads the prefix tokens too (timm's Eva: PE's [CLS])
+    pe_resample: str = "bicubic"  # how a learned table follows another grid, one of PE_RESAMPLES (SigLIP 2: bilinear)
 
     def __post_init__(self) -> None:
         self._check_types()
@@ -130,6 +141,9 @@ class ViTConfig:
         for name, high in (("layer_norm_eps", 1.0), ("mlp_ratio", 64.0), ("class_attn_mlp_ratio", 64.0)):
             if not 0 < getattr(self, name) <= high:
                 raise ConfigError(f"{name} must be > 0 and at most {high}, got {getattr(self, name)}")
+        if not 0 <= self.pool_mlp_ratio <= 64.0 or not 0 <= self.pool_heads <= MAX_SIZE or abs(self.rope_offset) > 1e6:
+            raise ConfigError(f"pool_mlp_ratio must be from 0 to 64, pool_heads from 0 to {MAX_SIZE} and rope_offset "
+                              f"within 1e6, got {self.pool_mlp_ratio}, {self.pool_heads}, {self.rope_offset}")
         if not MIN_ROPE_THETA <= self.rope_theta <= 1e9:  # the frequencies are 1 / theta^k
             raise ConfigError(f"rope_theta (timm: rope_temperature) must be from {MIN_ROPE_THETA:g} to 1e9, got "
                               f"{self.rope_theta:g}: below 1 the rotation frequencies grow instead of falling, and a "
@@ -159,6 +173,8 @@ class ViTConfig:
         )
         _need(self.pool in POOLS, f"pool must be one of {POOLS}, got {self.pool!r}")
         _need(self.mlp in MLPS, f"mlp must be one of {MLPS}, got {self.mlp!r}")
+        _need(self.norm in NORMS, f"norm must be one of {tuple(NORMS)}, got {self.norm!r}")
+        _need(self.pe_resample in PE_RESAMPLES, f"pe_resample must be one of {PE_RESAMPLES}, got {self.pe_resample!r}")
         self._validate_heads()
         _need(self.pos_embed in POS_EMBEDS, f"pos_embed must be one of {POS_EMBEDS}, got {self.pos_embed!r}")
         _need(
@@ -172,6 +188,9 @@ class ViTConfig:
             _need(isinstance(SCHEMES[self.pos_embed], Rotary2D),
                  f"rope_ref_grid rescales RoPE positions, and pos_embed {self.pos_embed!r} has no RoPE: set it to ()")
             _need(len(self.rope_ref_grid) == 2, f"rope_ref_grid must be () or (rows, cols), got {self.rope_ref_grid}")
+        if self.rope_offset:
+            _need(isinstance(SCHEMES[self.pos_embed], Rotary2D),
+                 f"rope_offset shifts RoPE positions, and pos_embed {self.pos_embed!r} has no RoPE: set it to 0")
         _need(self.qkv_bias or self.k_bias, "k_bias=False drops only the keys' bias, so it needs qkv_bias=True")
         for name in ("drop_rate", "pos_drop_rate", "attn_drop_rate", "drop_path_rate"):
             _need(0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -226,6 +245,12 @@ class ViTConfig:
         if self.pool == "map" and self.mlp == "swiglu":
             raise ConfigError("the attention-pool head's MLP takes a GELU-family activation: choose mlp='gelu', "
                               "'gelu_tanh' or 'quick_gelu' with pool='map'")
+        if self.pool not in ("map", "query") and (self.pool_heads or self.pool_prefix) or \
+                self.pool != "map" and self.pool_mlp_ratio:
+            raise ConfigError("pool_heads, pool_prefix (pool='map' or 'query') and pool_mlp_ratio (pool='map') shape "
+                              "the attention-pool head: set them to 0 / False, or choose that pool")
+        if self.pool_heads and self.embed_dim % self.pool_heads:
+            raise ConfigError(f"embed_dim {self.embed_dim} must be divisible by pool_heads {self.pool_heads}")
         if self.proj_dim and self.num_classes:
             raise ConfigError("a projection to a joint space (proj_dim) takes the classifier's place: set "
                               "num_classes=0 or proj_dim=0")
@@ -272,6 +297,11 @@ class ViTConfig:
         return int(self.embed_dim * self.mlp_ratio)
 
     @property
+    def pool_mlp_hidden(self) -> int:
+        """The attention-pool head's MLP width."""
+        return int(self.embed_dim * (self.pool_mlp_ratio or self.mlp_ratio))
+
+    @property
     def distilled(self) -> bool:
         return self.prefix_tokens == "cls+dist"
 
@@ -294,7 +324,9 @@ class ViTConfig:
     def estimate_parameters(self) -> int:
         """Closed-form parameter count (exact for every option); used before allocating."""
         d = self.embed_dim
-        n = 0
+        nd = NORMS[self.norm][1] * d  # one norm's parameters
+        dense_bias = d if self.proj_bias else 0
+        n = nd if self.embed_norm else 0
         if self.stem == "patchify":
             n += self.in_chans * self.patch_size**2 * d + (0 if self.pre_norm else d)
         else:
@@ -307,19 +339,21 @@ class ViTConfig:
         if self.mask_token:
             n += d
         n += SCHEMES[self.pos_embed].num_parameters(self)
-        n += 2 * d if self.pre_norm else 0
+        n += nd if self.pre_norm else 0
         qkv_bias = (3 if self.k_bias else 2) * d if self.qkv_bias else 0
         layer_scale = 2 * d if self.layer_scale_init is not None else 0
-        block = 4 * d + 3 * d * d + qkv_bias + d * d + d + self._mlp_parameters(self.mlp_hidden) + layer_scale
+        block = 2 * nd + 3 * d * d + qkv_bias + d * d + dense_bias + self._mlp_parameters(self.mlp_hidden) + layer_scale
         if self.talking_heads:
             block += 2 * (self.num_heads**2 + self.num_heads)
         n += self.depth * block
-        ca = 4 * d + 3 * d * d + qkv_bias + d * d + d + layer_scale
+        ca = 2 * nd + 3 * d * d + qkv_bias + d * d + dense_bias + layer_scale
         n += self.class_attn_depth * (ca + self._mlp_parameters(int(d * self.class_attn_mlp_ratio)))
-        n += 2 * d  # final norm (before pooling, or after it with fc_norm)
+        n += nd  # final norm (before pooling, or after it with fc_norm)
         if self.pool == "map":  # latent query, q, kv, proj, norm, a plain MLP
-            h = self.mlp_hidden
-            n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (2 * d * h + h + d)
+            h = self.pool_mlp_hidden
+            n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + nd + (2 * d * h + h + d)
+        elif self.pool == "query":  # the query itself, keys and values, the output layer
+            n += d + 2 * (d * d + (d if self.qkv_bias else 0)) + d * d + d
         n += d * self.proj_dim
         heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:
@@ -329,7 +363,9 @@ class ViTConfig:
     def _mlp_parameters(self, hidden: int) -> int:
         d = self.embed_dim
         branches = 2 if self.mlp == "swiglu" else 1
-        return branches * (d * hidden + hidden) + hidden * d + d + (2 * hidden if self.mlp_norm else 0)
+        bias = 1 if self.proj_bias else 0
+        norm = NORMS[self.norm][1] * hidden if self.mlp_norm else 0
+        return branches * (d * hidden + bias * hidden) + hidden * d + bias * d + norm
 
     # ------------------------------------------------------------------ (de)serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,9 @@ How each scheme treats the prefix tokens ([CLS], distillation):
 - rope: nothing is added to the tokens; queries and keys of patch tokens are rotated by their
   (row, col) inside attention, prefix tokens are not rotated.
 - learned+rope (EVA-02): both of the above.
+- rope_dinov3 (DINOv3): RoPE on patch centres normalised to [-1, 1], rotating the two halves of
+  each head against each other; learned+rope_xy (Perception Encoder): a learned table and RoPE
+  whose positions start at `rope_offset`, the column's frequencies first.
 - rel_bias (BEiT): nothing is added to the tokens; each block adds a learned bias to the attention
   logits, one per head for each (row, col) offset between query and key patch; a query or key that
   is a prefix token takes one of three more learned entries (prefix to patch, patch to prefix,
@@ -66,15 +69,17 @@ def learned_2d(table_y: torch.Tensor, table_x: torch.Tensor) -> torch.Tensor:
 
 
 def resample_grid(
-    table: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], antialias: bool
+    table: torch.Tensor, old_grid: tuple[int, int], new_grid: tuple[int, int], antialias: bool,
+    mode: str = "bicubic",
 ) -> torch.Tensor:
-    """Bicubic resampling of patch PE rows (N_old, D) -> (N_new, D) to an explicit output size."""
+    """Bicubic (or bilinear: SigLIP 2) resampling of patch PE rows (N_old, D) -> (N_new, D) to an explicit
+    output size."""
     if tuple(old_grid) == tuple(new_grid):
         return table
     d = table.shape[-1]
     dtype = table.dtype
     image = table.float().reshape(1, old_grid[0], old_grid[1], d).permute(0, 3, 1, 2)  # (1, D, gh, gw)
-    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=antialias)
+    image = F.interpolate(image, size=tuple(new_grid), mode=mode, align_corners=False, antialias=antialias)
     return image.permute(0, 2, 3, 1).reshape(new_grid[0] * new_grid[1], d).to(dtype)
 
 
@@ -88,31 +93,50 @@ def resample_axis(table: torch.Tensor, new_len: int) -> torch.Tensor:
 
 
 def rope_angles(grid: tuple[int, int], head_dim: int, theta: float,
-                ref_grid: tuple[int, ...] = ()) -> torch.Tensor:
+                ref_grid: tuple[int, ...] = (), offset: float = 0.0, cols_first: bool = False) -> torch.Tensor:
     """(N, head_dim/2) rotation angle of each dimension pair of each patch (axial 2D RoPE):
-    the first half of the pairs turn with the patch's row, the second half with its column.
+    the first half of the pairs turn with the patch's row, the second half with its column
+    (`cols_first`: the other way round, timm's grid_indexing='xy' of the Perception Encoder).
 
-    Positions are the row and column indices, or with `ref_grid` (rows, cols) rescaled so that any
-    grid spans the reference one (EVA-02's `ref_feat_shape`: index / grid side * reference side).
+    Positions are the row and column indices plus `offset`, or with `ref_grid` (rows, cols) rescaled
+    so that any grid spans the reference one (EVA-02's `ref_feat_shape`: position / grid side * reference side).
     """
     gh, gw = grid
     quarter = head_dim // 4
     freqs = 1.0 / theta ** (torch.arange(quarter, dtype=torch.float64) / quarter)  # (hd/4,)
-    rows = torch.arange(gh, dtype=torch.float64).repeat_interleave(gw)
-    cols = torch.arange(gw, dtype=torch.float64).repeat(gh)
+    rows = torch.arange(gh, dtype=torch.float64).repeat_interleave(gw) + offset
+    cols = torch.arange(gw, dtype=torch.float64).repeat(gh) + offset
     if ref_grid:
         rows, cols = rows / gh * ref_grid[0], cols / gw * ref_grid[1]
-    angles = torch.cat([rows[:, None] * freqs, cols[:, None] * freqs], dim=1)  # (N, hd/2)
+    first, second = (cols, rows) if cols_first else (rows, cols)
+    angles = torch.cat([first[:, None] * freqs, second[:, None] * freqs], dim=1)  # (N, hd/2)
     return angles.float()
 
 
-def apply_rope(x: torch.Tensor, angles: torch.Tensor, num_prefix: int) -> torch.Tensor:
-    """Rotate consecutive pairs of x (B, H, T, hd) by angles (N, hd/2); prefix tokens stay put."""
+def rope_angles_dinov3(grid: tuple[int, int], head_dim: int, theta: float, offset: float = 0.0) -> torch.Tensor:
+    """(N, head_dim/2) DINOv3's RoPE angles: patch centres ((index + 0.5 + offset) / side) mapped to
+    [-1, 1], times 2 pi over periods theta^(2k / (head_dim/2)); rows' quarter first, then columns'."""
+    gh, gw = grid
+    quarter = head_dim // 4
+    periods = theta ** (2.0 * torch.arange(quarter, dtype=torch.float32) / (head_dim // 2))  # (hd/4,)
+    rows = ((torch.arange(0.5, gh, dtype=torch.float32) + offset) / gh).repeat_interleave(gw) * 2.0 - 1.0  # (N,)
+    cols = ((torch.arange(0.5, gw, dtype=torch.float32) + offset) / gw).repeat(gh) * 2.0 - 1.0
+    coords = torch.stack([rows, cols], dim=1)  # (N, 2)
+    return (2 * torch.pi * coords[:, :, None] / periods[None, None, :]).flatten(1)  # (N, hd/2)
+
+
+def apply_rope(x: torch.Tensor, angles: torch.Tensor, num_prefix: int, half: bool = False) -> torch.Tensor:
+    """Rotate pairs of x (B, H, T, hd) by angles (N, hd/2); prefix tokens stay put. The pairs are
+    consecutive dimensions (2i, 2i+1), or with `half` dimension i and i + hd/2 (DINOv3's rotate-half)."""
     prefix, patches = x[:, :, :num_prefix], x[:, :, num_prefix:]
-    pairs = patches.float().reshape(*patches.shape[:-1], -1, 2)  # (B, H, N, hd/2, 2)
+    if half:
+        a, b = patches.float().chunk(2, dim=-1)  # (B, H, N, hd/2) each
+    else:
+        pairs = patches.float().reshape(*patches.shape[:-1], -1, 2)  # (B, H, N, hd/2, 2)
+        a, b = pairs[..., 0], pairs[..., 1]
     cos, sin = angles.cos(), angles.sin()  # (N, hd/2)
-    a, b = pairs[..., 0], pairs[..., 1]
-    rotated = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    turned = (a * cos - b * sin, a * sin + b * cos)
+    rotated = torch.cat(turned, dim=-1) if half else torch.stack(turned, dim=-1).flatten(-2)
     return torch.cat([prefix, rotated.to(x.dtype)], dim=2)
 
 
@@ -166,6 +190,7 @@ class Scheme:
     additive = False  # adds one vector per token to the embedded tokens (the PE similarity views need this)
     resampled = False  # a learned table trained for one grid, resampled for other grids
     prefix_table = False  # the table can hold rows for prefix tokens (`pos_embed_prefix`)
+    rope_half = False  # RoPE turns dimension i with i + head_dim/2 (DINOv3), not 2i with 2i+1
     note = "no position embedding: the model sees the patches as an unordered set"  # what the PE views say
 
     def check(self, config: ViTConfig) -> str | None:
@@ -226,7 +251,8 @@ class Learned1D(Scheme):
         if tuple(grid) == cfg.grid_size:
             return table  # the native grid: no resampling, no copy
         k = self.prefix_rows(cfg)  # prefix rows stay out of the interpolation
-        return torch.cat([table[:k], resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias)])
+        return torch.cat([table[:k], resample_grid(table[k:], cfg.grid_size, grid, cfg.pe_resample_antialias,
+                                                   cfg.pe_resample)])
 
 
 class Learned2D(Scheme):
@@ -295,7 +321,7 @@ class Rotary2D(Scheme):
         return None
 
     def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor:
-        return rope_angles(grid, config.head_dim, config.rope_theta, config.rope_ref_grid)
+        return rope_angles(grid, config.head_dim, config.rope_theta, config.rope_ref_grid, config.rope_offset)
 
 
 class LearnedRotary(Learned1D, Rotary2D):
@@ -304,6 +330,34 @@ class LearnedRotary(Learned1D, Rotary2D):
 
     name, label = "learned+rope", "learned 1D + RoPE (EVA-02)"
     note = "a learned table added to the tokens (resampled for other grids), and RoPE inside attention"
+
+
+class RotaryDinoV3(Rotary2D):
+    """DINOv3: RoPE on normalised patch centres, so every grid spans [-1, 1] (Rotary2D's checks)."""
+
+    name, label = "rope_dinov3", "RoPE on normalised centres (DINOv3)"
+    rope_half = True
+    note = ("rotary position embedding acts inside attention: queries and keys turn by the patch centre's row and "
+            "column, scaled to [-1, 1] on any grid (DINOv3)")
+
+    def check(self, config: ViTConfig) -> str | None:
+        if config.rope_ref_grid:
+            return "DINOv3's RoPE spans [-1, 1] on every grid, so it has no reference grid: set rope_ref_grid=()"
+        return super().check(config)
+
+    def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor:
+        return rope_angles_dinov3(grid, config.head_dim, config.rope_theta, config.rope_offset)
+
+
+class LearnedRotaryXY(LearnedRotary):
+    """Perception Encoder: a learned table, and RoPE whose positions start at `rope_offset`, on the
+    reference grid, the column's frequencies before the row's (timm's grid_indexing='xy')."""
+
+    name, label = "learned+rope_xy", "learned 1D + RoPE, columns first (PE)"
+
+    def rotary(self, config: ViTConfig, grid: tuple[int, int]) -> torch.Tensor:
+        return rope_angles(grid, config.head_dim, config.rope_theta, config.rope_ref_grid, config.rope_offset,
+                           cols_first=True)
 
 
 class RelativeBias(Scheme):
@@ -331,4 +385,5 @@ class RelativeBias(Scheme):
 
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (Learned1D(), Learned2D(), SinCos1D(), SinCos2D(), NoPosition(),
-                                                  Rotary2D(), LearnedRotary(), RelativeBias())}
+                                                  Rotary2D(), LearnedRotary(), RelativeBias(),
+                                                  RotaryDinoV3(), LearnedRotaryXY())}

@@ -38,6 +38,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     "eva02-ti14": dict(patch_size=14, embed_dim=192, depth=12, num_heads=3, num_classes=0, mlp="swiglu",
                        mlp_ratio=4 * 2 / 3, k_bias=False, pos_embed="learned+rope", rope_theta=10000.0,
                        rope_ref_grid=(16, 16), pool="gap", fc_norm=True),
+    # issue 18: DINOv3 (features-only, pooled as timm does: the mean of the patches), AIMv2, the Perception
+    # Encoder (timm keeps its projection to the joint space as `head`, with a zero bias, as CLIP's)
+    "dinov3-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=0, qkv_bias=False, reg_tokens=4,
+                       layer_scale_init=1e-5, pos_embed="rope_dinov3", pool="gap", layer_norm_eps=1e-5),
+    "aimv2-l14": dict(patch_size=14, embed_dim=1024, depth=24, num_heads=8, num_classes=0, prefix_tokens="none",
+                      pool="gap", mlp="swiglu", mlp_ratio=2.75, qkv_bias=False, proj_bias=False, norm="rmsnorm",
+                      embed_norm=True, layer_norm_eps=1e-5),
+    "pe-core-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=1024, pre_norm=True,
+                        pos_embed="learned+rope_xy", rope_theta=10000.0, rope_ref_grid=(14, 14), rope_offset=1.0,
+                        pool="map", pool_heads=8, pool_mlp_ratio=4.0, pool_prefix=True, layer_norm_eps=1e-5),
+    # SigLIP 2 with NaFlex (timm's NaFlexVit): a 16x16 table resampled bilinearly to each image's grid
+    "siglip2-b16-naflex": dict(image_size=256, embed_dim=768, depth=12, num_heads=12, num_classes=0,
+                               prefix_tokens="none", pool="map", mlp="gelu_tanh", pe_resample="bilinear"),
     # classroom models: 32x32 images, 4x4 patches (an 8x8 grid), train on a laptop CPU in minutes
     # pre_norm: a LayerNorm on the embedded patches; with mimetic attention init (training/init.py) it takes
     # the patchify stem from about 25 % to about 75 % on `shapes` in a two-minute run
@@ -75,6 +88,11 @@ TIMM_NAMES: dict[str, str] = {
     "deit3_small_patch16_224": "deit3-s16",
     "beit_base_patch16_224": "beit-b16",
     "eva02_tiny_patch14_224": "eva02-ti14",
+    # issue 18
+    "vit_base_patch16_dinov3": "dinov3-b16",
+    "aimv2_large_patch14_224": "aimv2-l14",
+    "vit_pe_core_base_patch16_224": "pe-core-b16",
+    "naflexvit_base_patch16_siglip": "siglip2-b16-naflex",
 }
 
 

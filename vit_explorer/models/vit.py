@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, Rows
+from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, QueryPool, Rows
 from .config import ConfigError, TokenLayout, ViTConfig
+from .norms import make_norm
 from .stems import make_stem
 
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
@@ -50,6 +51,7 @@ class VisionTransformer(nn.Module):
         self.config = config
         d = config.embed_dim
         self.patch_embed = make_stem(config)
+        self.embed_norm = make_norm(config.norm, d, config.layer_norm_eps) if config.embed_norm else nn.Identity()
 
         if config.prefix_tokens in ("cls", "cls+dist"):
             self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
@@ -67,17 +69,18 @@ class VisionTransformer(nn.Module):
             setattr(self, name, parameter)
         self.pos_drop = nn.Dropout(config.pos_drop_rate)
         eps = config.layer_norm_eps
-        self.norm_pre = nn.LayerNorm(d, eps=eps) if config.pre_norm else nn.Identity()
+        self.norm_pre = make_norm(config.norm, d, eps) if config.pre_norm else nn.Identity()
 
         n_blocks = config.depth
         dpr = [config.drop_path_rate * i / max(n_blocks - 1, 1) for i in range(n_blocks)]
         self.blocks = nn.ModuleList(Block(config, dpr[i]) for i in range(n_blocks))
         self.class_blocks = nn.ModuleList(ClassAttentionBlock(config) for _ in range(config.class_attn_depth))
         # the final norm: on every token, or (fc_norm) on the pooled vector
-        self.norm = nn.Identity() if config.fc_norm else nn.LayerNorm(d, eps=eps)
-        self.fc_norm = nn.LayerNorm(d, eps=eps) if config.fc_norm else nn.Identity()
-        if config.pool == "map":
-            self.attn_pool = AttentionPool(config)
+        self.norm = nn.Identity() if config.fc_norm else make_norm(config.norm, d, eps)
+        self.fc_norm = make_norm(config.norm, d, eps) if config.fc_norm else nn.Identity()
+        if config.pool in ("map", "query"):
+            self.attn_pool: AttentionPool | QueryPool = AttentionPool(config) if config.pool == "map" else \
+                QueryPool(config)
         if config.proj_dim:
             self.proj = nn.Linear(d, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
@@ -244,7 +247,7 @@ class VisionTransformer(nn.Module):
         # 1. stem: image -> grid of patch embeddings -> sequence in raster order
         feat = self.patch_embed(pixel_values)  # (B, D, gh, gw)
         out.keep("stem", feat)
-        x = feat.flatten(2).transpose(1, 2)  # (B, N, D)
+        x = self.embed_norm(feat.flatten(2).transpose(1, 2))  # (B, N, D); AIMv2 norms the patch embeddings
         out.keep("patches", x)
 
         # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added
@@ -312,9 +315,10 @@ class VisionTransformer(nn.Module):
         x = self.norm(x)
         if cfg.pool == "gap":
             pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
-        elif cfg.pool == "map":
-            pooled, probs = self.attn_pool(x[:, layout.num_prefix_tokens:], "pool_attention" in out.want)
-            out.keep("pool_attention", probs)  # (B, heads, 1, N): the latent query over the patches
+        elif cfg.pool in ("map", "query"):
+            start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
+            pooled, probs = self.attn_pool(x[:, start:], "pool_attention" in out.want)
+            out.keep("pool_attention", probs)  # (B, heads, 1, N or T): the latent query over the patches (all tokens)
         else:
             pooled = x[:, 0]
         out.keep("pre_logits", pooled)
