@@ -70,3 +70,22 @@ def test_a_lesson_sets_the_attention_mode_the_compared_model_and_its_step_in_the
     session.set_compared(None)
     compare.bring_up_to_date()
     assert compare.sides is None and "Choose a second model" in compare.note.text()
+
+
+def test_the_training_runs_live_in_the_session(qtbot, window, tmp_path) -> None:
+    """Issue 15: the runs were the Training view's own list; now lessons and menus set and read them in Session."""
+    from vit_explorer.gui.session import Run
+    from vit_explorer.models import preset
+
+    view = window.views["Training"]
+    heard = []
+    window.session.runs_changed.connect(lambda: heard.append(True))
+    run = Run("run 1", preset("classroom-tiny"), tmp_path / "run", steps=[5], loss=[2.0], accuracy=[0.1],
+              started=True)
+    window.session.set_runs([run])
+    assert view.runs == [run] and heard == [True]
+    assert view.pane.currentWidget() is view.plots  # the view drew the session's run, not its placeholder
+    window.session.set_runs([run])  # no change: no signal
+    assert heard == [True]
+    window.session.set_runs([])
+    assert view.pane.currentWidget() is view.placeholder

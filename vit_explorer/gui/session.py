@@ -1,6 +1,6 @@
 """The app's state, in one typed place: the loaded model, the image, masks, resolution, what is
-selected, the attention settings, the model compared with the loaded one, the lesson step on screen, and the
-model the builder describes. (The training runs stay in the Training view.)
+selected, the attention settings, the model compared with the loaded one, the lesson step on screen, the
+training runs on screen, and the model the builder describes.
 
 Views take the session in `__init__`, read it, connect to its signals and disconnect on close, and
 ask it to run work in the background (`run`, `cancel`). Lessons and menus set the state here, never in a
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from ..explore.build import preferred_device
 from ..explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from ..models import ViTConfig
 from ..paths import BUNDLED
+from ..training.events import Finished
+from ..training.recipe import Recipe
 from .workers import Runner
 
 if TYPE_CHECKING:
@@ -66,6 +68,30 @@ class AttentionSettings:
             raise ValueError(f"attention opacity {self.opacity} is not from 0 to 1")
 
 
+@dataclass
+class Run:
+    """A training run of the Training view: what it trains and, as it goes, its curves (the trainer's events)."""
+
+    name: str
+    config: ViTConfig
+    out: Path
+    steps: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
+    preset: str = ""  # the preset it was built from ("" for the Model builder's model)
+    dataset: str = ""
+    images: int = 0  # built-in images drawn for training
+    recipe: Recipe | None = None
+    total_steps: int | None = None
+    time_budget: float | None = None
+    first_step: tuple[int, float] | None = None  # (step, training seconds) of its first Step event: the pace after it
+    estimated_at: float = 0.0  # training seconds when the estimate was last written
+    started: bool = False  # past setting up: its plots exist
+    finished: Finished | None = None
+    saved: Path | None = None
+
+
 def model_name(loaded: LoadedModel, unnamed: str) -> str:
     """A model's short name: the bundled model's, else the folder's or file's (the last part of a hub id); `unnamed`
     for a model built in the app."""
@@ -93,6 +119,7 @@ class Session(QObject):
     attention_changed = Signal()  # the attention settings
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
+    runs_changed = Signal()  # a training run started afresh or was replaced (its curves grow in place)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -120,6 +147,7 @@ class Session(QObject):
         self.step = -1  # the index of its step on screen (-1: none yet)
         self.hover = False  # the step asks for the image panel's hover readout while presenting
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
+        self.runs: list[Run] = []  # the Training view's runs: the first, and the comparison run with one change
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
         self._warned = 0  # the model whose non-finite outputs the banner has shown
 
@@ -273,6 +301,13 @@ class Session(QObject):
             return
         self.lesson, self.step, self.hover = lesson, step if lesson is not None else -1, hover
         self.lesson_changed.emit()
+
+    def set_runs(self, runs: list[Run]) -> None:
+        """The training runs on screen (a new first run replaces them all; a comparison run the second)."""
+        if runs == self.runs:
+            return
+        self.runs = list(runs)
+        self.runs_changed.emit()
 
     # ------------------------------------------------------------------ the forward pass
     def require(self, owner: str, needs: Needs) -> bool:

@@ -5,7 +5,7 @@ accuracy measured runs reached."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from ...training.expect import DEMO, estimate, pace
 from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
-from ..session import Session
+from ..session import Run, Session
 from ..workers import GeneratorThread
 from .base import Table, View
 
@@ -74,28 +74,6 @@ class DataReady:
     config: ViTConfig
 
 
-@dataclass
-class Run:
-    name: str
-    config: ViTConfig
-    out: Path
-    steps: list[int] = field(default_factory=list)
-    loss: list[float] = field(default_factory=list)
-    accuracy: list[float] = field(default_factory=list)
-    val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
-    preset: str = ""  # the preset it was built from ("" for the Model builder's model)
-    dataset: str = ""
-    images: int = 0  # built-in images drawn for training
-    recipe: Recipe | None = None
-    total_steps: int | None = None
-    time_budget: float | None = None
-    first_step: tuple[int, float] | None = None  # (step, training seconds) of its first Step event: the pace after it
-    estimated_at: float = 0.0  # training seconds when the estimate was last written
-    started: bool = False  # past setting up: its plots exist
-    finished: Finished | None = None
-    saved: Path | None = None
-
-
 def describe(run: Run) -> str:
     """A run in one line: its model, data, recipe and how far it got (an exported figure's metadata)."""
     c = run.config
@@ -120,9 +98,17 @@ def runs_folder() -> Path:
 class TrainingView(View):
     title = "Training"
 
+    @property
+    def runs(self) -> list[Run]:
+        """The runs on screen: the session's (`Session.runs`), which lessons and menus read too."""
+        return self.session.runs
+
+    @runs.setter
+    def runs(self, runs: list[Run]) -> None:
+        self.session.set_runs(runs)
+
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
-        self.runs: list[Run] = []
         self.worker: GeneratorThread | None = None  # the run's thread (not `thread`: QObject.thread())
         self.control: Control | None = None
         self.data: Any = None  # the TrainingData of the current run (labels, preprocessing)
@@ -263,6 +249,7 @@ class TrainingView(View):
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.timeout.connect(self.redraw)
+        self.listen(session.runs_changed, self.redraw)  # runs set here or elsewhere (Session.set_runs)
         self._buttons()
 
     def picture(self) -> QWidget:
@@ -320,11 +307,11 @@ class TrainingView(View):
         if resume:
             run = self.runs[-1]
         else:  # a first run starts afresh; a comparison run replaces any but the first
-            del self.runs[0 if name == "run 1" else 1:]
+            kept = self.runs[:0 if name == "run 1" else 1]
             # the preset it comes from: the chosen one, or (a comparison run) the first run's, changed
-            chosen = self.model_choice.currentData() if config is None else self.runs[0].preset if self.runs else ""
+            chosen = self.model_choice.currentData() if config is None else kept[0].preset if kept else ""
             run = Run(name, cfg, out, preset=chosen, dataset=dataset, images=size, recipe=recipe)
-            self.runs.append(run)
+            self.session.set_runs([*kept, run])
         run.finished, run.first_step, run.estimated_at = None, None, 0.0
         self.progress.setVisible(True)
         self.estimate.setVisible(False)
