@@ -3,6 +3,7 @@
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
         [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
+        [--theme light|dark]
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
 """
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="1600x1000", help="window size WxH (default 1600x1000)")
     parser.add_argument("--compare", default=None, help="a second model for the Compare view")
     parser.add_argument("--presentation", action="store_true", help="in presentation mode (full screen, large text)")
+    parser.add_argument("--theme", choices=("light", "dark"), default=None,
+                        help="the colour theme (remembered, as the View menu does; default: the remembered one)")
     parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
@@ -45,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     source = args.source
     if source is None and not (BUNDLED_MODEL / "vit_explorer.json").exists():
         source = ""  # build one below
+    if args.theme:
+        from vit_explorer.gui import theme
+
+        theme.choose(app, args.theme)
     window = MainWindow(source or None)
     width, height = (int(v) for v in args.size.lower().split("x"))
     window.setWindowState(Qt.WindowState.WindowNoState)  # this size, not maximised to the screen's
