@@ -340,16 +340,16 @@ class MainWindow(QMainWindow):
             self.docks[title].raise_()
         QTimer.singleShot(0, self.share_width)
 
-    @property
-    def prediction_is_alone(self) -> bool:
-        return self._prediction_alone
+    def fit_prediction(self) -> None:
+        """Beside a presented view the prediction lists PRESENTED_ROWS classes; alone, or not presenting, all."""
+        self.views["Prediction"].set_narrow(self.presentation.presenting and not self._prediction_alone)
 
     def prediction_alone(self, alone: bool) -> None:
         """The image and the prediction side by side with the tabbed views hidden, or back in their places."""
         if alone == self._prediction_alone or self.big_dock is None:
             return
         self._prediction_alone = alone
-        self.views["Prediction"].set_narrow(self.presentation.presenting and not alone)
+        self.fit_prediction()
         image, prediction = self.docks["Image"], self.docks["Prediction"]
         tabbed = [dock for title, dock in self.docks.items() if title not in ("Image", "Prediction", "Lesson")]
         current = next((dock for dock in tabbed if self.views[dock.windowTitle()].on_screen), self.big_dock)

@@ -102,7 +102,7 @@ class Presentation:
                 note.set_compact(self.presenting)
             view.toolbar.setVisible(not lesson)  # the step set what the figure shows; Leave brings them back
         screen = window.screen().geometry().height() if window.screen() is not None else window.height()
-        window.views["Prediction"].set_narrow(self.presenting and not window.prediction_is_alone)
+        window.fit_prediction()
         window.image_panel.set_compact(self.presenting, window.session.hover, math.ceil(IMAGE_SHARE * screen))
         if self.presenting:  # the image panel's height depends on what it shows (the hover readout)
             QTimer.singleShot(0, window.share_width)
