@@ -10,7 +10,7 @@ from PIL import Image
 
 from tests.models.test_families import FAMILY_PRESETS, IMAGE, tiny
 from vit_explorer import load
-from vit_explorer.analysis.components import SITES, decompose, lens, patched_logits, record_site
+from vit_explorer.analysis.components import SITES, decompose, lens, patched_logits, record_site, sweep
 from vit_explorer.models import VisionTransformer, preset
 from vit_explorer.models.config import TOKEN_LAYOUTS
 from vit_explorer.paths import BUNDLED, SAMPLES
@@ -147,3 +147,23 @@ def test_lens_at_the_last_state_is_the_model_readout() -> None:
     torch.testing.assert_close(logits[-1, :, 0], out["logits"], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="classifier"):
         lens(tiny("dinov2-s14"), [out["embedded"]])
+
+
+def test_a_sweep_is_the_single_runs_normalised() -> None:
+    model = tiny("deit3-s16")
+    clean = torch.randn(1, 3, *IMAGE)
+    mask = torch.ones(model.config.num_patches, dtype=torch.bool)
+    result = sweep(model, clean, clean, "resid", positions=[0, 2, 7], corrupted_mask=mask, batch=4)
+    assert result.raw.shape == (2, 3) and result.layers == [0, 1] and result.columns == [0, 2, 7]
+    a = model(clean)[0]
+    b = model(clean, mask=mask)[0]
+    assert result.target == int(a.argmax()) and result.foil != result.target
+    _, source = record_site(model, clean, "resid")
+    one = patched_logits(model, clean, source, "resid", [1], [[2]], mask=mask)[0]
+    expected = ((one[result.target] - one[result.foil]) - (b[result.target] - b[result.foil])) / (
+        (a[result.target] - a[result.foil]) - (b[result.target] - b[result.foil]))
+    assert result.effects[1, 1].item() == pytest.approx(expected.item(), abs=1e-5)
+    heads = sweep(model, clean, clean, "head", corrupted_head_mask=torch.zeros(2, 4), batch=3)
+    assert heads.axis == "head" and heads.raw.shape == (2, 4)
+    with pytest.raises(InterruptedError):
+        sweep(model, clean, clean, "mlp", corrupted_mask=mask, cancel=lambda: True)

@@ -481,3 +481,91 @@ def patched_logits(model: VisionTransformer, pixels: torch.Tensor, source: dict[
     with torch.no_grad():
         return model.forward_intermediates(pixels.expand(k, -1, -1, -1), mask=batch_mask, head_mask=head_mask,
                                            edit=edit)["logits"]
+
+
+def logit_difference(logits: torch.Tensor, target: int, foil: int) -> torch.Tensor:
+    """(..., C) -> (...): the target's logit minus the foil's."""
+    return logits[..., target] - logits[..., foil]
+
+
+@dataclass
+class Sweep:
+    """Patching the source (clean) run's values into the receiving (corrupted) run, one site at a time: for each
+    layer and each column (a position, or a head at the chosen positions) the receiver's logit difference
+    (target minus foil), normalised so that 0 is the receiver's own and 1 the source's."""
+
+    component: str  # one of SITES
+    axis: str  # "position" (token index) or "head"
+    layers: list[int]
+    columns: list[int]
+    target: int
+    foil: int
+    clean: float  # the source run's logit difference
+    corrupted: float  # the receiving run's
+    raw: torch.Tensor  # (layers, columns) the patched runs' logit differences
+
+    @property
+    def effects(self) -> torch.Tensor:
+        """(layers, columns): (patched - corrupted) / (clean - corrupted); NaN when both runs agree."""
+        span = self.clean - self.corrupted
+        if span == 0:
+            return torch.full_like(self.raw, float("nan"))
+        return (self.raw - self.corrupted) / span
+
+
+def default_foil(clean: torch.Tensor, corrupted: torch.Tensor, target: int) -> int:
+    """The corrupted run's top class other than the target (what the corruption pushes towards)."""
+    order = corrupted.argsort(descending=True).tolist()
+    return int(next(c for c in order if c != target)) if len(order) > 1 else target
+
+
+def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor, component: str, *,
+          layers: Sequence[int] | None = None, positions: Sequence[int] | None = None, target: int | None = None,
+          foil: int | None = None, clean_mask: torch.Tensor | None = None,
+          corrupted_mask: torch.Tensor | None = None, clean_head_mask: torch.Tensor | None = None,
+          corrupted_head_mask: torch.Tensor | None = None, batch: int = 32,
+          cancel: Callable[[], bool] | None = None) -> Sweep:
+    """Patch `component` from the clean run (image (1, 3, H, W), [MASK], heads off) into the corrupted one:
+    resid / attn / mlp at each (layer, position) (layers: the self-attention blocks by default; positions: every
+    token), or "head": each (layer, head) at `positions` (None: all). The runs go in batches of `batch`;
+    `cancel()` True stops between batches (InterruptedError). target: the clean run's top class by default;
+    foil: the corrupted run's top other class."""
+    if component not in SITES:
+        raise ValueError(f"component must be one of {SITES}, got {component!r}")
+    cfg = model.config
+    logits_a, source = record_site(model, clean, component, mask=clean_mask, head_mask=clean_head_mask)
+    with torch.no_grad():
+        logits_b = model.forward_intermediates(corrupted, mask=corrupted_mask, head_mask=corrupted_head_mask)["logits"]
+    target = int(logits_a[0].argmax()) if target is None else int(target)
+    n_out = logits_a.shape[-1]
+    if not 0 <= target < n_out:
+        raise ValueError(f"target {target} is out of range: this model has {n_out} outputs (0 .. {n_out - 1})")
+    foil = default_foil(logits_a[0], logits_b[0], target) if foil is None else int(foil)
+    if not 0 <= foil < n_out:
+        raise ValueError(f"foil {foil} is out of range: this model has {n_out} outputs (0 .. {n_out - 1})")
+    n_layers = cfg.depth + cfg.class_attn_depth
+    if component == "head":
+        layers = list(range(n_layers)) if layers is None else list(layers)
+        columns = list(range(cfg.num_heads))
+        runs = [(layer, None if positions is None else list(positions), h) for layer in layers for h in columns]
+    else:
+        layers = list(range(cfg.depth)) if layers is None else list(layers)
+        bad = [layer for layer in layers if not 0 <= layer < cfg.depth]
+        if bad:
+            raise ValueError(f"layers {bad}: a sweep over positions covers the self-attention blocks 0 .. "
+                             f"{cfg.depth - 1}")
+        tokens = model.layout((clean.shape[-2], clean.shape[-1])).num_tokens
+        columns = list(range(tokens)) if positions is None else list(positions)
+        runs = [(layer, [p], None) for layer in layers for p in columns]
+    out = []
+    for start in range(0, len(runs), batch):
+        if cancel is not None and cancel():
+            raise InterruptedError("the patching sweep was cancelled")
+        chunk = runs[start:start + batch]
+        logits = patched_logits(model, corrupted, source, component, [r[0] for r in chunk], [r[1] for r in chunk],
+                                [r[2] for r in chunk], mask=corrupted_mask, head_mask=corrupted_head_mask)
+        out.append(logit_difference(logits.double(), target, foil))
+    raw = torch.cat(out).reshape(len(layers), len(columns))
+    return Sweep(component, "head" if component == "head" else "position", layers, columns, target, foil,
+                 float(logit_difference(logits_a[0].double(), target, foil)),
+                 float(logit_difference(logits_b[0].double(), target, foil)), raw)
