@@ -544,6 +544,10 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
     if not 0 <= foil < n_out:
         raise ValueError(f"foil {foil} is out of range: this model has {n_out} outputs (0 .. {n_out - 1})")
     n_layers = cfg.depth + cfg.class_attn_depth
+    tokens = model.layout((clean.shape[-2], clean.shape[-1])).num_tokens
+    bad = [p for p in positions or () if not 0 <= p < tokens]
+    if bad:
+        raise ValueError(f"positions {bad} out of range: this input has {tokens} tokens (0 .. {tokens - 1})")
     if component == "head":
         layers = list(range(n_layers)) if layers is None else list(layers)
         columns = list(range(cfg.num_heads))
@@ -554,7 +558,6 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
         if bad:
             raise ValueError(f"layers {bad}: a sweep over positions covers the self-attention blocks 0 .. "
                              f"{cfg.depth - 1}")
-        tokens = model.layout((clean.shape[-2], clean.shape[-1])).num_tokens
         columns = list(range(tokens)) if positions is None else list(positions)
         runs = [(layer, [p], None) for layer in layers for p in columns]
     out = []
