@@ -164,8 +164,13 @@ def record_runs(clean: Inputs, corrupted: Inputs, component: str, target: int | 
 
 def patch_once(runs: PatchRuns, layer: int, positions: Sequence[int] | None, head: int | None = None
                ) -> tuple[float, torch.Tensor]:
-    """The corrupted run with the clean values at `layer`, `positions` (token indices; None: all) and (a head
-    site) `head` (None: all heads): its normalised logit difference and its logits (C,)."""
+    """The corrupted run with the clean values at `layer`, `positions` (token indices of the layout; None: all)
+    and (a head site) `head` (None: all heads): its normalised logit difference and its logits (C,). CaiT's
+    class-attention blocks read [CLS] in front of the patches (their "resid" positions shift by one) and compute
+    only [CLS]: their attn, mlp and head sites are patched whole."""
+    cfg = runs.clean.loaded.config
+    if layer >= cfg.depth and positions is not None:
+        positions = [p + 1 for p in positions] if runs.component == "resid" else None
     mask, heads = _masks(runs.corrupted)
     logits = patched_logits(runs.clean.loaded.model, pixels_for(runs.corrupted), runs.source, runs.component,
                             [layer], [None if positions is None else list(positions)], [head], mask=mask,
@@ -197,3 +202,46 @@ def sweep_json(result: Sweep) -> dict[str, Any]:
             "clean_difference": _finite(result.clean), "corrupted_difference": _finite(result.corrupted),
             "layers": result.layers, "positions" if result.axis == "position" else "heads": result.columns,
             "effects": rows, "differences": raw}
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def layer_shares(d: Decomposition, depth: int, class_depth: int = 0) -> tuple[tuple[str, ...], np.ndarray]:
+    """The parts summed by where they enter: the embedded input, each block (heads, projection bias, MLP), the
+    readout's own parts (norm shifts, the pool's), the head's bias; the values add up to the logit."""
+    labels = ["input"] + [f"block {i}" if i < depth else f"class-attn {i - depth}" for i in range(depth + class_depth)]
+    values = [0.0] * (depth + class_depth + 2)
+    for p in d.parts:
+        if p.layer is not None:
+            values[p.layer + 1] += p.value
+        elif p.name in ("norm_shift", "fc_norm_shift") or p.name.startswith("pool_"):
+            values[-1] += p.value
+        else:
+            values[0] += p.value
+    values.append(d.bias)
+    return tuple(labels + ["norm & pool", "head bias"]), np.asarray(values)
+
+
+def head_shares(d: Decomposition, layers: int, heads: int) -> np.ndarray:
+    """(layers, heads) each head's share of the target."""
+    return np.asarray(d.heads(layers, heads), dtype=np.float64)
+
+
+def class_colours(n: int) -> np.ndarray:
+    """(n, 3) uint8: distinct colours for n classes (hues around the circle, alternating lightness)."""
+    import colorsys
+
+    return np.asarray([[round(255 * c) for c in colorsys.hsv_to_rgb(i / max(n, 1), 0.85, 1.0 if i % 2 else 0.8)]
+                       for i in range(n)], dtype=np.uint8)
+
+
+def lens_pictures(maps: LensMaps, num_classes: int, side: int = 96) -> list[np.ndarray]:
+    """One (side', side', 3) uint8 picture per state: each patch in its top class's colour, as bright as that
+    class is probable (a patch that says nothing in particular is dark)."""
+    colours = class_colours(num_classes).astype(np.float32)
+    gh, gw = maps.classes.shape[1:]
+    scale = max(1, side // max(gh, gw))
+    out = []
+    for classes, probs in zip(maps.classes, maps.probs, strict=True):
+        rgb = colours[classes] * probs[..., None]  # (gh, gw, 3)
+        out.append(np.kron(rgb, np.ones((scale, scale, 1), np.float32)).round().astype(np.uint8))
+    return out

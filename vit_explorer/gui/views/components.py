@@ -1,0 +1,466 @@
+"""Components: which part of the model computes the answer. Three tabs, each computed off the GUI thread from
+`explore.components`: the target logit's parts (by block, and by head as a layers x heads map), the logit lens
+(what each patch says at each depth, as a class map over the image), and activation patching: paint patches on
+the image, pick the block and the component, and see the logit difference move from the corrupted run's
+towards the clean run's; or sweep every block x position (or block x head) at once."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ...analysis.components import SITES, Decomposition, Sweep
+from ...data.images import open_image, sample_images
+from ...explore.components import (
+    LensMaps,
+    PatchRuns,
+    class_colours,
+    corrupted_inputs,
+    decomposition,
+    head_shares,
+    layer_shares,
+    lens_maps,
+    lens_pictures,
+    patch_once,
+    record_runs,
+    run_sweep,
+)
+from ...explore.figures import BarsFigure, small_multiples_shape
+from ...explore.forward import Inputs
+from .. import figures
+from ..image_panel import QUERY_RGBA, PatchCanvas
+from ..session import Session
+from .base import Note, Table, View
+
+TABS = ("Parts", "Lens", "Patching")
+COMPONENT_NAMES = {"resid": "residual stream", "attn": "attention output", "mlp": "MLP output",
+                   "head": "one head's output"}
+CORRUPTIONS = (("[MASK] over every patch", "mask-all"), ("[MASK] painted in the Image panel", "mask-session"),
+               ("heads switched off in the Heads view", "heads-session"), ("every head off", "heads-all"))
+SHARE_CMAP = "CET-D1"  # diverging: a part that lowers the logit is blue, one that raises it red
+NO_CLASSIFIER = ("This model has no classifier: the parts are those of its largest feature (the CLI decomposes "
+                 "the cosine with a reference image), and the lens and patching need class logits.")
+
+
+class ComponentsView(View):
+    title = "Components"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.target = QComboBox()
+        self.target.setToolTip("The class whose logit is decomposed and patched (the top class by default).")
+        self.target.activated.connect(lambda *_: self._settings_changed())
+        self.component = QComboBox()
+        for site in SITES:
+            self.component.addItem(COMPONENT_NAMES[site], site)
+        self.component.setToolTip("What patching copies from the clean run into the corrupted one.")
+        self.component.activated.connect(lambda *_: self._settings_changed())
+        self.layer = QSpinBox()
+        self.layer.setPrefix("block ")
+        self.layer.setToolTip("The block whose input (residual stream) or output is patched.")
+        self.layer.valueChanged.connect(lambda *_: self._patch())
+        self.head = QSpinBox()
+        self.head.setPrefix("head ")
+        self.head.setToolTip("The head patched when the component is one head's output.")
+        self.head.valueChanged.connect(lambda *_: self._patch())
+        self.corruption = QComboBox()
+        for text, key in CORRUPTIONS:
+            self.corruption.addItem(text, key)
+        for path in sample_images():
+            self.corruption.addItem(f"another image: {path.stem}", str(path))
+        self.corruption.setToolTip("The corrupted run: the clean run is the image without [MASK], every head on.")
+        self.corruption.activated.connect(lambda *_: self._settings_changed())
+        self.with_prefix = QCheckBox("prefix tokens too")
+        self.with_prefix.setToolTip("Patch the [CLS] (distillation, register) tokens as well as the painted patches.")
+        self.with_prefix.toggled.connect(lambda *_: self._patch())
+        self.sweep_button = QPushButton("Sweep")
+        self.sweep_button.setToolTip("Patch each block x position (one head's output: each block x head) alone, in "
+                                     "batches, and draw the normalised effects as a heatmap.")
+        self.sweep_button.clicked.connect(self._sweep_clicked)
+        clear = QPushButton("Clear painted")
+        clear.clicked.connect(self.clear_painted)
+        for widget in (self.target, self.component, self.layer, self.head, self.corruption, self.with_prefix,
+                       self.sweep_button, clear):
+            self.controls.addWidget(widget)
+
+        self.tabs = QTabWidget()
+        self.parts_plots = pg.GraphicsLayoutWidget()
+        self.lens_plots = pg.GraphicsLayoutWidget()
+        patch_page = QWidget()
+        row = QHBoxLayout(patch_page)
+        row.setContentsMargins(0, 0, 0, 0)
+        left = QVBoxLayout()
+        self.canvas_plots = pg.GraphicsLayoutWidget()
+        self.canvas_plots.setMinimumSize(220, 220)
+        self.canvas_view = self.canvas_plots.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
+        self.canvas = PatchCanvas(self)
+        self.canvas_view.addItem(self.canvas)
+        self.painted_item = pg.ImageItem()
+        self.painted_item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.canvas_view.addItem(self.painted_item)
+        left.addWidget(QLabel("Paint the patches to patch (click or drag):"))
+        left.addWidget(self.canvas_plots, 3)
+        self.move_plots = pg.GraphicsLayoutWidget()
+        self.move_plots.setMinimumHeight(150)
+        left.addWidget(self.move_plots, 2)
+        row.addLayout(left, 2)
+        self.sweep_plots = pg.GraphicsLayoutWidget()
+        row.addWidget(self.sweep_plots, 3)
+        for page, name in zip((self.parts_plots, self.lens_plots, patch_page), TABS, strict=True):
+            self.tabs.addTab(page, name)
+        self.tabs.currentChanged.connect(lambda *_: self.schedule())
+        self.body.addWidget(self.tabs, 1)
+        self.legend = Note()
+        self.body.addWidget(self.legend)
+
+        self.decomposed: Decomposition | None = None
+        self.maps: LensMaps | None = None
+        self.runs: PatchRuns | None = None
+        self.sweep: Sweep | None = None
+        self.effect: float | None = None  # the painted patch's normalised effect
+        self.painted = np.zeros((1, 1), bool)
+        self._paint_value = True
+        self._done: dict[str, object] = {}  # tab -> the key of what it shows (drawn once per input)
+        self._running_sweep = False
+        self.listen(session.model_changed, self._model_changed)
+        self.listen(session.result_ready, self.schedule_soon)
+        self._model_changed()
+
+    # ------------------------------------------------------------------ state
+    def picture(self) -> QWidget:
+        return self.tabs.currentWidget()
+
+    @property
+    def tab(self) -> str:
+        return TABS[self.tabs.currentIndex()]
+
+    def _model_changed(self) -> None:
+        self.session.cancel("components-sweep")
+        self._running_sweep = False
+        self.sweep_button.setText("Sweep")
+        loaded = self.session.loaded
+        self.decomposed = self.maps = self.runs = self.sweep = None
+        self.effect = None
+        self._done.clear()
+        self.target.clear()
+        if loaded is None:
+            return
+        cfg = loaded.config
+        self.target.addItem("top class", None)
+        for i in range(cfg.num_classes):
+            self.target.addItem(f"{i}: {loaded.label(i)}", i)
+        self.layer.setRange(0, cfg.depth + cfg.class_attn_depth - 1)
+        self.head.setRange(0, cfg.num_heads - 1)
+        self.painted = np.zeros(self.session.grid, bool)
+        self.note.setText("" if cfg.num_classes else NO_CLASSIFIER)
+        self.schedule()
+
+    def _settings_changed(self) -> None:
+        self.head.setEnabled(self.component.currentData() == "head")
+        self.runs = self.sweep = None
+        self.effect = None
+        self._done.pop("Patching", None)
+        self._done.pop("Parts", None)
+        self.schedule()
+
+    def _clean(self) -> Inputs | None:
+        """The session's input without [MASK] and with every head on: the clean run."""
+        inputs = self.session.inputs()
+        if inputs is None:
+            return None
+        return replace(inputs, mask=np.zeros_like(inputs.mask), head_mask=np.ones_like(inputs.head_mask))
+
+    def _corrupted(self, clean: Inputs) -> Inputs | None:
+        key = self.corruption.currentData()
+        if key == "mask-all":
+            return corrupted_inputs(clean, "mask")
+        if key == "mask-session":
+            return corrupted_inputs(clean, "mask", mask=self.session.mask.copy()) if self.session.mask.any() else None
+        if key == "heads-session":
+            heads = self.session.head_mask
+            return corrupted_inputs(clean, "heads", head_mask=heads.copy()) if (heads < 1).any() else None
+        if key == "heads-all":
+            return corrupted_inputs(clean, "heads")
+        return corrupted_inputs(clean, "image", image=open_image(key), image_id=-1 - self.corruption.currentIndex())
+
+    def _key(self, inputs: Inputs) -> tuple[object, ...]:
+        return (inputs.model_id, inputs.image_id, tuple(inputs.size), inputs.mask.tobytes(),
+                inputs.head_mask.tobytes(), self.target.currentData(), self.component.currentData(),
+                self.corruption.currentData())
+
+    # ------------------------------------------------------------------ computing
+    def refresh(self, *_: object) -> None:
+        inputs = self.session.inputs()
+        if inputs is None or self.session.result is None:
+            return
+        if inputs.mask.shape != self.painted.shape:
+            self.painted = np.zeros(inputs.mask.shape, bool)
+        key = self._key(inputs)
+        if self._done.get(self.tab) == key:
+            return
+        self._done[self.tab] = key
+        if self.tab == "Parts":
+            target = self.target.currentData()
+            self.note.setText("decomposing…")
+            self.run_for_model(inputs.model_id, "components-parts", lambda: decomposition(inputs, target),
+                               self._decomposed, self._failed)
+        elif self.tab == "Lens":
+            if not inputs.loaded.config.num_classes:
+                self.note.setText(NO_CLASSIFIER)
+                return
+            self.note.setText("reading every token through the head…")
+            self.run_for_model(inputs.model_id, "components-lens", lambda: lens_maps(inputs), self._lensed,
+                               self._failed)
+        else:
+            self._record()
+
+    def _failed(self, message: str) -> None:
+        self._done.pop(self.tab, None)
+        self.note.setText(f"failed: {message}")
+
+    def _record(self) -> None:
+        """Record the clean and the corrupted run for patching (once per input, component and corruption)."""
+        clean = self._clean()
+        if clean is None or not clean.loaded.config.num_classes:
+            self.note.setText(NO_CLASSIFIER if clean is not None else "")
+            return
+        try:
+            corrupted = self._corrupted(clean)
+        except (OSError, ValueError) as error:
+            self.note.setText(str(error))
+            return
+        if corrupted is None:
+            self._done.pop("Patching", None)
+            self.note.setText("Nothing to corrupt: paint [MASK] in the Image panel or switch heads off in the Heads "
+                              "view first, or choose another corruption.")
+            return
+        component, target = self.component.currentData(), self.target.currentData()
+        self.note.setText("recording the clean and the corrupted run…")
+        self.run_for_model(clean.model_id, "components-record", lambda: record_runs(clean, corrupted, component,
+                                                                                   target), self._recorded,
+                           self._failed)
+
+    def _recorded(self, runs: PatchRuns) -> None:
+        self.runs = runs
+        self.note.setText("")
+        self._draw_canvas()
+        self._patch()
+
+    def _positions(self) -> list[int] | None:
+        if self.runs is None:
+            return None
+        layout = self.session.result.layout if self.session.result is not None else None
+        if layout is None:
+            return None
+        tokens = [layout.token_index(int(r), int(c)) for r, c in zip(*np.nonzero(self.painted), strict=True)]
+        if self.with_prefix.isChecked():
+            tokens = list(range(layout.num_prefix_tokens)) + tokens
+        return tokens
+
+    def _patch(self) -> None:
+        """The corrupted run with the painted positions patched: its logit difference, normalised."""
+        runs, positions = self.runs, self._positions()
+        if runs is None or positions is None or self.tab != "Patching":
+            return
+        layer = self.layer.value()
+        head = self.head.value() if runs.component == "head" else None
+        self.run_for_model(runs.clean.model_id, "components-patch", lambda: patch_once(runs, layer, positions, head),
+                           self._patched, self._failed)
+
+    def _patched(self, result: tuple[float, object]) -> None:
+        self.effect = result[0]
+        self._draw_move()
+
+    def _sweep_clicked(self) -> None:
+        if self._running_sweep:
+            self.session.cancel("components-sweep")
+            self._sweep_finished("sweep cancelled")
+            return
+        runs = self.runs
+        if runs is None:
+            self.note.setText("open the Patching tab with a classifier model first")
+            return
+        self._running_sweep = True
+        self.sweep_button.setText("Cancel sweep")
+        self.note.setText("sweeping (batched)…")
+        component = runs.component
+
+        def work(cancel: threading.Event) -> Sweep | None:
+            try:
+                return run_sweep(runs.clean, runs.corrupted, component, target=runs.target, foil=runs.foil,
+                                 cancel=cancel.is_set)
+            except InterruptedError:
+                return None
+
+        self.run_for_model(runs.clean.model_id, "components-sweep", work, self._swept,
+                           lambda message: self._sweep_finished(f"sweep failed: {message}"))
+
+    def _sweep_finished(self, note: str) -> None:
+        self._running_sweep = False
+        self.sweep_button.setText("Sweep")
+        self.note.setText(note)
+
+    def _swept(self, result: Sweep | None) -> None:
+        self._sweep_finished("")
+        if result is None:
+            return
+        self.sweep = result
+        self._draw_sweep()
+        self._draw_canvas()
+
+    # ------------------------------------------------------------------ painting
+    def hover(self, pos: QPointF | None) -> None:
+        """PatchCanvas reports the pointer; the painted patches need only presses."""
+
+    def patch_at(self, pos: QPointF) -> tuple[int, int] | None:
+        loaded = self.session.loaded
+        if loaded is None:
+            return None
+        p = loaded.config.patch_size
+        gh, gw = self.painted.shape
+        row, col = int(pos.y() // p), int(pos.x() // p)
+        return (row, col) if 0 <= row < gh and 0 <= col < gw else None
+
+    def press(self, pos: QPointF, start: bool) -> None:
+        """As the Image panel paints [MASK]: a drag paints the value the first patch toggled to."""
+        patch = self.patch_at(pos)
+        if patch is None:
+            return
+        if start:
+            self._paint_value = not self.painted[patch]
+        if self.painted[patch] != self._paint_value:
+            self.set_painted_patch(patch, self._paint_value)
+
+    def set_painted_patch(self, patch: tuple[int, int], value: bool) -> None:
+        self.painted[patch] = value
+        self._draw_canvas()
+        self._patch()
+
+    def clear_painted(self) -> None:
+        self.painted[:] = False
+        self._draw_canvas()
+        self._patch()
+
+    # ------------------------------------------------------------------ drawing
+    def _decomposed(self, d: Decomposition) -> None:
+        self.decomposed = d
+        loaded = self.session.loaded
+        self.note.setText("")
+        if loaded is None:
+            return
+        cfg = loaded.config
+        self.parts_plots.ci.clear()
+        labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
+        what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
+        figures.BarsPlot(self.parts_plots.ci, BarsFigure(
+            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
+            value_format="{:+.3f}"))
+        self.parts_plots.ci.nextColumn()
+        grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+        top = float(np.abs(grid).max()) or 1.0
+        figures.draw_heatmap(self.parts_plots.ci, grid, title="each head's share (through its projection slice)",
+                             cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
+                             xlabel="head", ylabel="block")
+        self.legend.setText(f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
+                            f"{d.total:.4f} (the model: {d.logit:.4f}). The final norm's scale is frozen at this "
+                            "run's value; its shift and the pool's biases are parts of their own ('norm & pool').")
+
+    def _lensed(self, maps: LensMaps) -> None:
+        self.maps = maps
+        loaded = self.session.loaded
+        self.note.setText("")
+        if loaded is None:
+            return
+        layout = self.lens_plots.ci
+        layout.clear()
+        states = len(maps.classes)
+        rows, columns = small_multiples_shape(states)
+        figures.add_title(layout, "What each patch says at each depth: its top class's colour, as bright as that "
+                                  "class is probable", colspan=columns)
+        pictures = lens_pictures(maps, loaded.config.num_classes)
+        for i, picture in enumerate(pictures):
+            if i % columns == 0:
+                layout.nextRow()
+            name = "input" if i == 0 else f"after block {i - 1}"
+            counts = np.bincount(maps.classes[i].ravel(), minlength=loaded.config.num_classes)
+            said = loaded.label(int(counts.argmax()))
+            figures.draw_image(layout, picture, title=f"{name}: mostly {said}", grid=maps.layout.grid, axes=False)
+        colours = class_colours(loaded.config.num_classes)
+        shown = sorted(set(maps.classes.ravel().tolist()))
+        self.legend.setText("Colours: " + ", ".join(
+            f"{loaded.label(c)} #{''.join(f'{v:02x}' for v in colours[c])}" for c in shown[:20])
+            + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
+            + f". The model predicts {loaded.label(maps.final)}.")
+
+    def _draw_canvas(self) -> None:
+        result = self.session.result
+        loaded = self.session.loaded
+        if result is None or loaded is None:
+            return
+        self.canvas.setImage(result.display, autoLevels=False, levels=(0, 255))
+        p = loaded.config.patch_size
+        gh, gw = self.painted.shape
+        rgba = np.zeros((gh, gw, 4), np.uint8)
+        rgba[self.painted] = QUERY_RGBA
+        self.painted_item.setImage(rgba, autoLevels=False, levels=(0, 255))
+        self.painted_item.setRect(0, 0, gw * p, gh * p)
+        self.canvas_view.setRange(xRange=(0, gw * p), yRange=(0, gh * p), padding=0.01)
+
+    def _draw_move(self) -> None:
+        runs = self.runs
+        loaded = self.session.loaded
+        if runs is None or loaded is None or self.effect is None:
+            return
+        self.move_plots.ci.clear()
+        patched = runs.corrupted_difference + self.effect * (runs.clean_difference - runs.corrupted_difference)
+        where = (f"block {self.layer.value()}" + (f" head {self.head.value()}" if runs.component == "head" else ""))
+        figures.BarsPlot(self.move_plots.ci, BarsFigure(
+            f"{loaded.label(runs.target)} minus {loaded.label(runs.foil)}: patched {COMPONENT_NAMES[runs.component]} "
+            f"at {where}, {int(self.painted.sum())} patches; effect {self.effect:+.2f}",
+            ("clean", "corrupted", "patched"), np.asarray([runs.clean_difference, runs.corrupted_difference, patched]),
+            xlabel="logit difference", value_format="{:+.3f}", highlight=2))
+
+    def _draw_sweep(self) -> None:
+        result = self.sweep
+        if result is None:
+            return
+        self.sweep_plots.ci.clear()
+        effects = result.effects.numpy()
+        figures.draw_heatmap(self.sweep_plots.ci, effects,
+                             title=f"patching the {COMPONENT_NAMES[result.component]} alone at each block x "
+                                   f"{result.axis}: normalised effect (1 = the clean run's)",
+                             cmap=SHARE_CMAP, levels=(-1.0, 1.0), colorbar_label="normalised effect",
+                             xlabel="token" if result.axis == "position" else "head", ylabel="block")
+
+    def table(self) -> Table | None:
+        if self.tab == "Parts" and self.decomposed is not None:
+            return ["name", "layer", "head", "value"], [
+                (p.name, "" if p.layer is None else p.layer, "" if p.head is None else p.head, p.value)
+                for p in self.decomposed.parts] + [("head_bias", "", "", self.decomposed.bias)]
+        if self.tab == "Lens" and self.maps is not None:
+            rows = []
+            for s, (classes, probs) in enumerate(zip(self.maps.classes, self.maps.probs, strict=True)):
+                for (r, c), cls in np.ndenumerate(classes):
+                    rows.append((s, r, c, int(cls), float(probs[r, c])))
+            return ["state", "row", "col", "class", "prob"], rows
+        if self.tab == "Patching" and self.sweep is not None:
+            name = "token" if self.sweep.axis == "position" else "head"
+            effects = self.sweep.effects.tolist()
+            return ["block", name, "effect"], [(layer, col, effects[i][j]) for i, layer in enumerate(self.sweep.layers)
+                                                for j, col in enumerate(self.sweep.columns)]
+        return None
