@@ -14,9 +14,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..analysis.components import SITES, Decomposition, Sweep, decompose, lens, logit_difference, patched_logits
-from ..analysis.components import default_foil, record_site, sweep
+from ..analysis.components import (
+    SITES,
+    Decomposition,
+    Sweep,
+    decompose,
+    default_foil,
+    lens,
+    logit_difference,
+    patched_logits,
+    record_site,
+    sweep,
+)
 from ..models import TokenLayout
+from .figures import MapsFigure
 from .forward import Inputs, check_inputs, pixels_for
 
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
@@ -234,14 +245,44 @@ def class_colours(n: int) -> np.ndarray:
                        for i in range(n)], dtype=np.uint8)
 
 
+LENS_FLOOR = 0.25  # the brightness of a probability of 0, so that every patch's hue can still be told
+
+
 def lens_pictures(maps: LensMaps, num_classes: int, side: int = 96) -> list[np.ndarray]:
-    """One (side', side', 3) uint8 picture per state: each patch in its top class's colour, as bright as that
-    class is probable (a patch that says nothing in particular is dark)."""
+    """One (side', side', 3) uint8 picture per state: each patch in its top class's colour, brighter as that class
+    is more probable (LENS_FLOOR + (1 - LENS_FLOOR) p: a patch that says nothing in particular is dark)."""
     colours = class_colours(num_classes).astype(np.float32)
     gh, gw = maps.classes.shape[1:]
     scale = max(1, side // max(gh, gw))
     out = []
     for classes, probs in zip(maps.classes, maps.probs, strict=True):
-        rgb = colours[classes] * probs[..., None]  # (gh, gw, 3)
+        rgb = colours[classes] * (LENS_FLOOR + (1 - LENS_FLOOR) * probs[..., None])  # (gh, gw, 3)
         out.append(np.kron(rgb, np.ones((scale, scale, 1), np.float32)).round().astype(np.uint8))
     return out
+
+
+SWEEP_LEVEL = 0.05  # the least colour range of a sweep's maps: tiny effects are not stretched to full colour
+
+
+def sweep_figure(result: Sweep, layout: TokenLayout, display: np.ndarray | None) -> MapsFigure:
+    """A position sweep as one map over the patch grid per block (the prefix tokens' effects in the titles), on
+    one diverging scale symmetric about 0 (to the largest effect, at least SWEEP_LEVEL): where patching the clean
+    run's values in moves the answer back."""
+    if result.axis != "position":
+        raise ValueError("sweep_figure draws a sweep over positions; a sweep over heads is a layers x heads map")
+    gh, gw = layout.grid
+    effects = result.effects.numpy()
+    index = {token: j for j, token in enumerate(result.columns)}
+    maps = np.full((len(result.layers), gh, gw), np.nan)
+    titles = []
+    for i, layer in enumerate(result.layers):
+        for token, j in index.items():
+            at = layout.patch_position(token)
+            if at is not None:
+                maps[i][at] = effects[i, j]
+        prefix = [f"{name} {effects[i, index[t]]:+.2f}" for t, name in enumerate(layout.prefix_names) if t in index]
+        titles.append(f"block {layer}" + (f" ({', '.join(prefix)})" if prefix else ""))
+    finite = np.abs(effects[np.isfinite(effects)])
+    top = max(SWEEP_LEVEL, float(finite.max()) if finite.size else 0.0)
+    return MapsFigure(f"{result.component} patched at one position: effect (1 = clean)", maps, tuple(titles), display, layout.grid,
+                      colorbar_label="normalised effect", cmap="CET-D1", levels=(-top, top), opacity=0.8)

@@ -6,6 +6,7 @@ towards the clean run's; or sweep every block x position (or block x head) at on
 
 from __future__ import annotations
 
+import html
 import threading
 from dataclasses import replace
 
@@ -39,6 +40,7 @@ from ...explore.components import (
     patch_once,
     record_runs,
     run_sweep,
+    sweep_figure,
 )
 from ...explore.figures import BarsFigure, small_multiples_shape
 from ...explore.forward import Inputs
@@ -53,6 +55,9 @@ COMPONENT_NAMES = {"resid": "residual stream", "attn": "attention output", "mlp"
 CORRUPTIONS = (("[MASK] over every patch", "mask-all"), ("[MASK] painted in the Image panel", "mask-session"),
                ("heads switched off in the Heads view", "heads-session"), ("every head off", "heads-all"))
 SHARE_CMAP = "CET-D1"  # diverging: a part that lowers the logit is blue, one that raises it red
+MAX_KEYS = 24  # classes named in the lens's colour key (those the maps show most)
+MOVE_HEIGHT = 160  # the clean / corrupted / patched bars under the canvas
+PAINTED_RGBA = (*QUERY_RGBA[:3], 110)  # the painted patches: the query's gold, the image still seen through it
 NO_CLASSIFIER = ("This model has no classifier: the parts are those of its largest feature (the CLI decomposes "
                  "the cosine with a reference image), and the lens and patching need class logits.")
 
@@ -102,11 +107,13 @@ class ComponentsView(View):
         self.parts_plots = pg.GraphicsLayoutWidget()
         self.lens_plots = pg.GraphicsLayoutWidget()
         patch_page = QWidget()
-        row = QHBoxLayout(patch_page)
-        row.setContentsMargins(0, 0, 0, 0)
+        page = QVBoxLayout(patch_page)
+        page.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        page.addLayout(row, 1)
         left = QVBoxLayout()
         self.canvas_plots = pg.GraphicsLayoutWidget()
-        self.canvas_plots.setMinimumSize(220, 220)
+        self.canvas_plots.setMinimumSize(200, 200)
         self.canvas_view = self.canvas_plots.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.canvas_view.addItem(self.canvas)
@@ -114,16 +121,16 @@ class ComponentsView(View):
         self.painted_item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         self.canvas_view.addItem(self.painted_item)
         left.addWidget(QLabel("Paint the patches to patch (click or drag):"))
-        left.addWidget(self.canvas_plots, 3)
-        self.move_plots = pg.GraphicsLayoutWidget()
-        self.move_plots.setMinimumHeight(150)
-        left.addWidget(self.move_plots, 2)
+        left.addWidget(self.canvas_plots, 1)
         row.addLayout(left, 2)
         self.sweep_plots = pg.GraphicsLayoutWidget()
         row.addWidget(self.sweep_plots, 3)
+        self.move_plots = pg.GraphicsLayoutWidget()
+        self.move_plots.setFixedHeight(MOVE_HEIGHT)
+        page.addWidget(self.move_plots)
         for page, name in zip((self.parts_plots, self.lens_plots, patch_page), TABS, strict=True):
             self.tabs.addTab(page, name)
-        self.tabs.currentChanged.connect(lambda *_: self.schedule())
+        self.tabs.currentChanged.connect(self._tab_changed)
         self.body.addWidget(self.tabs, 1)
         self.legend = Note()
         self.body.addWidget(self.legend)
@@ -136,6 +143,7 @@ class ComponentsView(View):
         self.painted = np.zeros((1, 1), bool)
         self._paint_value = True
         self._done: dict[str, object] = {}  # tab -> the key of what it shows (drawn once per input)
+        self._legends: dict[str, str] = {}  # tab -> the line under it
         self._running_sweep = False
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.result_ready, self.schedule_soon)
@@ -148,6 +156,16 @@ class ComponentsView(View):
     @property
     def tab(self) -> str:
         return TABS[self.tabs.currentIndex()]
+
+    def _tab_changed(self, *_: object) -> None:
+        self.legend.setText(self._legends.get(self.tab, ""))
+        self.schedule()
+
+    def _say(self, tab: str, text: str) -> None:
+        """The line under a tab (shown while it is the current one)."""
+        self._legends[tab] = text
+        if self.tab == tab:
+            self.legend.setText(text)
 
     def _model_changed(self) -> None:
         self.session.cancel("components-sweep")
@@ -373,12 +391,15 @@ class ComponentsView(View):
         self.parts_plots.ci.nextColumn()
         grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
-        figures.draw_heatmap(self.parts_plots.ci, grid, title="each head's share (through its projection slice)",
+        figures.draw_heatmap(self.parts_plots.ci, grid, title="each head's share",
                              cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
                              xlabel="head", ylabel="block")
-        self.legend.setText(f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
-                            f"{d.total:.4f} (the model: {d.logit:.4f}). The final norm's scale is frozen at this "
-                            "run's value; its shift and the pool's biases are parts of their own ('norm & pool').")
+        for column in (0, 1):  # the bars and the heads' map share the width
+            self.parts_plots.ci.layout.setColumnStretchFactor(column, 1)
+        self._say("Parts", f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
+                           f"{d.total:.4f} (the model: {d.logit:.4f}). The final norm's scale is frozen at this run's "
+                           "value; its shift and the pool's biases are parts of their own ('norm & pool'). A head's "
+                           "share is its output through its slice of the attention projection.")
 
     def _lensed(self, maps: LensMaps) -> None:
         self.maps = maps
@@ -390,22 +411,24 @@ class ComponentsView(View):
         layout.clear()
         states = len(maps.classes)
         rows, columns = small_multiples_shape(states)
-        figures.add_title(layout, "What each patch says at each depth: its top class's colour, as bright as that "
-                                  "class is probable", colspan=columns)
+        figures.add_title(layout, "What each patch says: its top class, brighter as it is more probable",
+                          colspan=columns)
         pictures = lens_pictures(maps, loaded.config.num_classes)
         for i, picture in enumerate(pictures):
             if i % columns == 0:
                 layout.nextRow()
-            name = "input" if i == 0 else f"after block {i - 1}"
+            name = "input" if i == 0 else f"block {i - 1}"
             counts = np.bincount(maps.classes[i].ravel(), minlength=loaded.config.num_classes)
             said = loaded.label(int(counts.argmax()))
-            figures.draw_image(layout, picture, title=f"{name}: mostly {said}", grid=maps.layout.grid, axes=False)
+            figures.draw_image(layout, picture, title=f"{name}: {said}", grid=maps.layout.grid, axes=False)
         colours = class_colours(loaded.config.num_classes)
-        shown = sorted(set(maps.classes.ravel().tolist()))
-        self.legend.setText("Colours: " + ", ".join(
-            f"{loaded.label(c)} #{''.join(f'{v:02x}' for v in colours[c])}" for c in shown[:20])
-            + (f" and {len(shown) - 20} more" if len(shown) > 20 else "")
-            + f". The model predicts {loaded.label(maps.final)}.")
+        shown = sorted(set(maps.classes.ravel().tolist()))[:MAX_KEYS]
+        layout.nextRow()
+        key = "&nbsp; ".join(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
+                             f"{html.escape(loaded.label(c), quote=False)}" for c in shown)
+        layout.addLabel(key, colspan=columns, size=figures.label_size())
+        self._say("Lens", f"Each patch's state read through the final norm and the head, at the input and after each "
+                          f"block; dark = no class is probable. The model predicts {loaded.label(maps.final)}.")
 
     def _draw_canvas(self) -> None:
         result = self.session.result
@@ -416,7 +439,7 @@ class ComponentsView(View):
         p = loaded.config.patch_size
         gh, gw = self.painted.shape
         rgba = np.zeros((gh, gw, 4), np.uint8)
-        rgba[self.painted] = QUERY_RGBA
+        rgba[self.painted] = PAINTED_RGBA
         self.painted_item.setImage(rgba, autoLevels=False, levels=(0, 255))
         self.painted_item.setRect(0, 0, gw * p, gh * p)
         self.canvas_view.setRange(xRange=(0, gw * p), yRange=(0, gh * p), padding=0.01)
@@ -430,22 +453,26 @@ class ComponentsView(View):
         patched = runs.corrupted_difference + self.effect * (runs.clean_difference - runs.corrupted_difference)
         where = (f"block {self.layer.value()}" + (f" head {self.head.value()}" if runs.component == "head" else ""))
         figures.BarsPlot(self.move_plots.ci, BarsFigure(
-            f"{loaded.label(runs.target)} minus {loaded.label(runs.foil)}: patched {COMPONENT_NAMES[runs.component]} "
-            f"at {where}, {int(self.painted.sum())} patches; effect {self.effect:+.2f}",
+            f"patched: {self.effect:+.2f} of the way to the clean run",
             ("clean", "corrupted", "patched"), np.asarray([runs.clean_difference, runs.corrupted_difference, patched]),
-            xlabel="logit difference", value_format="{:+.3f}", highlight=2))
+            xlabel=f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}", value_format="{:+.3f}",
+            highlight=2))
+        self._say("Patching", f"The {COMPONENT_NAMES[runs.component]} at {where}, at the {int(self.painted.sum())} "
+                              "painted patches" + (" and the prefix tokens" if self.with_prefix.isChecked() else "")
+                  + ", copied from the clean run into the corrupted one. Sweep: each block x position alone.")
 
     def _draw_sweep(self) -> None:
-        result = self.sweep
-        if result is None:
+        result, run = self.sweep, self.session.result
+        if result is None or run is None:
             return
         self.sweep_plots.ci.clear()
-        effects = result.effects.numpy()
-        figures.draw_heatmap(self.sweep_plots.ci, effects,
-                             title=f"patching the {COMPONENT_NAMES[result.component]} alone at each block x "
-                                   f"{result.axis}: normalised effect (1 = the clean run's)",
+        if result.axis == "position":
+            figures.MapsPlot(self.sweep_plots.ci, sweep_figure(result, run.layout, run.display))
+            return
+        figures.draw_heatmap(self.sweep_plots.ci, result.effects.numpy(),
+                             title="patching one head alone: normalised effect (1 = the clean run's answer)",
                              cmap=SHARE_CMAP, levels=(-1.0, 1.0), colorbar_label="normalised effect",
-                             xlabel="token" if result.axis == "position" else "head", ylabel="block")
+                             xlabel="head", ylabel="block")
 
     def table(self) -> Table | None:
         if self.tab == "Parts" and self.decomposed is not None:
