@@ -306,7 +306,7 @@ def decompose(model: VisionTransformer, pixels: torch.Tensor, *, target: int | N
 def _share(readout: _Readout, stream: torch.Tensor, offset: int) -> torch.Tensor:
     """(K, T', D) parts of a stream that starts at final token `offset` -> (K,) their shares of the target."""
     w = readout.weights[:, offset:offset + stream.shape[1]]  # (G, T')
-    return readout.finish(torch.einsum("gt,ktd->kgd", w, stream.double()))
+    return readout.finish(w @ stream.double())  # (K, G, D) pooled first
 
 
 def _embedding_parts(model: VisionTransformer, out: dict, readout: _Readout, prefix: int) -> list[Part]:
@@ -355,31 +355,33 @@ def _embedding_parts(model: VisionTransformer, out: dict, readout: _Readout, pre
 
 
 def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -> list[Part]:
-    """Each block's heads (through their projection slices), its projection bias and its MLP."""
+    """Each block's heads (through their projection slices), its projection bias and its MLP. The tokens are
+    pooled first (as the readout pools them) in the run's dtype, so each block costs a few small matmuls; what
+    follows the pooling is in float64."""
     cfg = model.config
     blocks = list(model.blocks) + list(model.class_blocks)
+    through, biases, mlps = [], [], []
+    for layer, block in enumerate(blocks):
+        offset = 0 if layer >= cfg.depth else (1 if cfg.class_attn_depth else 0)
+        heads = record.heads[layer][0]  # (H, T', hd)
+        w = readout.weights[:, offset:offset + heads.shape[1]].to(heads.dtype)  # (G, T')
+        weight = block.attn.proj.weight.view(cfg.embed_dim, cfg.num_heads, cfg.head_dim).permute(1, 2, 0)  # (H, hd, D)
+        part = ((w @ heads) @ weight).double()  # (H, G, D): each head's pooled output through its projection slice
+        bias = w.sum(-1).double()[:, None] * block.attn.proj.bias.double()  # (G, D): every token gets the bias
+        gamma = _ls(block.ls1)
+        if gamma is not None:  # LayerScale on the attention branch
+            part, bias = part * gamma.double(), bias * gamma.double()
+        through.append(part)
+        biases.append(bias)
+        mlps.append((w @ record.mlp[layer][0]).double())  # (G, D)
+    n = len(blocks)
+    heads_out = readout.finish(torch.cat(through)).reshape(n, cfg.num_heads)  # (L, H)
+    bias_out = readout.finish(torch.stack(biases))  # (L,)
+    mlp_out = readout.finish(torch.stack(mlps))  # (L,)
     parts: list[Part] = []
-    hd = cfg.head_dim
-    with torch.no_grad():
-        for layer, block in enumerate(blocks):
-            cls_block = layer >= cfg.depth
-            offset = 0 if cls_block else (1 if cfg.class_attn_depth else 0)
-            heads = record.heads[layer][0].double()  # (H, T', hd)
-            w = readout.weights[:, offset:offset + heads.shape[1]]  # (G, T')
-            pooled = torch.einsum("gt,htc->hgc", w, heads)  # (H, G, hd)
-            weight = block.attn.proj.weight.double().reshape(cfg.embed_dim, cfg.num_heads, hd)  # (D, H, hd)
-            through = torch.einsum("hgc,dhc->hgd", pooled, weight)  # (H, G, D)
-            gamma = _ls(block.ls1)
-            if gamma is not None:
-                through = through * gamma.double()
-            for h, v in enumerate(readout.finish(through)):
-                parts.append(Part("head", layer, h, float(v)))
-            bias = block.attn.proj.bias.double()
-            if gamma is not None:
-                bias = bias * gamma.double()
-            t = heads.shape[1]
-            parts.append(Part("attn_bias", layer, None, float(_share(readout, bias.expand(1, t, -1), offset)[0])))
-            parts.append(Part("mlp", layer, None, float(_share(readout, record.mlp[layer], offset)[0])))
+    for layer in range(n):
+        parts += [Part("head", layer, h, float(heads_out[layer, h])) for h in range(cfg.num_heads)]
+        parts += [Part("attn_bias", layer, None, float(bias_out[layer])), Part("mlp", layer, None, float(mlp_out[layer]))]
     return parts
 
 
