@@ -167,3 +167,16 @@ def test_a_sweep_is_the_single_runs_normalised() -> None:
     assert heads.axis == "head" and heads.raw.shape == (2, 4)
     with pytest.raises(InterruptedError):
         sweep(model, clean, clean, "mlp", corrupted_mask=mask, cancel=lambda: True)
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "cait-xxs24", "dinov2-s14-reg4"])
+def test_patching_the_whole_stream_is_bitwise_the_source_run(name: str) -> None:
+    """One run at a time (the same batch size as the source run's), the whole stream at a block's input patched
+    from A gives A's logits bit for bit: the rest of the pass computes exactly what A's did."""
+    model = tiny(name)
+    a, b = torch.randn(1, 3, *IMAGE), torch.randn(1, 3, *IMAGE)
+    logits_a, resid = record_site(model, a, "resid")
+    logits_b, _ = record_site(model, b, "resid")
+    for layer in range(model.config.depth + model.config.class_attn_depth):
+        assert torch.equal(patched_logits(model, b, resid, "resid", [layer], [None]), logits_a)
+        assert torch.equal(patched_logits(model, b, resid, "resid", [layer], [[]]), logits_b)

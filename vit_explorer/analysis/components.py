@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -107,7 +108,7 @@ def _ln_parts(norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor, float] | Non
         return None
     d = norm.normalized_shape[0]
     weight = norm.weight if norm.weight is not None else torch.ones(d)
-    bias = norm.bias if norm.bias is not None else torch.zeros(d)
+    bias = norm.bias if norm.bias is not None else torch.zeros(d, device=weight.device)
     return weight, bias, norm.eps
 
 
@@ -135,7 +136,7 @@ class _Readout:
             normed = norm[0].double() * _centre(x) / _sigma(x, norm[2]) + norm[1].double()  # (T, D)
             inv = 1.0 / _sigma(x, norm[2])[:, 0]  # (T,)
         else:
-            normed, inv = x, torch.ones(t, dtype=x.dtype)
+            normed, inv = x, torch.ones(t, dtype=x.dtype, device=x.device)
         self.constants: list[tuple[str, float]] = []
         self.map_pool: nn.Module | None = None
         shift = norm[1].double() if norm is not None else None
@@ -143,14 +144,14 @@ class _Readout:
             self._map(model, normed, prefix, inv, shift, u)
             return
         if cfg.pool == "gap":
-            w = torch.zeros(t, dtype=x.dtype)
+            w = torch.zeros(t, dtype=x.dtype, device=x.device)
             w[prefix:] = 1.0 / (t - prefix)  # the mean of the patch tokens
             rows = [w]
         else:
-            rows = [torch.eye(t, dtype=x.dtype)[0]]
+            rows = [torch.eye(t, dtype=x.dtype, device=x.device)[0]]
         heads = [u(cfg.pool)]
         if cfg.distilled and cfg.dist_head and cfg.num_classes and not cfg.proj_dim:
-            rows.append(torch.eye(t, dtype=x.dtype)[1])
+            rows.append(torch.eye(t, dtype=x.dtype, device=x.device)[1])
             heads = [0.5 * heads[0], 0.5 * u("dist")]  # DeiT: the two heads averaged, on [CLS] and on dist
         raw = torch.stack(rows)  # (G, T) pooling weights without the norm's scale
         self.weights = raw * inv  # (G, T)
@@ -177,7 +178,7 @@ class _Readout:
             k = (tokens @ kv_w[:cfg.embed_dim].T + kv_b[:cfg.embed_dim]).reshape(-1, h, hd)  # (N, H, hd)
             probs = torch.einsum("hc,nhc->hn", q, k).mul(hd**-0.5).softmax(-1)  # (H, N)
         t = normed.shape[0]
-        raw = torch.zeros(h, t, dtype=normed.dtype)
+        raw = torch.zeros(h, t, dtype=normed.dtype, device=normed.device)
         raw[:, prefix:] = probs
         self.weights = raw * inv  # (H, T)
         self.w_v = kv_w[cfg.embed_dim:].reshape(h, hd, cfg.embed_dim)  # (H, hd, D)
@@ -218,7 +219,7 @@ class _Readout:
 def _along(kind: str, target: int, features: torch.Tensor, vector: torch.Tensor | None) -> torch.Tensor:
     """The direction (outputs,) in the model's output space whose dot product with the outputs is the target."""
     if kind in ("logit", "feature"):
-        along = torch.zeros(features.shape[-1], dtype=torch.float64)
+        along = torch.zeros(features.shape[-1], dtype=torch.float64, device=features.device)
         along[target] = 1.0
         return along
     assert vector is not None
@@ -228,16 +229,23 @@ def _along(kind: str, target: int, features: torch.Tensor, vector: torch.Tensor 
     return along
 
 
+def _linear(module: nn.Module, name: str) -> nn.Linear:
+    """A Linear submodule by its dotted name (the head, a block's attention projection)."""
+    layer = module.get_submodule(name)
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"{name} is a {type(layer).__name__}, not a linear layer")
+    return layer
+
+
 def _target_rows(model: VisionTransformer, along: torch.Tensor) -> Callable[[str], torch.Tensor]:
     """For a head by name, the row (D,) in the pooled space whose dot product gives the target."""
     cfg = model.config
 
     def row(head: str) -> torch.Tensor:
         if cfg.proj_dim:
-            return model.proj.weight.double().T @ along
+            return _linear(model, "proj").weight.double().T @ along
         if cfg.num_classes:
-            layer = model.head_dist if head == "dist" else model.head
-            return layer.weight.double().T @ along
+            return _linear(model, "head_dist" if head == "dist" else "head").weight.double().T @ along
         return along  # features only: the pooled vector is the output
 
     return row
@@ -246,11 +254,11 @@ def _target_rows(model: VisionTransformer, along: torch.Tensor) -> Callable[[str
 def _head_bias(model: VisionTransformer, along: torch.Tensor) -> float:
     """The head's bias along the target (DeiT: both heads' averaged); 0 without a biased head."""
     cfg = model.config
-    if cfg.proj_dim or not cfg.num_classes or model.head.bias is None:
+    if cfg.proj_dim or not cfg.num_classes or _linear(model, "head").bias is None:
         return 0.0
-    bias = model.head.bias.double()
+    bias = _linear(model, "head").bias.double()
     if cfg.distilled and cfg.dist_head:
-        bias = 0.5 * (bias + model.head_dist.bias.double())
+        bias = 0.5 * (bias + _linear(model, "head_dist").bias.double())
     return float(bias @ along)
 
 
@@ -309,7 +317,7 @@ def _share(readout: _Readout, stream: torch.Tensor, offset: int) -> torch.Tensor
     return readout.finish(w @ stream.double())  # (K, G, D) pooled first
 
 
-def _embedding_parts(model: VisionTransformer, out: dict, readout: _Readout, prefix: int) -> list[Part]:
+def _embedding_parts(model: VisionTransformer, out: dict[str, Any], readout: _Readout, prefix: int) -> list[Part]:
     """The embedded input's parts as they enter: patches ([MASK] included), each kind of prefix token, the PE;
     through a frozen pre-norm (CLIP) with its shift a part of its own."""
     cfg = model.config
@@ -341,7 +349,7 @@ def _embedding_parts(model: VisionTransformer, out: dict, readout: _Readout, pre
         shift = pre[1].double().expand(t, d)[None]
     with torch.no_grad():
         if cfg.class_attn_depth:  # CaiT: [CLS] enters at the class-attention stage, in front of the patches
-            cls = torch.zeros(1, t + 1, d, dtype=torch.float64)
+            cls = torch.zeros(1, t + 1, d, dtype=torch.float64, device=masked.device)
             cls[0, 0] = model.cls_token[0, 0].double()
             values = [float(v) for v in _share(readout, stack, 1)] + [float(_share(readout, cls, 0)[0])]
             names_out = [n for n, _ in pieces] + ["cls_token"]
@@ -365,10 +373,11 @@ def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -
         offset = 0 if layer >= cfg.depth else (1 if cfg.class_attn_depth else 0)
         heads = record.heads[layer][0]  # (H, T', hd)
         w = readout.weights[:, offset:offset + heads.shape[1]].to(heads.dtype)  # (G, T')
-        weight = block.attn.proj.weight.view(cfg.embed_dim, cfg.num_heads, cfg.head_dim).permute(1, 2, 0)  # (H, hd, D)
+        proj = _linear(block, "attn.proj")
+        weight = proj.weight.view(cfg.embed_dim, cfg.num_heads, cfg.head_dim).permute(1, 2, 0)  # (H, hd, D)
         part = ((w @ heads) @ weight).double()  # (H, G, D): each head's pooled output through its projection slice
-        bias = w.sum(-1).double()[:, None] * block.attn.proj.bias.double()  # (G, D): every token gets the bias
-        gamma = _ls(block.ls1)
+        bias = w.sum(-1).double()[:, None] * proj.bias.double()  # (G, D): every token gets the bias
+        gamma = _ls(block.get_submodule("ls1"))
         if gamma is not None:  # LayerScale on the attention branch
             part, bias = part * gamma.double(), bias * gamma.double()
         through.append(part)
@@ -381,7 +390,8 @@ def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -
     parts: list[Part] = []
     for layer in range(n):
         parts += [Part("head", layer, h, float(heads_out[layer, h])) for h in range(cfg.num_heads)]
-        parts += [Part("attn_bias", layer, None, float(bias_out[layer])), Part("mlp", layer, None, float(mlp_out[layer]))]
+        parts += [Part("attn_bias", layer, None, float(bias_out[layer])),
+                  Part("mlp", layer, None, float(mlp_out[layer]))]
     return parts
 
 
@@ -553,7 +563,8 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
     if component == "head":
         layers = list(range(n_layers)) if layers is None else list(layers)
         columns = list(range(cfg.num_heads))
-        runs = [(layer, None if positions is None else list(positions), h) for layer in layers for h in columns]
+        runs: list[tuple[int, list[int] | None, int | None]] = [
+            (layer, None if positions is None else list(positions), h) for layer in layers for h in columns]
     else:
         layers = list(range(cfg.depth)) if layers is None else list(layers)
         bad = [layer for layer in layers if not 0 <= layer < cfg.depth]

@@ -33,7 +33,7 @@ from .forward import Inputs, check_inputs, pixels_for
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
 
 
-def _masks(inputs: Inputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def run_masks(inputs: Inputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The run's [MASK] (N,) and head mask (layers, heads) as the model takes them (None: nothing off)."""
     device = inputs.loaded.device
     mask = torch.from_numpy(inputs.mask.reshape(-1).astype(bool)).to(device) if inputs.mask.any() else None
@@ -46,7 +46,7 @@ def _masks(inputs: Inputs) -> tuple[torch.Tensor | None, torch.Tensor | None]:
 def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Tensor | None = None) -> Decomposition:
     """The target's parts for the run `inputs` describes (its [MASK] and head switches included)."""
     check_inputs(inputs)
-    mask, heads = _masks(inputs)
+    mask, heads = run_masks(inputs)
     return decompose(inputs.loaded.model, pixels_for(inputs), target=target, mask=mask, head_mask=heads,
                      reference=reference)
 
@@ -89,7 +89,7 @@ def lens_maps(inputs: Inputs) -> LensMaps:
     """One forward pass keeping every token state, each read through the final norm and the head."""
     check_inputs(inputs)
     model = inputs.loaded.model
-    mask, heads = _masks(inputs)
+    mask, heads = run_masks(inputs)
     with torch.inference_mode():
         out = model.forward_intermediates(pixels_for(inputs), mask=mask, head_mask=heads,
                                           capture=["embedded", "hidden_states"])
@@ -159,9 +159,9 @@ def record_runs(clean: Inputs, corrupted: Inputs, component: str, target: int | 
     check_inputs(corrupted)
     _check_pair(clean, corrupted)
     model = clean.loaded.model
-    mask, heads = _masks(clean)
+    mask, heads = run_masks(clean)
     logits_a, source = record_site(model, pixels_for(clean), component, mask=mask, head_mask=heads)
-    mask_b, heads_b = _masks(corrupted)
+    mask_b, heads_b = run_masks(corrupted)
     with torch.no_grad():
         logits_b = model.forward_intermediates(pixels_for(corrupted), mask=mask_b, head_mask=heads_b)["logits"]
     a, b = logits_a[0].float().cpu(), logits_b[0].float().cpu()
@@ -182,7 +182,7 @@ def patch_once(runs: PatchRuns, layer: int, positions: Sequence[int] | None, hea
     cfg = runs.clean.loaded.config
     if layer >= cfg.depth and positions is not None:
         positions = [p + 1 for p in positions] if runs.component == "resid" else None
-    mask, heads = _masks(runs.corrupted)
+    mask, heads = run_masks(runs.corrupted)
     logits = patched_logits(runs.clean.loaded.model, pixels_for(runs.corrupted), runs.source, runs.component,
                             [layer], [None if positions is None else list(positions)], [head], mask=mask,
                             head_mask=heads)[0].float().cpu()
@@ -196,8 +196,8 @@ def run_sweep(clean: Inputs, corrupted: Inputs, component: str, *, target: int |
     check_inputs(clean)
     check_inputs(corrupted)
     _check_pair(clean, corrupted)
-    mask_a, heads_a = _masks(clean)
-    mask_b, heads_b = _masks(corrupted)
+    mask_a, heads_a = run_masks(clean)
+    mask_b, heads_b = run_masks(corrupted)
     return sweep(clean.loaded.model, pixels_for(clean), pixels_for(corrupted), component, layers=layers,
                  positions=positions, target=target, foil=foil, clean_mask=mask_a, corrupted_mask=mask_b,
                  clean_head_mask=heads_a, corrupted_head_mask=heads_b, batch=batch, cancel=cancel)
@@ -284,5 +284,6 @@ def sweep_figure(result: Sweep, layout: TokenLayout, display: np.ndarray | None)
         titles.append(f"block {layer}" + (f" ({', '.join(prefix)})" if prefix else ""))
     finite = np.abs(effects[np.isfinite(effects)])
     top = max(SWEEP_LEVEL, float(finite.max()) if finite.size else 0.0)
-    return MapsFigure(f"{result.component} patched at one position: effect (1 = clean)", maps, tuple(titles), display, layout.grid,
-                      colorbar_label="normalised effect", cmap="CET-D1", levels=(-top, top), opacity=0.8)
+    return MapsFigure(f"{result.component} patched at one position: effect (1 = clean)", maps, tuple(titles),
+                      display, layout.grid, colorbar_label="normalised effect", cmap="CET-D1", levels=(-top, top),
+                      opacity=0.8)

@@ -18,7 +18,8 @@ COMMANDS = ("components", "patch")
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    parser.add_argument("--arch", default=None,
+                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
 
 
 def add_arguments(sub: Any) -> None:
@@ -46,9 +47,12 @@ def add_arguments(sub: Any) -> None:
                         "each head's output (layers x heads); default resid")
     p.add_argument("--target", type=int, default=None, help="class index (default: the clean run's top class)")
     p.add_argument("--foil", type=int, default=None,
-                   help="the class the logit difference is taken against (default: the corrupted run's top other class)")
-    p.add_argument("--masked", default=None, metavar="I,J,...", help="with 'mask': the patches (0-based, raster order)")
-    p.add_argument("--heads-off", default=None, metavar="L:H,...", help="with 'heads': the (block:head) pairs to turn off")
+                   help="the class the logit difference is taken against (default: the corrupted run's top other "
+                        "class)")
+    p.add_argument("--masked", default=None, metavar="I,J,...",
+                   help="with 'mask': the patches (0-based, raster order)")
+    p.add_argument("--heads-off", default=None, metavar="L:H,...",
+                   help="with 'heads': the (block:head) pairs to turn off")
     p.add_argument("--positions", default=None, metavar="I,J,...",
                    help="token indices to sweep (resid/attn/mlp) or to patch each head at (head); default all")
     p.add_argument("--batch", type=int, default=32, help="patched runs per forward pass (default 32)")

@@ -15,6 +15,5 @@ from .training import TrainingView
 VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, ComponentsView, EmbeddingsView, FeaturesView,
                 CompareView, ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "EmbeddingsView", "FeaturesView",
-           "HeadsView",
-           "ParametersView", "PositionView", "PredictionView", "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "EmbeddingsView",
+           "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView", "TrainingView"]

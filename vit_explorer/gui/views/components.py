@@ -268,6 +268,7 @@ class ComponentsView(View):
                               "view first, or choose another corruption.")
             return
         component, target = self.component.currentData(), self.target.currentData()
+        self.runs = None  # a painted patch waits for the runs of this input
         self.note.setText("recording the clean and the corrupted run…")
         self.run_for_model(clean.model_id, "components-record", lambda: record_runs(clean, corrupted, component,
                                                                                    target), self._recorded,
@@ -455,7 +456,8 @@ class ComponentsView(View):
         figures.BarsPlot(self.move_plots.ci, BarsFigure(
             f"patched: {self.effect:+.2f} of the way to the clean run",
             ("clean", "corrupted", "patched"), np.asarray([runs.clean_difference, runs.corrupted_difference, patched]),
-            xlabel=f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}", value_format="{:+.3f}",
+            xlabel=html.escape(f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}", quote=False),
+            value_format="{:+.3f}",
             highlight=2))
         self._say("Patching", f"The {COMPONENT_NAMES[runs.component]} at {where}, at the {int(self.painted.sum())} "
                               "painted patches" + (" and the prefix tokens" if self.with_prefix.isChecked() else "")
