@@ -10,6 +10,7 @@ from PySide6.QtCore import QPointF
 
 from tests.gui.conftest import wait_result
 from vit_explorer.explore.components import lens_maps, patch_once
+from vit_explorer.gui.views.components import TABS
 
 
 def show(window, title: str):
@@ -27,18 +28,20 @@ def test_parts_lens_and_painting(qtbot, window) -> None:
     assert d.total == pytest.approx(d.logit, rel=1e-4)
     assert d.target == int(np.argmax(window.session.result.probs))
     assert "add up exactly" in view.legend.full_text
+    view.tabs.setCurrentIndex(TABS.index("By head"))  # the same decomposition, drawn by head: nothing recomputed
+    assert view.decomposed is d and "add up exactly" in view.legend.full_text
 
     view.target.setCurrentIndex(view.target.findData(3))
     view.target.activated.emit(view.target.currentIndex())
     qtbot.waitUntil(lambda: view.decomposed is not d and view.decomposed.target == 3, timeout=20000)
 
-    view.tabs.setCurrentIndex(1)
+    view.tabs.setCurrentIndex(TABS.index("Lens"))
     qtbot.waitUntil(lambda: view.maps is not None, timeout=20000)
     depth = window.session.loaded.config.depth
     assert view.maps.classes.shape[0] == depth + 1
     np.testing.assert_array_equal(view.maps.classes, lens_maps(window.session.inputs()).classes)
 
-    view.tabs.setCurrentIndex(2)
+    view.tabs.setCurrentIndex(TABS.index("Patching"))
     qtbot.waitUntil(lambda: view.runs is not None, timeout=20000)
     view.layer.setValue(1)
     p = window.session.loaded.config.patch_size
@@ -74,7 +77,7 @@ def test_parts_lens_and_painting(qtbot, window) -> None:
 
 def test_heads_component_and_another_image_corruption(qtbot, window) -> None:
     view = show(window, "Components")
-    view.tabs.setCurrentIndex(2)
+    view.tabs.setCurrentIndex(TABS.index("Patching"))
     view.component.setCurrentIndex(view.component.findData("head"))
     view.component.activated.emit(view.component.currentIndex())
     other = next(i for i in range(view.corruption.count()) if "another image" in view.corruption.itemText(i))
@@ -90,7 +93,7 @@ def test_heads_component_and_another_image_corruption(qtbot, window) -> None:
 
 def test_corruption_from_the_session_needs_a_mask(qtbot, window) -> None:
     view = show(window, "Components")
-    view.tabs.setCurrentIndex(2)
+    view.tabs.setCurrentIndex(TABS.index("Patching"))
     index = view.corruption.findData("mask-session")
     view.corruption.setCurrentIndex(index)
     view.corruption.activated.emit(index)
@@ -101,3 +104,28 @@ def test_corruption_from_the_session_needs_a_mask(qtbot, window) -> None:
     wait_result(qtbot, window.session)
     qtbot.waitUntil(lambda: view.runs is not None, timeout=20000)
     assert view.runs.corrupted.mask[:2].all() and not view.runs.clean.mask.any()
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
+def test_every_tab_fits(qtbot, window, size: tuple[int, int]) -> None:
+    """Each tab, the sweep drawn too, on a projector's screen and on 1024x768: nothing clipped or squeezed."""
+    from tests.gui.test_layout import layout_problems
+
+    window.resize(*size)
+    window.share_width()
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size, timeout=5000)
+    view = show(window, "Components")
+    problems = {}
+    for i, tab in enumerate(TABS):
+        view.tabs.setCurrentIndex(i)
+        view.bring_up_to_date()
+        if tab == "Patching":
+            qtbot.waitUntil(lambda: view.runs is not None, timeout=20000)
+            view.set_painted_patch((0, 0), True)
+            view.sweep_button.click()
+            qtbot.waitUntil(lambda: view.sweep is not None, timeout=30000)
+            view.bring_up_to_date()
+        qtbot.wait(50)
+        if found := layout_problems(window.docks["Components"]):
+            problems[tab] = found
+    assert not problems, problems

@@ -16,7 +16,6 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QSpinBox,
@@ -49,7 +48,9 @@ from ..image_panel import QUERY_RGBA, PatchCanvas
 from ..session import Session
 from .base import Note, Table, View
 
-TABS = ("Parts", "Lens", "Patching")
+TABS = ("By block", "By head", "Lens", "Patching", "Sweep")
+TASKS = {"By block": "Parts", "By head": "Parts", "Lens": "Lens", "Patching": "Patching",
+         "Sweep": "Patching"}  # what each tab computes (tabs of one task share it)
 COMPONENT_NAMES = {"resid": "residual stream", "attn": "attention output", "mlp": "MLP output",
                    "head": "one head's output"}
 CORRUPTIONS = (("[MASK] over every patch", "mask-all"), ("[MASK] painted in the Image panel", "mask-session"),
@@ -95,7 +96,7 @@ class ComponentsView(View):
         self.with_prefix.toggled.connect(lambda *_: self._patch())
         self.sweep_button = QPushButton("Sweep")
         self.sweep_button.setToolTip("Patch each block x position (one head's output: each block x head) alone, in "
-                                     "batches, and draw the normalised effects as a heatmap.")
+                                     "batches, and draw the normalised effects in the Sweep tab.")
         self.sweep_button.clicked.connect(self._sweep_clicked)
         clear = QPushButton("Clear painted")
         clear.clicked.connect(self.clear_painted)
@@ -105,13 +106,11 @@ class ComponentsView(View):
 
         self.tabs = QTabWidget()
         self.parts_plots = pg.GraphicsLayoutWidget()
+        self.heads_plots = pg.GraphicsLayoutWidget()
         self.lens_plots = pg.GraphicsLayoutWidget()
         patch_page = QWidget()
         page = QVBoxLayout(patch_page)
         page.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        page.addLayout(row, 1)
-        left = QVBoxLayout()
         self.canvas_plots = pg.GraphicsLayoutWidget()
         self.canvas_plots.setMinimumSize(200, 200)
         self.canvas_view = self.canvas_plots.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
@@ -120,15 +119,14 @@ class ComponentsView(View):
         self.painted_item = pg.ImageItem()
         self.painted_item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         self.canvas_view.addItem(self.painted_item)
-        left.addWidget(QLabel("Paint the patches to patch (click or drag):"))
-        left.addWidget(self.canvas_plots, 1)
-        row.addLayout(left, 2)
+        page.addWidget(QLabel("Paint the patches to patch (click or drag):"))
+        page.addWidget(self.canvas_plots, 1)
         self.sweep_plots = pg.GraphicsLayoutWidget()
-        row.addWidget(self.sweep_plots, 3)
         self.move_plots = pg.GraphicsLayoutWidget()
         self.move_plots.setFixedHeight(MOVE_HEIGHT)
         page.addWidget(self.move_plots)
-        for page, name in zip((self.parts_plots, self.lens_plots, patch_page), TABS, strict=True):
+        pages = (self.parts_plots, self.heads_plots, self.lens_plots, patch_page, self.sweep_plots)
+        for page, name in zip(pages, TABS, strict=True):
             self.tabs.addTab(page, name)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.body.addWidget(self.tabs, 1)
@@ -157,14 +155,19 @@ class ComponentsView(View):
     def tab(self) -> str:
         return TABS[self.tabs.currentIndex()]
 
+    @property
+    def task(self) -> str:
+        """What the current tab shows: "Parts", "Lens" or "Patching"."""
+        return TASKS[self.tab]
+
     def _tab_changed(self, *_: object) -> None:
-        self.legend.setText(self._legends.get(self.tab, ""))
+        self.legend.setText(self._legends.get(self.task, ""))
         self.schedule()
 
-    def _say(self, tab: str, text: str) -> None:
-        """The line under a tab (shown while it is the current one)."""
-        self._legends[tab] = text
-        if self.tab == tab:
+    def _say(self, task: str, text: str) -> None:
+        """The line under the tabs of a task (shown while one of them is the current one)."""
+        self._legends[task] = text
+        if self.task == task:
             self.legend.setText(text)
 
     def _model_changed(self) -> None:
@@ -229,15 +232,15 @@ class ComponentsView(View):
         if inputs.mask.shape != self.painted.shape:
             self.painted = np.zeros(inputs.mask.shape, bool)
         key = self._key(inputs)
-        if self._done.get(self.tab) == key:
+        if self._done.get(self.task) == key:
             return
-        self._done[self.tab] = key
-        if self.tab == "Parts":
+        self._done[self.task] = key
+        if self.task == "Parts":
             target = self.target.currentData()
             self.note.setText("decomposing…")
             self.run_for_model(inputs.model_id, "components-parts", lambda: decomposition(inputs, target),
                                self._decomposed, self._failed)
-        elif self.tab == "Lens":
+        elif self.task == "Lens":
             if not inputs.loaded.config.num_classes:
                 self.note.setText(NO_CLASSIFIER)
                 return
@@ -248,7 +251,7 @@ class ComponentsView(View):
             self._record()
 
     def _failed(self, message: str) -> None:
-        self._done.pop(self.tab, None)
+        self._done.pop(self.task, None)
         self.note.setText(f"failed: {message}")
 
     def _record(self) -> None:
@@ -294,7 +297,7 @@ class ComponentsView(View):
     def _patch(self) -> None:
         """The corrupted run with the painted positions patched: its logit difference, normalised."""
         runs, positions = self.runs, self._positions()
-        if runs is None or positions is None or self.tab != "Patching":
+        if runs is None or positions is None or self.task != "Patching":
             return
         layer = self.layer.value()
         head = self.head.value() if runs.component == "head" else None
@@ -340,6 +343,7 @@ class ComponentsView(View):
             return
         self.sweep = result
         self._draw_sweep()
+        self.tabs.setCurrentIndex(TABS.index("Sweep"))
         self._draw_canvas()
 
     # ------------------------------------------------------------------ painting
@@ -389,14 +393,12 @@ class ComponentsView(View):
         figures.BarsPlot(self.parts_plots.ci, BarsFigure(
             f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
             value_format="{:+.3f}"))
-        self.parts_plots.ci.nextColumn()
+        self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
-        figures.draw_heatmap(self.parts_plots.ci, grid, title="each head's share",
+        figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
                              cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
                              xlabel="head", ylabel="block")
-        for column in (0, 1):  # the bars and the heads' map share the width
-            self.parts_plots.ci.layout.setColumnStretchFactor(column, 1)
         self._say("Parts", f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
                            f"{d.total:.4f} (the model: {d.logit:.4f}). The final norm's scale is frozen at this run's "
                            "value; its shift and the pool's biases are parts of their own ('norm & pool'). A head's "
@@ -477,17 +479,17 @@ class ComponentsView(View):
                              xlabel="head", ylabel="block")
 
     def table(self) -> Table | None:
-        if self.tab == "Parts" and self.decomposed is not None:
+        if self.task == "Parts" and self.decomposed is not None:
             return ["name", "layer", "head", "value"], [
                 (p.name, "" if p.layer is None else p.layer, "" if p.head is None else p.head, p.value)
                 for p in self.decomposed.parts] + [("head_bias", "", "", self.decomposed.bias)]
-        if self.tab == "Lens" and self.maps is not None:
+        if self.task == "Lens" and self.maps is not None:
             rows = []
             for s, (classes, probs) in enumerate(zip(self.maps.classes, self.maps.probs, strict=True)):
                 for (r, c), cls in np.ndenumerate(classes):
                     rows.append((s, r, c, int(cls), float(probs[r, c])))
             return ["state", "row", "col", "class", "prob"], rows
-        if self.tab == "Patching" and self.sweep is not None:
+        if self.task == "Patching" and self.sweep is not None:
             name = "token" if self.sweep.axis == "position" else "head"
             effects = self.sweep.effects.tolist()
             return ["block", name, "effect"], [(layer, col, effects[i][j]) for i, layer in enumerate(self.sweep.layers)
