@@ -106,11 +106,15 @@ def test_corruption_from_the_session_needs_a_mask(qtbot, window) -> None:
     assert view.runs.corrupted.mask[:2].all() and not view.runs.clean.mask.any()
 
 
-@pytest.mark.parametrize("size", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
-def test_every_tab_fits(qtbot, window, size: tuple[int, int]) -> None:
-    """Each tab, the sweep drawn too, on a projector's screen and on 1024x768: nothing clipped or squeezed."""
+@pytest.mark.parametrize(("size", "text_steps"), [((1280, 800), 0), ((1024, 768), 0), ((1280, 800), 3)],
+                         ids=["1280x800", "1024x768", "1280x800-large-text"])
+def test_every_tab_fits(qtbot, window, size: tuple[int, int], text_steps: int) -> None:
+    """Each tab, the sweep drawn too, on a projector's screen (with a projector's text too) and on 1024x768:
+    nothing clipped or squeezed (a page scrolls rather than squeeze its figure)."""
     from tests.gui.test_layout import layout_problems
 
+    for _ in range(text_steps):
+        window.presentation.step(1)
     window.resize(*size)
     window.share_width()
     qtbot.waitUntil(lambda: (window.width(), window.height()) == size, timeout=5000)

@@ -7,17 +7,20 @@ towards the clean run's; or sweep every block x position (or block x head) at on
 from __future__ import annotations
 
 import html
+import math
 import threading
 from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QPointF, Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QFrame,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
@@ -57,7 +60,7 @@ CORRUPTIONS = (("[MASK] over every patch", "mask-all"), ("[MASK] painted in the 
                ("heads switched off in the Heads view", "heads-session"), ("every head off", "heads-all"))
 SHARE_CMAP = "CET-D1"  # diverging: a part that lowers the logit is blue, one that raises it red
 MAX_KEYS = 24  # classes named in the lens's colour key (those the maps show most)
-MOVE_HEIGHT = 160  # the clean / corrupted / patched bars under the canvas
+MOVE_HEIGHT = 120  # the clean / corrupted / patched bars under the canvas
 PAINTED_RGBA = (*QUERY_RGBA[:3], 110)  # the painted patches: the query's gold, the image still seen through it
 NO_CLASSIFIER = ("This model has no classifier: the parts are those of its largest feature (the CLI decomposes "
                  "the cosine with a reference image), and the lens and patching need class logits.")
@@ -112,7 +115,7 @@ class ComponentsView(View):
         page = QVBoxLayout(patch_page)
         page.setContentsMargins(0, 0, 0, 0)
         self.canvas_plots = pg.GraphicsLayoutWidget()
-        self.canvas_plots.setMinimumSize(200, 200)
+        self.canvas_plots.setMinimumSize(120, 120)
         self.canvas_view = self.canvas_plots.addViewBox(lockAspect=True, invertY=True, enableMouse=False)
         self.canvas = PatchCanvas(self)
         self.canvas_view.addItem(self.canvas)
@@ -123,11 +126,16 @@ class ComponentsView(View):
         page.addWidget(self.canvas_plots, 1)
         self.sweep_plots = pg.GraphicsLayoutWidget()
         self.move_plots = pg.GraphicsLayoutWidget()
-        self.move_plots.setFixedHeight(MOVE_HEIGHT)
+        self.move_plots.setMinimumHeight(MOVE_HEIGHT)
+        self.move_plots.setMaximumHeight(MOVE_HEIGHT)
         page.addWidget(self.move_plots)
         pages = (self.parts_plots, self.heads_plots, self.lens_plots, patch_page, self.sweep_plots)
         for page, name in zip(pages, TABS, strict=True):
-            self.tabs.addTab(page, name)
+            scroll = QScrollArea()  # a figure keeps the size it needs (large text, a short screen): the page scrolls
+            scroll.setWidgetResizable(True)
+            scroll.setFrameShape(QFrame.Shape.NoFrame)
+            scroll.setWidget(page)
+            self.tabs.addTab(scroll, name)
         self.tabs.currentChanged.connect(self._tab_changed)
         self.body.addWidget(self.tabs, 1)
         self.legend = Note()
@@ -149,7 +157,18 @@ class ComponentsView(View):
 
     # ------------------------------------------------------------------ state
     def picture(self) -> QWidget:
-        return self.tabs.currentWidget()
+        widget = self.tabs.currentWidget()
+        return widget.widget() if isinstance(widget, QScrollArea) else widget
+
+    def _fit(self, plots: pg.GraphicsLayoutWidget) -> None:
+        """Once the figure's items know their sizes: the widget at least as large as the figure needs."""
+        def fit() -> None:
+            need = plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)
+            plots.setMinimumSize(math.ceil(need.width()) + 2, math.ceil(need.height()) + 2)
+            if plots is self.move_plots:  # the bars under the canvas take what they need; the canvas the rest
+                plots.setMaximumHeight(max(MOVE_HEIGHT, plots.minimumHeight()))
+
+        QTimer.singleShot(0, self, fit)
 
     @property
     def tab(self) -> str:
@@ -393,12 +412,14 @@ class ComponentsView(View):
         figures.BarsPlot(self.parts_plots.ci, BarsFigure(
             f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
             value_format="{:+.3f}"))
+        self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
         figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
                              cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
                              xlabel="head", ylabel="block")
+        self._fit(self.heads_plots)
         self._say("Parts", f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
                            f"{d.total:.4f} (the model: {d.logit:.4f}). The final norm's scale is frozen at this run's "
                            "value; its shift and the pool's biases are parts of their own ('norm & pool'). A head's "
@@ -430,6 +451,7 @@ class ComponentsView(View):
         key = "&nbsp; ".join(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
                              f"{html.escape(loaded.label(c), quote=False)}" for c in shown)
         layout.addLabel(key, colspan=columns, size=figures.label_size())
+        self._fit(self.lens_plots)
         self._say("Lens", f"Each patch's state read through the final norm and the head, at the input and after each "
                           f"block; dark = no class is probable. The model predicts {loaded.label(maps.final)}.")
 
@@ -461,6 +483,7 @@ class ComponentsView(View):
             xlabel=html.escape(f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}", quote=False),
             value_format="{:+.3f}",
             highlight=2))
+        self._fit(self.move_plots)
         self._say("Patching", f"The {COMPONENT_NAMES[runs.component]} at {where}, at the {int(self.painted.sum())} "
                               "painted patches" + (" and the prefix tokens" if self.with_prefix.isChecked() else "")
                   + ", copied from the clean run into the corrupted one. Sweep: each block x position alone.")
@@ -472,11 +495,13 @@ class ComponentsView(View):
         self.sweep_plots.ci.clear()
         if result.axis == "position":
             figures.MapsPlot(self.sweep_plots.ci, sweep_figure(result, run.layout, run.display))
+            self._fit(self.sweep_plots)
             return
         figures.draw_heatmap(self.sweep_plots.ci, result.effects.numpy(),
                              title="patching one head alone: normalised effect (1 = the clean run's answer)",
                              cmap=SHARE_CMAP, levels=(-1.0, 1.0), colorbar_label="normalised effect",
                              xlabel="head", ylabel="block")
+        self._fit(self.sweep_plots)
 
     def table(self) -> Table | None:
         if self.task == "Parts" and self.decomposed is not None:
