@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vit_explorer.checkpoints import LoadedModel, Preprocess
 from vit_explorer.analysis.components import patched_logits
-from vit_explorer.explore.components import run_masks, corrupted_inputs, decomposition, record_runs, run_sweep
+from vit_explorer.checkpoints import LoadedModel, Preprocess
+from vit_explorer.explore.components import corrupted_inputs, decomposition, record_runs, run_masks, run_sweep
 from vit_explorer.explore.forward import Inputs, Needs, pixels_for, run_forward
 from vit_explorer.models import VisionTransformer, preset
 

@@ -157,8 +157,9 @@ class ComponentsView(View):
 
     # ------------------------------------------------------------------ state
     def picture(self) -> QWidget:
-        widget = self.tabs.currentWidget()
-        return widget.widget() if isinstance(widget, QScrollArea) else widget
+        page = self.tabs.currentWidget()
+        inner = page.widget() if isinstance(page, QScrollArea) else None
+        return inner if inner is not None else page
 
     def _fit(self, plots: pg.GraphicsLayoutWidget) -> None:
         """Once the figure's items know their sizes: the widget at least as large as the figure needs."""
