@@ -133,3 +133,22 @@ def test_every_tab_fits(qtbot, window, size: tuple[int, int], text_steps: int) -
         if found := layout_problems(window.docks["Components"]):
             problems[tab] = found
     assert not problems, problems
+
+
+def test_distilled_and_features_only_models(qtbot, window, deit_checkpoint, tmp_path) -> None:
+    from tests.gui.conftest import save_tiny
+
+    view = show(window, "Components")
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(deit_checkpoint))
+    wait_result(qtbot, window.session)
+    qtbot.waitUntil(lambda: view.decomposed is not None, timeout=20000)
+    names = {p.name for p in view.decomposed.parts}
+    assert "dist_token" in names and view.decomposed.total == pytest.approx(view.decomposed.logit, rel=1e-4)
+    with qtbot.waitSignal(window.session.model_changed, timeout=20000):
+        window.load(str(save_tiny(tmp_path / "features", num_classes=0)))
+    wait_result(qtbot, window.session)
+    qtbot.waitUntil(lambda: view.decomposed is not None, timeout=20000)
+    assert view.decomposed.kind == "feature" and "no classifier" in view.note.full_text
+    view.tabs.setCurrentIndex(TABS.index("Lens"))
+    assert view.maps is None and "no classifier" in view.note.full_text

@@ -403,9 +403,9 @@ class ComponentsView(View):
     def _decomposed(self, d: Decomposition) -> None:
         self.decomposed = d
         loaded = self.session.loaded
-        self.note.setText("")
         if loaded is None:
             return
+        self.note.setText("" if loaded.config.num_classes else NO_CLASSIFIER)
         cfg = loaded.config
         self.parts_plots.ci.clear()
         labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
