@@ -497,7 +497,8 @@ class BarsPlot:
         else:
             for i, (text, v, end) in enumerate(zip(self.texts, values, ends, strict=True)):
                 text.setText(figure.value_format.format(v))
-                text.setPos(*((end, i) if figure.horizontal else (i, v)))
+                # a negative bar's value right of zero, not over the bar
+                text.setPos(*((max(end, 0.0), i) if figure.horizontal else (i, max(v, 0.0))))
         if figure.value_range is not None:
             low, high = figure.value_range
             # a little beyond the end, so its tick label ("100%") has room; vertical: room above for the texts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyqtgraph as pg
@@ -49,10 +49,18 @@ def qimage_to_pil(qimage: QImage) -> Image.Image:
     return Image.fromarray(data[:, : 3 * w].reshape(h, w, 3).copy())
 
 
+class Painter(Protocol):
+    """What a PatchCanvas reports to: the image panel, or a view that paints patches of its own (Components)."""
+
+    def hover(self, pos: QPointF | None) -> None: ...
+
+    def press(self, pos: QPointF, start: bool) -> None: ...
+
+
 class PatchCanvas(pg.ImageItem):
     """The model-resolution image; reports hover, clicks and drags in pixel coordinates."""
 
-    def __init__(self, panel: ImagePanel) -> None:
+    def __init__(self, panel: Painter) -> None:
         super().__init__()
         self.panel = panel
         self.setAcceptHoverEvents(True)

@@ -11,7 +11,7 @@ indices only those rows, `rows=None` none.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 
 ALL = "all"  # capture every query row
 Rows = Sequence[int] | str | None
+# A block's edit (site, value) -> value: it reads, and may replace, what the block computes at a site:
+# "resid" its input (B, T, D), "head" each head's output before the projection (B, heads, T, hd), "attn" and
+# "mlp" what each branch adds to the stream, LayerScale included (B, T, D). None: the plain forward pass.
+Edit = Callable[[str, torch.Tensor], torch.Tensor]
 
 
 class LayerScale(nn.Module):
@@ -156,8 +160,8 @@ class Attention(nn.Module):
         return F.linear(x, self.qkv.weight, bias)
 
     def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None,
+                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """bias: (heads, N, N) added to the logits (BEiT's relative position bias)."""
         b, n, c = x.shape
         qkv = self.project_qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -187,6 +191,8 @@ class Attention(nn.Module):
                     logits = logits + (bias if rows == ALL else bias[:, list(rows)])
                 probs = _softmax(logits)
         out = _mask_heads(out, head_mask)
+        if edit is not None:
+            out = edit("head", out)  # (B, H, N, hd)
         out = out.transpose(1, 2).reshape(b, n, c)
         return self.proj_drop(self.proj(out)), probs
 
@@ -207,12 +213,16 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path)
 
     def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None,
+                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if edit is not None:
+            x = edit("resid", x)
         attn_out, probs = self.attn(self.norm1(x), rope=rope, bias=bias, num_prefix=num_prefix, head_mask=head_mask,
-                                    rows=rows)
-        x = x + self.drop_path1(self.ls1(attn_out))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+                                    rows=rows, edit=edit)
+        branch = self.drop_path1(self.ls1(attn_out))
+        x = x + (branch if edit is None else edit("attn", branch))
+        branch = self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        x = x + (branch if edit is None else edit("mlp", branch))
         return x, probs
 
 
@@ -232,8 +242,8 @@ class ClassAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
 
-    def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool = False,
+                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, n, c = u.shape  # u = [CLS; patches]
         q = self.q(u[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, 1, hd)
         k = self.k(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
@@ -243,7 +253,10 @@ class ClassAttention(nn.Module):
         probs = None
         if capture:  # beside the fused output, which capturing never changes
             probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N): one row per head
-        out = _mask_heads(out, head_mask).transpose(1, 2).reshape(b, 1, c)
+        out = _mask_heads(out, head_mask)
+        if edit is not None:
+            out = edit("head", out)  # (B, H, 1, hd)
+        out = out.transpose(1, 2).reshape(b, 1, c)
         return self.proj_drop(self.proj(out)), probs
 
 
@@ -263,11 +276,14 @@ class ClassAttentionBlock(nn.Module):
         self.drop_path2 = DropPath(0.0)
 
     def forward(self, patches: torch.Tensor, cls: torch.Tensor, *, head_mask: torch.Tensor | None = None,
-                capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                capture: bool = False, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """edit: as Block's at the sites "head", "attn" and "mlp" ([CLS]'s alone); the model edits "resid"."""
         u = torch.cat([cls, patches], dim=1)  # (B, 1+N, D)
-        attn_out, probs = self.attn(self.norm1(u), head_mask=head_mask, capture=capture)
-        cls = cls + self.drop_path1(self.ls1(attn_out))
-        cls = cls + self.drop_path2(self.ls2(self.mlp(self.norm2(cls))))
+        attn_out, probs = self.attn(self.norm1(u), head_mask=head_mask, capture=capture, edit=edit)
+        branch = self.drop_path1(self.ls1(attn_out))
+        cls = cls + (branch if edit is None else edit("attn", branch))
+        branch = self.drop_path2(self.ls2(self.mlp(self.norm2(cls))))
+        cls = cls + (branch if edit is None else edit("mlp", branch))
         return cls, probs
 
 

@@ -10,6 +10,7 @@ call that exposes every stage.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
+from functools import partial
 from typing import Any
 
 import torch
@@ -26,6 +27,9 @@ CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "c
                                "pre_logits")
 MASK_MODES = ("replace", "bert")
 AttentionHook = Callable[[int, torch.Tensor], None]  # (block index, (B, heads, R, T) probabilities)
+# (block index, site, value) -> value: blocks.Edit for every block; CaiT's class-attention blocks are counted
+# after the self-attention blocks, and their "resid" is the whole sequence [CLS; patches] they read
+StreamEdit = Callable[[int, str, torch.Tensor], torch.Tensor]
 
 
 class Captures:
@@ -197,6 +201,7 @@ class VisionTransformer(nn.Module):
         attn_layers: Collection[int] | None = None,
         attention_hook: AttentionHook | None = None,
         generator: torch.Generator | None = None,
+        edit: StreamEdit | None = None,
     ) -> dict[str, Any]:
         """Run the model and return, by stable names, what `capture` asks for.
 
@@ -211,6 +216,8 @@ class VisionTransformer(nn.Module):
         probabilities explicitly, the others run the fused kernel; their entries of 'attentions' are
         None. `attention_hook(block, probs)` sees each of those blocks' probabilities as it runs, so a
         caller can reduce them (fuse heads, measure distances) without the model keeping them.
+        `edit(block, site, value)` reads and may replace the residual stream, each branch's output or each
+        head's output as the blocks run (see StreamEdit; activation patching, the logit's parts).
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
@@ -220,8 +227,8 @@ class VisionTransformer(nn.Module):
         explicit = range(self.config.depth) if attn_layers is None else set(attn_layers)
         heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
         x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
-        x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook)  # (B, T, D)
-        x = self.attend_class(x, out, heads[self.config.depth:])  # CaiT: (B, 1+N, D)
+        x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook, edit)  # (B, T, D)
+        x = self.attend_class(x, out, heads[self.config.depth:], edit)  # CaiT: (B, 1+N, D)
         head_logits = self.classify(x, layout, out)
         if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
@@ -272,7 +279,8 @@ class VisionTransformer(nn.Module):
         return x
 
     def encode(self, x: torch.Tensor, layout: TokenLayout, out: Captures, head_masks: list[torch.Tensor | None],
-               rows: Rows, explicit: Collection[int], hook: AttentionHook | None) -> torch.Tensor:
+               rows: Rows, explicit: Collection[int], hook: AttentionHook | None,
+               edit: StreamEdit | None = None) -> torch.Tensor:
         """5. the self-attention blocks. rows: the attention rows to form in the blocks in `explicit`
         (None: none anywhere, the fused path); each block's probabilities go to `hook`, and are kept
         only when 'attentions' is captured."""
@@ -283,7 +291,7 @@ class VisionTransformer(nn.Module):
             block_rows = rows if i in explicit else None
             bias = self.pos_scheme.attention_bias(block, self.config, layout.grid, layout.num_prefix_tokens)
             x, probs = block(x, rope=rope, bias=bias, num_prefix=layout.num_prefix_tokens, head_mask=head_mask,
-                             rows=block_rows)
+                             rows=block_rows, edit=None if edit is None else partial(edit, i))
             if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
                 hidden.append(x)
             if probs is not None and hook is not None:
@@ -294,14 +302,19 @@ class VisionTransformer(nn.Module):
         out.keep("attentions", attentions)
         return x
 
-    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None]) -> torch.Tensor:
+    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None],
+                     edit: StreamEdit | None = None) -> torch.Tensor:
         """6. CaiT: [CLS] joins now and only it is updated by class attention; other models pass through."""
         if not self.config.class_attn_depth:
             return x
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
         class_tokens, class_attn = [], []
-        for block, head_mask in zip(self.class_blocks, head_masks, strict=True):
-            cls, probs = block(x, cls, head_mask=head_mask, capture="class_attentions" in out.want)
+        for j, (block, head_mask) in enumerate(zip(self.class_blocks, head_masks, strict=True)):
+            if edit is not None:  # the sequence this block reads; patched patches stay patched for the next ones
+                u = edit(self.config.depth + j, "resid", torch.cat([cls, x], dim=1))  # (B, 1+N, D)
+                cls, x = u[:, :1], u[:, 1:]
+            cls, probs = block(x, cls, head_mask=head_mask, capture="class_attentions" in out.want,
+                               edit=None if edit is None else partial(edit, self.config.depth + j))
             class_tokens.append(cls)
             class_attn.append(probs)
         out.keep("class_tokens", class_tokens)

@@ -3,6 +3,7 @@
 from .attention import AttentionView
 from .builder import BuilderView
 from .compare import CompareView
+from .components import ComponentsView
 from .embeddings import EmbeddingsView
 from .features import FeaturesView
 from .heads import HeadsView
@@ -11,8 +12,8 @@ from .position import PositionView
 from .prediction import PredictionView
 from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, FeaturesView, CompareView,
-                ParametersView, TrainingView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, ComponentsView, EmbeddingsView, FeaturesView,
+                CompareView, ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "FeaturesView", "HeadsView",
-           "ParametersView", "PositionView", "PredictionView", "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "EmbeddingsView",
+           "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView", "TrainingView"]

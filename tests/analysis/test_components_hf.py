@@ -1,0 +1,65 @@
+"""On a transformers ViT with the same weights, each head's and each MLP's share of the logit equals one computed
+here independently from transformers' own module outputs (forward hooks): the head's slice of the attention
+output projection's input, through that slice of its weight, the final LayerNorm with its scale frozen at the
+run's own value, and the classifier's row. (transformer-lens is not installed here and cannot load a ViT, so its
+`stack_head_results` + `apply_ln_to_stack` is not compared.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.checkpoints.conftest import build_hf
+from vit_explorer import load
+from vit_explorer.analysis.components import decompose
+
+pytest.importorskip("transformers")
+
+
+def test_per_head_shares_equal_those_from_transformers_hooks(tmp_path: Path) -> None:
+    ref = build_hf("vit")
+    ref.save_pretrained(tmp_path)
+    ours = load(str(tmp_path)).model
+    cfg = ref.config
+    heads, hd = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
+    contexts: dict[int, torch.Tensor] = {}
+    mlps: dict[int, torch.Tensor] = {}
+    final: dict[str, torch.Tensor] = {}
+    handles = []
+    for i, layer in enumerate(ref.vit.layers):
+        handles.append(layer.attention.o_proj.register_forward_pre_hook(
+            lambda m, args, i=i: contexts.__setitem__(i, args[0])))
+        handles.append(layer.mlp.fc2.register_forward_hook(
+            lambda m, args, out, i=i: mlps.__setitem__(i, out)))
+    handles.append(ref.vit.layernorm.register_forward_pre_hook(lambda m, args: final.__setitem__("x", args[0])))
+    pixels = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        logits = ref(pixel_values=pixels).logits[0]
+        for h in handles:
+            h.remove()
+        target = int(logits.argmin())  # not the top class: the default must not be what makes it agree
+        x = final["x"][0, 0].double()  # the final [CLS] state, before the final norm
+        sigma = (x.var(unbiased=False) + ref.vit.layernorm.eps).sqrt()
+        row = ref.classifier.weight[target].double() * ref.vit.layernorm.weight.double() / sigma  # (D,)
+
+        def share(v: torch.Tensor) -> float:  # a part of the [CLS] state -> its share of the target logit
+            return float((v - v.mean()) @ row)
+
+        expected_heads = torch.zeros(cfg.num_hidden_layers, heads, dtype=torch.float64)
+        expected_mlp = torch.zeros(cfg.num_hidden_layers, dtype=torch.float64)
+        for i, layer in enumerate(ref.vit.layers):
+            weight = layer.attention.o_proj.weight.double()  # (D, D)
+            for h in range(heads):
+                cut = slice(h * hd, (h + 1) * hd)
+                expected_heads[i, h] = share(weight[:, cut] @ contexts[i][0, 0, cut].double())
+            expected_mlp[i] = share(mlps[i][0, 0].double())
+    d = decompose(ours, pixels, target=target)
+    assert d.logit == pytest.approx(float(logits[target]), abs=1e-5)
+    got_heads = torch.tensor(d.heads(cfg.num_hidden_layers, heads), dtype=torch.float64)
+    torch.testing.assert_close(got_heads, expected_heads, atol=1e-5, rtol=1e-4)
+    got_mlp = torch.tensor([p.value for p in d.parts if p.name == "mlp"], dtype=torch.float64)
+    torch.testing.assert_close(got_mlp, expected_mlp, atol=1e-5, rtol=1e-4)
+    assert d.bias == pytest.approx(ref.classifier.bias[target].item(), abs=1e-7)
+    assert expected_heads.abs().max() > 1e-3  # the heads do carry part of the logit
