@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, Rows
+from .blocks import ALL, GRAD, AttentionPool, Block, ClassAttentionBlock, Rows
 from .config import ConfigError, TokenLayout, ViTConfig
 from .stems import make_stem
 
@@ -208,18 +208,21 @@ class VisionTransformer(nn.Module):
         probabilities explicitly, the others run the fused kernel; their entries of 'attentions' are
         None. `attention_hook(block, probs)` sees each of those blocks' probabilities as it runs, so a
         caller can reduce them (fuse heads, measure distances) without the model keeping them.
+        attn_rows=GRAD: every block's, class-attention block's and the attention pool's probabilities are
+        formed and the outputs computed from them, so gradients with respect to them are the real ones.
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
         rows = None
         if "attentions" in out.want or attention_hook is not None:
-            rows = attn_rows if attn_rows == ALL else self._check_rows(attn_rows, layout.num_tokens)
+            rows = attn_rows if attn_rows in (ALL, GRAD) else self._check_rows(attn_rows, layout.num_tokens)
         explicit = range(self.config.depth) if attn_layers is None else set(attn_layers)
         heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
         x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
         x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook)  # (B, T, D)
-        x = self.attend_class(x, out, heads[self.config.depth:])  # CaiT: (B, 1+N, D)
-        head_logits = self.classify(x, layout, out)
+        grad = attn_rows == GRAD and rows is not None
+        x = self.attend_class(x, out, heads[self.config.depth:], grad)  # CaiT: (B, 1+N, D)
+        head_logits = self.classify(x, layout, out, grad)
         if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
         else:
@@ -291,21 +294,23 @@ class VisionTransformer(nn.Module):
         out.keep("attentions", attentions)
         return x
 
-    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None]) -> torch.Tensor:
+    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None], grad: bool = False
+                     ) -> torch.Tensor:
         """6. CaiT: [CLS] joins now and only it is updated by class attention; other models pass through."""
         if not self.config.class_attn_depth:
             return x
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
         class_tokens, class_attn = [], []
         for block, head_mask in zip(self.class_blocks, head_masks, strict=True):
-            cls, probs = block(x, cls, head_mask=head_mask, capture="class_attentions" in out.want)
+            cls, probs = block(x, cls, head_mask=head_mask, capture=GRAD if grad else "class_attentions" in out.want)
             class_tokens.append(cls)
             class_attn.append(probs)
         out.keep("class_tokens", class_tokens)
         out.keep("class_attentions", class_attn)
         return torch.cat([cls, x], dim=1)  # (B, 1+N, D)
 
-    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures) -> dict[str, torch.Tensor]:
+    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures, grad: bool = False
+                 ) -> dict[str, torch.Tensor]:
         """7. final norm, pooling, then the logits of each head: a classifier's, the projection to a
         joint space (CLIP), or with neither the pooled features themselves."""
         cfg = self.config
@@ -313,7 +318,8 @@ class VisionTransformer(nn.Module):
         if cfg.pool == "gap":
             pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
         elif cfg.pool == "map":
-            pooled, probs = self.attn_pool(x[:, layout.num_prefix_tokens:], "pool_attention" in out.want)
+            pooled, probs = self.attn_pool(x[:, layout.num_prefix_tokens:],
+                                           GRAD if grad else "pool_attention" in out.want)
             out.keep("pool_attention", probs)  # (B, heads, 1, N): the latent query over the patches
         else:
             pooled = x[:, 0]
