@@ -324,6 +324,9 @@ def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tens
     states = [out["embedded"]] + list(out["hidden_states"])  # block i reads states[i]
     with torch.no_grad():
         relevance = _start_relevance(model, out, scorer, states[-1].detach())
+        readout: list[int] | torch.Tensor = _readout(layout, config, scorer.resolved.head)
+        if config.pool == "gap":  # each token's relevance at the output weighs its row
+            readout = relevance.sum(dim=-1)  # (1, T)
         rope = model.rope_angles(layout.grid)
         heads = [None] * config.depth if scorer.head_mask is None else list(scorer.head_mask)
         cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
@@ -332,8 +335,7 @@ def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tens
             bias = model.pos_scheme.attention_bias(block, config, layout.grid, layout.num_prefix_tokens)
             relevance, cams[i] = lrp.block_relevance(block, states[i].detach(), relevance, rope=rope, bias=bias,
                                                      num_prefix=layout.num_prefix_tokens, head_mask=heads[i])
-    return rel.attribution_rollout(cams, grads[:config.depth], layout,
-                                   query=_readout(layout, config, scorer.resolved.head))[0]
+    return rel.attribution_rollout(cams, grads[:config.depth], layout, query=readout)[0]
 
 
 def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
