@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert")
+COMMANDS = ("predict", "inspect", "train", "convert", "explain")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +41,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 
 def _command_parser() -> argparse.ArgumentParser:
-    from . import report
+    from . import explain, report
     from .training import command as train_command
 
     parser = _Parser(prog="vit-explorer")
@@ -66,6 +66,8 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+
+    explain.add_arguments(sub.add_parser("explain", help="relevance maps of an image, each with its faithfulness"))
     return parser
 
 
@@ -192,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _convert(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "explain":
+            from . import explain
+
+            return explain.run(args)
         from .training import command as train_command
 
         return train_command.run(args)

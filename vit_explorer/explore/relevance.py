@@ -30,6 +30,7 @@ from ..checkpoints import LoadedModel
 from ..models import TokenLayout, ViTConfig
 from ..models.blocks import ALL, GRAD
 from .attention import query_for
+from .figures import LinesFigure, MapsFigure
 from .forward import Inputs, check_inputs, pixels_for
 
 BASELINES = ("zero", "mask", "blur")
@@ -595,3 +596,88 @@ def to_json(source: str, image: str, explanation: Explanation) -> dict:
             "target": {"index": t.index, "label": t.label, "head": t.head},
             "grid": list(explanation.grid), "relevance": [[num(v) for v in row] for row in explanation.relevance],
             "faithfulness": faithful}
+
+
+# ---------------------------------------------------------------------------- the pictures
+def summary_text(explanation: Explanation) -> str:
+    """The faithfulness numbers of a map in one line (with the baseline they were measured with)."""
+    f = explanation.faithfulness
+    if f is None:
+        return "faithfulness not measured"
+    text = (f"positive AUC {f.positive_auc:.3f} · negative AUC {f.negative_auc:.3f} · deletion {f.deletion_auc:.3f}"
+            f" · insertion {f.insertion_auc:.3f} ({f.baseline} baseline)")
+    if f.pointing is not None:
+        text += f" · pointing {'hit' if f.pointing else 'miss'} · IoU {f.iou:.2f}"
+    return text
+
+
+def map_figure(explanation: Explanation, *, image: bool = True, opacity: float = 0.6) -> MapsFigure:
+    """One method's map over the image, as the Attention view draws a map, titled with the target."""
+    m = METHODS[explanation.method]
+    title = f"{m.label} · {explanation.target.title}"
+    return MapsFigure("", explanation.relevance[None].astype(np.float64), (title,),
+                      explanation.display if image else None, explanation.grid, colorbar_label="relevance (raw)",
+                      masked=explanation.masked, opacity=opacity)
+
+
+def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True) -> MapsFigure:
+    """Every method side by side, ranked by the gap of their negative and positive AUCs ("which map to believe
+    for this image"), each scaled to its own maximum (their raw units differ)."""
+    order = ranked(explanations)
+    if not order:
+        raise ValueError("no explanation to draw")
+    titles = tuple(f"{i + 1}. {e.method}" + (f" · gap {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
+                   for i, e in enumerate(order))
+    maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for e in order])
+    baseline = order[0].faithfulness.baseline if order[0].faithfulness else ""
+    heading = f"Relevance for {order[0].target.title}, ranked by negative − positive AUC" + (
+        f" ({baseline} baseline)" if baseline else "")
+    return MapsFigure(heading, maps.astype(np.float64), titles, order[0].display if image else None, order[0].grid,
+                      colorbar_label="share of the map's maximum", scale="each", masked=order[0].masked)
+
+
+def perturbation_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """Positive (most relevant removed first; lower is better) and negative (least first; higher is better)
+    curves of every measured map, at 0, 10, ..., 90 % of the patches removed."""
+    measured = [e for e in explanations if e.faithfulness is not None]
+    if not measured:
+        raise ValueError("no map's faithfulness was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        assert e.faithfulness is not None
+        series[f"{e.method} positive"] = e.faithfulness.positive
+        series[f"{e.method} negative"] = e.faithfulness.negative
+    kind = "similarity" if measured[0].target.kind == "similarity" else "probability"
+    return LinesFigure(f"Perturbation ({measured[0].faithfulness.baseline if measured[0].faithfulness else ''} "
+                       f"baseline): target {kind} as patches are removed", np.asarray(faith.PERTURBATION_FRACTIONS),
+                       series, "share of patches removed", f"target {kind}")
+
+
+def deletion_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """Deletion and insertion curves (Petsiuk et al.) of every measured map."""
+    measured = [e for e in explanations if e.faithfulness is not None]
+    if not measured:
+        raise ValueError("no map's faithfulness was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        assert e.faithfulness is not None
+        series[f"{e.method} deletion"] = e.faithfulness.deletion
+        series[f"{e.method} insertion"] = e.faithfulness.insertion
+    first = measured[0].faithfulness
+    assert first is not None
+    return LinesFigure("Deletion (most relevant first) and insertion (most relevant put back first)",
+                       first.deletion_fractions, series, "share of patches deleted / inserted", "target score")
+
+
+def csv_rows(explanations: Sequence[Explanation]) -> list[dict[str, object]]:
+    """One row per method for the CLI's CSV: the target, the AUCs, the baseline, the pointing game and IoU."""
+    rows = []
+    for rank, e in enumerate(ranked(explanations), start=1):
+        f = e.faithfulness
+        rows.append({"rank": rank, "method": e.method, "target_index": e.target.index, "target_label": e.target.label,
+                     "head": e.target.head, "baseline": f.baseline if f else "",
+                     "positive_auc": f.positive_auc if f else "", "negative_auc": f.negative_auc if f else "",
+                     "deletion_auc": f.deletion_auc if f else "", "insertion_auc": f.insertion_auc if f else "",
+                     "pointing": "" if f is None or f.pointing is None else int(f.pointing),
+                     "iou": "" if f is None or f.iou is None else f.iou, "seconds": round(e.seconds, 3)})
+    return rows
