@@ -138,11 +138,12 @@ def _forward(model: torch.nn.Module, pixels: torch.Tensor, mask: torch.Tensor | 
     return model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, **kwargs)  # type: ignore[operator]
 
 
-def resolve_target(loaded: LoadedModel, target: Target, out: dict, unmasked: Callable[[], torch.Tensor]) -> Resolved:
-    """The class (by index or label; default the top one of the chosen head) or the similarity's reference.
-    `unmasked()` gives the embedding of the same image without masks (the default reference)."""
+def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict],
+                   unmasked: Callable[[], torch.Tensor]) -> Resolved:
+    """The class (by index or label; default the top one of the chosen head: `run()` gives the model's outputs on
+    the inputs) or the similarity's reference (`unmasked()`: the embedding of the same image without masks)."""
     cfg = loaded.config
-    distilled = len(out["head_logits"]) > 1
+    distilled = cfg.distilled and cfg.dist_head
     if target.head not in HEADS:
         raise ValueError(f"head must be one of {HEADS}, got {target.head!r}")
     if target.head != "average" and not distilled:
@@ -157,11 +158,10 @@ def resolve_target(loaded: LoadedModel, target: Target, out: dict, unmasked: Cal
             ref, named = unmasked(), "the same image unmasked"
         return Resolved("similarity", None, f"similarity to {named}", "embedding",
                         f"cosine similarity of the pooled embedding to {named}", F.normalize(ref.float(), dim=-1))
-    head = target.head if distilled else next(iter(out["head_logits"]))
-    logits = _head_outputs(out, head)[0]
+    head = target.head if distilled else cfg.pool
     index = target.index
     if index is None:
-        index = int(logits.argmax())
+        index = int(_head_outputs(run(), head)[0].argmax())
     elif isinstance(index, str):
         if index.lstrip("-").isdigit():
             index = int(index)
@@ -467,14 +467,16 @@ def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero"
     if (inputs.head_mask < 1).any():
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
     layout = model.layout((int(pixels.shape[-2]), int(pixels.shape[-1])))
-    with torch.inference_mode():
-        out = _forward(model, pixels, mask, head_mask)
+
+    def run() -> dict:
+        with torch.inference_mode():
+            return _forward(model, pixels, mask, head_mask)
 
     def unmasked() -> torch.Tensor:
         with torch.inference_mode():
             return model(pixels)[0].float()
 
-    resolved = resolve_target(loaded, target or Target(), out, unmasked)
+    resolved = resolve_target(loaded, target or Target(), run, unmasked)
     scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline)
     return Session(loaded, inputs, scorer, loaded.preprocessing.to_image(pixels))
 
@@ -629,9 +631,9 @@ def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True) -
     titles = tuple(f"{i + 1}. {e.method}" + (f" · gap {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
                    for i, e in enumerate(order))
     maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for e in order])
-    baseline = order[0].faithfulness.baseline if order[0].faithfulness else ""
-    heading = f"Relevance for {order[0].target.title}, ranked by negative − positive AUC" + (
-        f" ({baseline} baseline)" if baseline else "")
+    first = order[0].faithfulness
+    heading = f"Relevance for {order[0].target.title}" + (
+        f", ranked by negative − positive AUC ({first.baseline} baseline)" if first else " (faithfulness not measured)")
     return MapsFigure(heading, maps.astype(np.float64), titles, order[0].display if image else None, order[0].grid,
                       colorbar_label="share of the map's maximum", scale="each", masked=order[0].masked)
 
