@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", default=None, help="folder for the PNGs and relevance.csv (new or empty)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    parser.add_argument("--arch", default=None,
+                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
 
 
 def run(args: argparse.Namespace, render: Render | None = None) -> int:
@@ -73,7 +74,9 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
             print(f"vit-explorer explain: warning: {e.method}: {e.note}", file=sys.stderr)
     if out is not None:
         if render is None:
-            from .gui.figures import render_png as render
+            from .gui.figures import render_png
+
+            render = render_png
         write(explanations, out, render)
     if args.json:
         objects = [rel.to_json(args.source, args.image, e) for e in explanations]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.blocks import Block, SwiGLU, _mask_heads
+from ..models.blocks import Block, Mlp, SwiGLU, _mask_heads
 from ..models.position import apply_rope
 
 EPS = 1e-9  # the authors' stabiliser
@@ -36,9 +36,12 @@ def safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a / den * (b != 0).to(b.dtype)
 
 
-def linear_rule(x: torch.Tensor, weight: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
+def linear_rule(x: torch.Tensor, weight: torch.Tensor | nn.Module, relevance: torch.Tensor) -> torch.Tensor:
     """Eq. 4, alpha = 1, beta = 0: relevance (..., out) of y = x W^T -> (..., in), shared in proportion to
-    the same-sign contributions x_j+ w_ij+ and x_j- w_ij-."""
+    the same-sign contributions x_j+ w_ij+ and x_j- w_ij-. `weight` may be the nn.Linear itself."""
+    if isinstance(weight, nn.Module):
+        assert isinstance(weight, nn.Linear), f"LRP: no linear rule for {type(weight).__name__}"
+        weight = weight.weight
     pw, nw = weight.clamp(min=0), weight.clamp(max=0)
     px, nx = x.clamp(min=0), x.clamp(max=0)
     s = safe_divide(relevance, F.linear(px, pw) + F.linear(nx, nw))  # (..., out)
@@ -75,6 +78,7 @@ def _mlp_relevance(mlp: nn.Module, x: torch.Tensor, relevance: torch.Tensor) -> 
         hidden = mlp.norm(gate * value)
         r_hidden = linear_rule(hidden, mlp.fc2.weight, relevance) / 2  # the product's two operands, halved
         return linear_rule(x, mlp.fc1_g.weight, r_hidden) + linear_rule(x, mlp.fc1_x.weight, r_hidden)
+    assert isinstance(mlp, Mlp)
     hidden = mlp.norm(mlp.act(mlp.fc1(x)))  # (B, T, hidden)
     return linear_rule(x, mlp.fc1.weight, linear_rule(hidden, mlp.fc2.weight, relevance))
 

@@ -73,7 +73,7 @@ def attribution_rollout(relevances: Sequence[torch.Tensor], gradients: Sequence[
     a row-normalised product is nearly uniform whatever the class)."""
     if len(relevances) != len(gradients):
         raise ValueError("one gradient per relevance map is needed")
-    b, t = relevances[0].shape[0], layout.num_tokens
+    t = layout.num_tokens
     eye = torch.eye(t, device=relevances[0].device)
     joint = None
     for r, g in zip(relevances, gradients, strict=True):

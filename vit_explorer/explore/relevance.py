@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,8 +28,8 @@ from ..analysis import faithfulness as faith
 from ..analysis import lrp
 from ..analysis import relevance as rel
 from ..checkpoints import LoadedModel
-from ..models import TokenLayout, ViTConfig
-from ..models.blocks import ALL, GRAD
+from ..models import TokenLayout, VisionTransformer, ViTConfig
+from ..models.blocks import ALL, GRAD, Block
 from .attention import query_for
 from .figures import LinesFigure, MapsFigure
 from .forward import Inputs, check_inputs, pixels_for
@@ -127,18 +128,18 @@ class Resolved:
     reference: torch.Tensor | None = None  # (D,) unit-length reference embedding of a similarity
 
 
-def _head_outputs(out: dict, head: str) -> torch.Tensor:
+def _head_outputs(out: dict[str, Any], head: str) -> torch.Tensor:
     if head in ("cls", "dist") and len(out["head_logits"]) > 1:
         return out["head_logits"][head]
     return out["logits"]
 
 
-def _forward(model: torch.nn.Module, pixels: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
-             **kwargs: object) -> dict:
-    return model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, **kwargs)  # type: ignore[operator]
+def _forward(model: VisionTransformer, pixels: torch.Tensor, mask: torch.Tensor | None,
+             head_mask: torch.Tensor | None, **kwargs: Any) -> dict[str, Any]:
+    return model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, **kwargs)
 
 
-def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict],
+def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[str, Any]],
                    unmasked: Callable[[], torch.Tensor]) -> Resolved:
     """The class (by index or label; default the top one of the chosen head: `run()` gives the model's outputs on
     the inputs) or the similarity's reference (`unmasked()`: the embedding of the same image without masks)."""
@@ -183,7 +184,7 @@ def _embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:
         return loaded.model(pixels)[0].float()
 
 
-def target_logit(out: dict, resolved: Resolved) -> torch.Tensor:
+def target_logit(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what the gradient methods differentiate: the class's logit, or the similarity."""
     if resolved.kind == "similarity":
         assert resolved.reference is not None
@@ -191,7 +192,7 @@ def target_logit(out: dict, resolved: Resolved) -> torch.Tensor:
     return _head_outputs(out, resolved.head)[:, resolved.index].float()
 
 
-def target_score(out: dict, resolved: Resolved) -> torch.Tensor:
+def target_score(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what perturbation measures: the class's probability (softmax of the head), or the similarity."""
     if resolved.kind == "similarity":
         return target_logit(out, resolved)
@@ -219,7 +220,7 @@ class Scorer:
     input, 'blur' to a Gaussian blur of the image (sigma = half a patch), 'mask' puts the [MASK] token in
     their place. The user's [MASK] patches and head mask apply to every pass."""
 
-    model: torch.nn.Module
+    model: VisionTransformer
     pixels: torch.Tensor  # (1, 3, H, W)
     layout: TokenLayout
     mask: torch.Tensor | None  # (N,) bool: the user's [MASK] patches
@@ -260,7 +261,7 @@ def _readout(layout: TokenLayout, config: ViTConfig, head: str) -> list[int]:
     return list(range(layout.num_prefix_tokens, layout.num_tokens))
 
 
-def _grad_pass(scorer: Scorer) -> tuple[dict, list[torch.Tensor], list[torch.Tensor]]:
+def _grad_pass(scorer: Scorer) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
     """One pass with every attention map in the output's graph; (outputs, maps, d target / d map)."""
     capture = ["attentions", "class_attentions", "pool_attention", "hidden_states", "embedded"]
     with torch.enable_grad():
@@ -282,7 +283,8 @@ def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
                                   class_gradients=grads[depth:depth + config.class_attn_depth], pool=pool)[0]
 
 
-def _start_relevance(model: torch.nn.Module, out: dict, scorer: Scorer, final: torch.Tensor) -> torch.Tensor:
+def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scorer, final: torch.Tensor
+                     ) -> torch.Tensor:
     """LRP from the explained output back to the final tokens (B, T, D) (the final norm passes it through)."""
     cfg, layout, resolved = model.config, scorer.layout, scorer.resolved
     tokens = model.norm(final)  # (1, T, D)
@@ -294,7 +296,7 @@ def _start_relevance(model: torch.nn.Module, out: dict, scorer: Scorer, final: t
     if resolved.kind == "similarity":
         embedding = out["logits"].float()  # (1, E): the cosine's terms e_d r_d / |e| sum to the similarity
         r_out = embedding * resolved.reference / embedding.norm(dim=-1, keepdim=True)
-        r_pooled = lrp.linear_rule(pooled, model.proj.weight, r_out) if cfg.proj_dim else r_out
+        r_pooled = lrp.linear_rule(pooled, model.proj, r_out) if cfg.proj_dim else r_out
         r_dist = None
     else:
         one_hot = torch.zeros_like(out["logits"], dtype=torch.float32)
@@ -302,14 +304,14 @@ def _start_relevance(model: torch.nn.Module, out: dict, scorer: Scorer, final: t
         r_dist = None
         if resolved.head in ("cls", "dist", "average") and "dist" in out["head_logits"]:
             dist_in = tokens[:, 1]
-            z_cls, z_dist = F.linear(pooled, model.head.weight), F.linear(dist_in, model.head_dist.weight)
+            z_cls, z_dist = model.head(pooled) - model.head.bias, model.head_dist(dist_in) - model.head_dist.bias
             r_cls, r_d = lrp.add_rule(z_cls / 2, z_dist / 2, one_hot)
             r_cls, r_d = {"cls": (one_hot, 0 * one_hot), "dist": (0 * one_hot, one_hot)}.get(resolved.head,
                                                                                               (r_cls, r_d))
-            r_pooled = lrp.linear_rule(pooled, model.head.weight, r_cls)
-            r_dist = lrp.linear_rule(dist_in, model.head_dist.weight, r_d)
+            r_pooled = lrp.linear_rule(pooled, model.head, r_cls)
+            r_dist = lrp.linear_rule(dist_in, model.head_dist, r_d)
         else:
-            r_pooled = lrp.linear_rule(pooled, model.head.weight, one_hot)
+            r_pooled = lrp.linear_rule(pooled, model.head, one_hot)
     if cfg.pool == "gap":
         relevance[:, layout.num_prefix_tokens:] = lrp.mean_rule(tokens[:, layout.num_prefix_tokens:], r_pooled)
     else:
@@ -333,6 +335,7 @@ def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tens
         cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
         for i in reversed(range(config.depth)):
             block = model.blocks[i]
+            assert isinstance(block, Block)
             bias = model.pos_scheme.attention_bias(block, config, layout.grid, layout.num_prefix_tokens)
             relevance, cams[i] = lrp.block_relevance(block, states[i].detach(), relevance, rope=rope, bias=bias,
                                                      num_prefix=layout.num_prefix_tokens, head_mask=heads[i])
@@ -354,7 +357,9 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
 def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     model = scorer.model
     seen: list[torch.Tensor] = []
-    handle = model.blocks[-1].norm1.register_forward_hook(lambda module, args, output: seen.append(output))
+    last = model.blocks[-1]
+    assert isinstance(last, Block)
+    handle = last.norm1.register_forward_hook(lambda module, args, output: seen.append(output))
     try:
         with torch.enable_grad():
             out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
@@ -468,7 +473,7 @@ def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero"
         head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
     layout = model.layout((int(pixels.shape[-2]), int(pixels.shape[-1])))
 
-    def run() -> dict:
+    def run() -> dict[str, Any]:
         with torch.inference_mode():
             return _forward(model, pixels, mask, head_mask)
 
@@ -507,8 +512,9 @@ def relevance_map(session: Session, method: str, *, report: Callable[[float], No
     elif method == "occlusion":
         result = _drive(_occlusion_steps(scorer), scorer.layout.num_patches, report, cancel)
     else:
-        result = {"rollout": rollout_map, "attention-gradient": attention_gradient_map,
-                  "transformer-attribution": transformer_attribution_map, "gradcam": gradcam_map}[method](scorer, config)
+        compute = {"rollout": rollout_map, "attention-gradient": attention_gradient_map,
+                   "transformer-attribution": transformer_attribution_map, "gradcam": gradcam_map}[method]
+        result = compute(scorer, config)
     report(1.0)
     return result.detach().float().cpu().numpy()
 
@@ -551,12 +557,11 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
     for i, name in enumerate(methods):
         start = time.perf_counter()
         done = i * (2 if measure else 1)
-        relevance = relevance_map(session, name, report=lambda s, d=done, n=name: say((d + s) / parts, n),
-                                  cancel=cancel)
+        relevance = relevance_map(session, name, report=_share(say, done, parts, name), cancel=cancel)
         measured = None
         if measure:
             measured = faithfulness(session, relevance, object_mask=object_mask, cancel=cancel,
-                                    report=lambda s, d=done + 1, n=name: say((d + s) / parts, f"{n}: faithfulness"))
+                                    report=_share(say, done + 1, parts, f"{name}: faithfulness"))
         note = ""
         if session.scorer.resolved.kind == "similarity" and METHODS[name].gradient and not inputs.mask.any() and \
                 target.reference is None:
@@ -568,13 +573,18 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
     return results
 
 
+def _share(say: Progress, done: int, parts: int, what: str) -> Callable[[float], None]:
+    """A part's progress (0..1) as the whole run's share, with what is being done."""
+    return lambda share: say((done + share) / parts, what)
+
+
 def ranked(explanations: Sequence[Explanation]) -> list[Explanation]:
     """Which map to believe for this image: by the gap between the negative and the positive AUC, largest first
     (unmeasured ones last, in their order)."""
     return sorted(explanations, key=lambda e: -e.faithfulness.gap if e.faithfulness is not None else math.inf)
 
 
-def to_json(source: str, image: str, explanation: Explanation) -> dict:
+def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]:
     """The CLI's JSON object of one method (non-finite numbers as null)."""
     def num(value: float) -> float | None:
         return float(value) if math.isfinite(float(value)) else None
