@@ -4,6 +4,7 @@ from .attention import AttentionView
 from .builder import BuilderView
 from .compare import CompareView
 from .embeddings import EmbeddingsView
+from .explain import ExplainView
 from .features import FeaturesView
 from .heads import HeadsView
 from .parameters import ParametersView
@@ -11,8 +12,8 @@ from .position import PositionView
 from .prediction import PredictionView
 from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, FeaturesView, CompareView,
-                ParametersView, TrainingView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, ExplainView, PositionView, HeadsView, EmbeddingsView, FeaturesView,
+                CompareView, ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "FeaturesView", "HeadsView",
-           "ParametersView", "PositionView", "PredictionView", "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "ExplainView",
+           "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView", "TrainingView"]

@@ -1,0 +1,244 @@
+"""Explain: why the model decides. Every chosen relevance method on the current image side by side, each with
+its faithfulness numbers and ranked by them ("which map to believe for this image"); a click on a map draws
+its perturbation and deletion / insertion curves below. The maps come from `explore.relevance`, computed in a
+worker with progress (cancellable); the image panel's [MASK] patches and the heads switched off apply."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QComboBox, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
+
+from ...explore import relevance as rel
+from ...explore.relevance import Explanation
+from .. import figures
+from ..session import Session
+from .base import Table, View
+
+TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
+DEFAULT_METHODS = ("rollout", "attention-gradient", "transformer-attribution", "gradcam", "integrated-gradients",
+                   "occlusion")
+
+
+class _Progress(QObject):
+    """Carries a worker's progress to the GUI thread (a signal emitted from another thread is queued)."""
+
+    changed = Signal(float, str)
+
+
+class ExplainView(View):
+    title = "Explain"
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.explanations: list[Explanation] = []
+        self.chosen: str | None = None  # the method whose curves are drawn
+        self._drawn: figures.MapsPlot | None = None
+        self._order: list[Explanation] = []
+        self.methods_button = QToolButton()
+        self.methods_button.setText("Methods")
+        self.methods_button.setToolTip("The relevance methods to compute and compare (a method the model does not "
+                                       "support is greyed out, its reason in the tooltip).")
+        self.methods_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.methods_menu = QMenu(self.methods_button)
+        self.method_actions = {}
+        for name in rel.METHODS:
+            action = self.methods_menu.addAction(rel.METHODS[name].label)
+            action.setCheckable(True)
+            action.setChecked(name in DEFAULT_METHODS)
+            action.toggled.connect(self.schedule)
+            self.method_actions[name] = action
+        self.methods_button.setMenu(self.methods_menu)
+        self.target = QComboBox()
+        self.target.setToolTip("The class to explain (the most likely ones of the current prediction); a model "
+                               "without a classifier explains the similarity of its embedding to the unmasked image.")
+        self.target.activated.connect(self.schedule)
+        self.head = QComboBox()
+        self.head.addItems(rel.HEADS)
+        self.head.setToolTip("DeiT distilled: explain the average of both heads, the class head or the "
+                             "distillation head.")
+        self.head.activated.connect(self.schedule)
+        self.baseline = QComboBox()
+        self.baseline.addItems(rel.BASELINES)
+        self.baseline.setToolTip("What a removed patch becomes when faithfulness is measured: 0 in the normalised "
+                                 "input, the [MASK] token, or a blur of the image.")
+        self.baseline.activated.connect(self.schedule)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop computing the maps.")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setMaximumWidth(220)
+        self.progress.setFormat("%p%")
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.progress, self.cancel_button):
+            self.controls.addWidget(widget)
+        self._set_busy(False)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.curves = pg.GraphicsLayoutWidget()
+        self.body.addWidget(self.plots, 3)
+        self.body.addWidget(self.curves, 2)
+        self.plots.scene().sigMouseClicked.connect(self._clicked)
+        self.reporter = _Progress(self)
+        self.reporter.changed.connect(self._progressed)
+        self.listen(session.result_ready, self.schedule_soon)
+        self.listen(session.model_changed, self._model_changed)
+        self._model_changed()
+
+    def picture(self) -> QWidget:
+        return self.plots
+
+    def export_info(self) -> dict[str, str]:
+        info = {**super().export_info(), "methods": ", ".join(e.method for e in self._order)}
+        if self.explanations:
+            info["target"] = self.explanations[0].target.title
+            info["baseline"] = self.baseline.currentText()
+        info["masked patches"] = str(int(self.session.mask.sum()))
+        info["heads off"] = str(int((self.session.head_mask < 1).sum()))
+        return info
+
+    # ------------------------------------------------------------------ inputs
+    def _model_changed(self) -> None:
+        loaded = self.session.loaded
+        self.explanations, self._order, self.chosen = [], [], None
+        self.plots.ci.clear()
+        self.curves.ci.clear()
+        if loaded is None:
+            return
+        for name, action in self.method_actions.items():
+            reason = rel.METHODS[name].reason(loaded.config)
+            action.setEnabled(reason is None)
+            action.setToolTip(reason or rel.METHODS[name].needs)
+        self.methods_menu.setToolTipsVisible(True)
+        self.head.setVisible(bool(loaded.config.distilled and loaded.config.dist_head))
+        self._fill_targets()
+        self.schedule()
+
+    def _fill_targets(self) -> None:
+        """'top class' and the most likely classes of the current prediction, keeping the chosen one."""
+        result, loaded = self.session.result, self.session.loaded
+        kept = self.target.currentData()
+        self.target.blockSignals(True)
+        self.target.clear()
+        if loaded is not None and not rel.has_classifier(loaded.config):
+            self.target.addItem("similarity to the unmasked image", None)
+        else:
+            self.target.addItem("top class", None)
+            if result is not None and result.inputs.loaded is loaded:
+                for i in np.argsort(-result.probs)[:TARGET_CHOICES]:
+                    self.target.addItem(f"{int(i)}: {loaded.label(int(i))} ({result.probs[i]:.1%})", int(i))
+            if kept is not None and self.target.findData(kept) < 0:
+                self.target.addItem(f"{kept}: {loaded.label(kept) if loaded else kept}", kept)
+        index = self.target.findData(kept)
+        self.target.setCurrentIndex(max(index, 0))
+        self.target.blockSignals(False)
+
+    def methods(self) -> list[str]:
+        return [name for name, action in self.method_actions.items() if action.isChecked() and action.isEnabled()]
+
+    def choose(self, *, methods: list[str] | None = None, target: int | None = None, baseline: str | None = None
+               ) -> None:
+        """Set the controls (tests, lessons) and recompute."""
+        if methods is not None:
+            for name, action in self.method_actions.items():
+                action.blockSignals(True)
+                action.setChecked(name in methods)
+                action.blockSignals(False)
+        if target is not None:
+            if self.target.findData(target) < 0:
+                self.target.addItem(str(target), target)
+            self.target.setCurrentIndex(self.target.findData(target))
+        if baseline is not None:
+            self.baseline.setCurrentText(baseline)
+        self.schedule()
+
+    # ------------------------------------------------------------------ work
+    def refresh(self, *_: object) -> None:
+        inputs = self.session.inputs()
+        methods = self.methods()
+        if inputs is None or self.session.result is None:
+            self.note.setText("No model or image yet.")
+            return
+        if not methods:
+            self.note.setText("Choose one or more methods (Methods menu).")
+            return
+        self._fill_targets()
+        loaded = inputs.loaded
+        head = self.head.currentText() if self.head.isVisible() else "average"
+        target = rel.Target(self.target.currentData(), head)
+        baseline = self.baseline.currentText()
+        reporter = self.reporter
+
+        def job(cancel: object) -> list[Explanation]:
+            return rel.explain(inputs, methods, target, baseline, cancel=cancel,  # type: ignore[arg-type]
+                               progress=lambda share, what: reporter.changed.emit(share, what))
+
+        self._set_busy(True)
+        self.note.setText(f"computing {len(methods)} maps on {loaded.source or 'the model'}…")
+        self.run_for_model(inputs.model_id, "explain", job, self._done, self._failed)
+
+    def cancel(self) -> None:
+        self.session.cancel("explain")
+        self._set_busy(False)
+        self.note.setText("cancelled: change a setting or the image to compute again")
+
+    def _set_busy(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        if busy:
+            self.progress.setValue(0)
+
+    def _progressed(self, share: float, what: str) -> None:
+        self.progress.setValue(int(share * 1000))
+        self.progress.setFormat(f"{what} %p%")
+
+    def _failed(self, message: str) -> None:
+        self._set_busy(False)
+        self.note.setText("cancelled" if message.startswith("Cancelled") else f"could not explain: {message}")
+
+    def _done(self, explanations: list[Explanation]) -> None:
+        self._set_busy(False)
+        self.explanations = explanations
+        notes = sorted({f"{e.method}: {e.note}" for e in explanations if e.note})
+        self.note.setText(" · ".join(notes))
+        if self.chosen not in [e.method for e in explanations]:
+            self.chosen = rel.ranked(explanations)[0].method if explanations else None
+        self.restyle()
+
+    # ------------------------------------------------------------------ drawing
+    def restyle(self) -> None:
+        self.plots.ci.clear()
+        self.curves.ci.clear()
+        self._drawn = None
+        if not self.explanations:
+            return
+        figure = rel.ranking_figure(self.explanations)
+        self._order = rel.ranked(self.explanations)
+        self._drawn = figures.MapsPlot(self.plots.ci, figure)
+        self._draw_curves()
+
+    def _draw_curves(self) -> None:
+        self.curves.ci.clear()
+        chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
+        if not chosen:
+            return
+        figures.draw(self.curves.ci.addLayout(row=0, col=0), rel.perturbation_figure(chosen))
+        figures.draw(self.curves.ci.addLayout(row=0, col=1), rel.deletion_figure(chosen))
+
+    def _clicked(self, event: object) -> None:
+        """A click on a map draws that method's curves."""
+        if self._drawn is None:
+            return
+        pos = event.scenePos()  # type: ignore[attr-defined]
+        for explanation, plot in zip(self._order, self._drawn.plots, strict=False):
+            if plot.sceneBoundingRect().contains(pos):
+                self.chosen = explanation.method
+                self._draw_curves()
+                return
+
+    def table(self) -> Table | None:
+        if not self.explanations:
+            return None
+        rows = rel.csv_rows(self.explanations)
+        header = list(rows[0])
+        return header, [[row[key] for key in header] for row in rows]
