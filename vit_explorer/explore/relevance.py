@@ -64,6 +64,7 @@ def _lrp_refusal(config: ViTConfig) -> str | None:
 class Method:
     name: str
     label: str
+    short: str  # in a small map's title
     needs: str  # what it needs from the model, in words
     reference: str  # the paper or library whose definition it follows
     refusal: Callable[[ViTConfig], str | None] = field(default=lambda config: None)
@@ -75,17 +76,17 @@ class Method:
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("rollout", "attention rollout", "every block's attention (not class-specific)", "Abnar & Zuidema 2020",
-           gradient=False),
-    Method("attention-gradient", "attention × gradient (Chefer 2021b)",
+    Method("rollout", "attention rollout", "rollout", "every block's attention (not class-specific)",
+           "Abnar & Zuidema 2020", gradient=False),
+    Method("attention-gradient", "attention × gradient (Chefer 2021b)", "attention × grad",
            "every attention map in the output's graph and the target's gradient", "Chefer et al., ICCV 2021"),
-    Method("transformer-attribution", "transformer attribution (Chefer 2021)",
+    Method("transformer-attribution", "transformer attribution (Chefer 2021)", "LRP attribution",
            "LRP relevance of every attention map and its gradient", "Chefer et al., CVPR 2021", _lrp_refusal),
-    Method("gradcam", "Grad-CAM (last block's norm1)", "the tokens entering the last block's attention and their "
-           "gradient", "pytorch-grad-cam's ViT recipe"),
-    Method("integrated-gradients", "integrated gradients", "50 gradients along the path from a zero image",
-           "captum IntegratedGradients defaults"),
-    Method("occlusion", "occlusion (one patch at a time)", "one forward pass per patch, batched",
+    Method("gradcam", "Grad-CAM (last block's norm1)", "Grad-CAM",
+           "the tokens entering the last block's attention and their gradient", "pytorch-grad-cam's ViT recipe"),
+    Method("integrated-gradients", "integrated gradients", "integrated grad.",
+           "50 gradients along the path from a zero image", "captum IntegratedGradients defaults"),
+    Method("occlusion", "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
            "Zeiler & Fergus 2014", gradient=False),
 )}
 
@@ -638,12 +639,13 @@ def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True) -
     order = ranked(explanations)
     if not order:
         raise ValueError("no explanation to draw")
-    titles = tuple(f"{i + 1}. {e.method}" + (f" · gap {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
-                   for i, e in enumerate(order))
+    titles = tuple(f"{i + 1}. {METHODS[e.method].short}" + (f" · {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
+                   for i, e in enumerate(order))  # the gap: negative - positive AUC
     maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for e in order])
     first = order[0].faithfulness
-    heading = f"Relevance for {order[0].target.title}" + (
-        f", ranked by negative − positive AUC ({first.baseline} baseline)" if first else " (faithfulness not measured)")
+    heading = f"{order[0].target.title} · " + (
+        f"ranked by negative − positive AUC (the number after each name; {first.baseline} baseline)" if first else
+        "faithfulness not measured")
     return MapsFigure(heading, maps.astype(np.float64), titles, order[0].display if image else None, order[0].grid,
                       colorbar_label="share of the map's maximum", scale="each", masked=order[0].masked)
 
@@ -657,11 +659,14 @@ def perturbation_figure(explanations: Sequence[Explanation]) -> LinesFigure:
     series: dict[str, np.ndarray] = {}
     for e in measured:
         assert e.faithfulness is not None
-        series[f"{e.method} positive"] = e.faithfulness.positive
-        series[f"{e.method} negative"] = e.faithfulness.negative
+        name = "" if len(measured) == 1 else f"{e.method} "  # one map: its name is in the title
+        series[f"{name}positive"] = e.faithfulness.positive
+        series[f"{name}negative"] = e.faithfulness.negative
     kind = "similarity" if measured[0].target.kind == "similarity" else "probability"
-    return LinesFigure(f"Perturbation ({measured[0].faithfulness.baseline if measured[0].faithfulness else ''} "
-                       f"baseline): target {kind} as patches are removed", np.asarray(faith.PERTURBATION_FRACTIONS),
+    first = measured[0].faithfulness
+    assert first is not None
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}perturbation", np.asarray(faith.PERTURBATION_FRACTIONS),
                        series, "share of patches removed", f"target {kind}")
 
 
@@ -673,11 +678,13 @@ def deletion_figure(explanations: Sequence[Explanation]) -> LinesFigure:
     series: dict[str, np.ndarray] = {}
     for e in measured:
         assert e.faithfulness is not None
-        series[f"{e.method} deletion"] = e.faithfulness.deletion
-        series[f"{e.method} insertion"] = e.faithfulness.insertion
+        name = "" if len(measured) == 1 else f"{e.method} "
+        series[f"{name}deletion"] = e.faithfulness.deletion
+        series[f"{name}insertion"] = e.faithfulness.insertion
     first = measured[0].faithfulness
     assert first is not None
-    return LinesFigure("Deletion (most relevant first) and insertion (most relevant put back first)",
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}deletion, insertion",
                        first.deletion_fractions, series, "share of patches deleted / inserted", "target score")
 
 

@@ -5,12 +5,16 @@ worker with progress (cancellable); the image panel's [MASK] patches and the hea
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QComboBox, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
 
 from ...explore import relevance as rel
+from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
 from .. import figures
 from ..session import Session
@@ -35,6 +39,7 @@ class ExplainView(View):
         self.explanations: list[Explanation] = []
         self.chosen: str | None = None  # the method whose curves are drawn
         self._drawn: figures.MapsPlot | None = None
+        self._drawn_chars = 0  # the title width the maps were drawn for
         self._order: list[Explanation] = []
         self.methods_button = QToolButton()
         self.methods_button.setText("Methods")
@@ -76,6 +81,9 @@ class ExplainView(View):
         self._set_busy(False)
         self.plots = pg.GraphicsLayoutWidget()
         self.curves = pg.GraphicsLayoutWidget()
+        self.heading = QLabel("")  # what is explained and how the maps are ranked: one line over the maps
+        self.heading.setWordWrap(True)
+        self.body.addWidget(self.heading)
         self.body.addWidget(self.plots, 3)
         self.body.addWidget(self.curves, 2)
         self.plots.scene().sigMouseClicked.connect(self._clicked)
@@ -210,20 +218,38 @@ class ExplainView(View):
         self.plots.ci.clear()
         self.curves.ci.clear()
         self._drawn = None
+        self.heading.setText("")
         if not self.explanations:
             return
         figure = rel.ranking_figure(self.explanations)
+        self.heading.setText(figure.heading + ". Click a map for its curves: positive removes the most relevant "
+                             "patches first (lower is better), negative the least (higher is better).")
+        figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
         self._order = rel.ranked(self.explanations)
-        self._drawn = figures.MapsPlot(self.plots.ci, figure)
+        self._drawn_chars = self._title_chars()
+        with figures.title_width(self._drawn_chars):
+            self._drawn = figures.MapsPlot(self.plots.ci, figure)
         self._draw_curves()
+
+    def _title_chars(self) -> int:
+        """Characters per title line that fit one map's column at text scale 1 (about 11 px each): wider titles
+        would make the columns wider than the view."""
+        columns = small_multiples_shape(max(len(self.explanations), 1))[1]
+        return max(14, min(60, int((self.plots.width() - 120) / columns / 11)))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.explanations and self._title_chars() != self._drawn_chars:
+            self.restyle()
 
     def _draw_curves(self) -> None:
         self.curves.ci.clear()
         chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
         if not chosen:
             return
-        figures.draw(self.curves.ci.addLayout(row=0, col=0), rel.perturbation_figure(chosen))
-        figures.draw(self.curves.ci.addLayout(row=0, col=1), rel.deletion_figure(chosen))
+        with figures.title_width(max(24, int(self.curves.width() / 2 / 11))):
+            figures.draw(self.curves.ci.addLayout(row=0, col=0), rel.perturbation_figure(chosen))
+            figures.draw(self.curves.ci.addLayout(row=0, col=1), rel.deletion_figure(chosen))
 
     def _clicked(self, event: object) -> None:
         """A click on a map draws that method's curves."""
