@@ -154,3 +154,21 @@ def test_json_contract() -> None:
     assert {"positive_auc", "negative_auc", "deletion_auc", "insertion_auc", "curves"} <= set(f)
     assert len(f["curves"]["positive"]) == len(f["curves"]["negative"]) == 10
     assert {"deletion", "insertion"} <= set(f["curves"])
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "deit3-s16", "beit-b16", "clip-b16", "eva02-ti14"])
+def test_lrp_conserves_the_target_relevance_from_the_output_to_the_first_blocks_input(name: str) -> None:
+    inputs = _inputs(name)
+    classifier = rel.has_classifier(inputs.loaded.config)
+    other = Image.fromarray(np.full((*IMAGE, 3), 90, np.uint8))
+    session = rel.prepare(inputs, rel.Target(index=1) if classifier else rel.Target(reference=other))
+    done = rel.propagate(session.scorer, inputs.loaded.config)
+    if classifier:  # the one-hot logit through the head's rule
+        assert float(done.start.sum()) == pytest.approx(1.0, abs=1e-4)
+    else:  # the cosine's terms e_d r_d / |e|
+        with torch.no_grad():
+            out = inputs.loaded.model.forward_intermediates(session.scorer.pixels)
+        cosine = float(rel.target_logit(out, session.scorer.resolved)[0])
+        assert float(done.start.sum()) == pytest.approx(cosine, abs=1e-4)
+    assert float(done.input.sum()) == pytest.approx(float(done.start.sum()), rel=1e-3)
+    assert len(done.attention) == inputs.loaded.config.depth

@@ -322,15 +322,24 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
     return relevance
 
 
-def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+@dataclass
+class Propagated:
+    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D), each
+    block's attention relevance R_A (1, heads, T, T) and the target's gradient at each attention map."""
+
+    start: torch.Tensor
+    input: torch.Tensor
+    attention: list[torch.Tensor]
+    gradients: list[torch.Tensor]
+
+
+def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
+    """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input."""
     model, layout = scorer.model, scorer.layout
     out, maps, grads = _grad_pass(scorer)
     states = [out["embedded"]] + list(out["hidden_states"])  # block i reads states[i]
     with torch.no_grad():
-        relevance = _start_relevance(model, out, scorer, states[-1].detach())
-        readout: list[int] | torch.Tensor = _readout(layout, config, scorer.resolved.head)
-        if config.pool == "gap":  # each token's relevance at the output weighs its row
-            readout = relevance.sum(dim=-1)  # (1, T)
+        start = relevance = _start_relevance(model, out, scorer, states[-1].detach())
         rope = model.rope_angles(layout.grid)
         heads = [None] * config.depth if scorer.head_mask is None else list(scorer.head_mask)
         cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
@@ -340,7 +349,15 @@ def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tens
             bias = model.pos_scheme.attention_bias(block, config, layout.grid, layout.num_prefix_tokens)
             relevance, cams[i] = lrp.block_relevance(block, states[i].detach(), relevance, rope=rope, bias=bias,
                                                      num_prefix=layout.num_prefix_tokens, head_mask=heads[i])
-    return rel.attribution_rollout(cams, grads[:config.depth], layout, query=readout)[0]
+    return Propagated(start, relevance, cams, grads[:config.depth])
+
+
+def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    done = propagate(scorer, config)
+    readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
+    if config.pool == "gap":  # each token's relevance at the output weighs its row
+        readout = done.start.sum(dim=-1)  # (1, T)
+    return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
 
 
 def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
@@ -351,8 +368,7 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     query = query_for(scorer.layout, config.pool)
     if query.class_attention and out.get("class_attentions"):
         return attn.class_rollout(out["class_attentions"], out["attentions"], scorer.layout)[0]
-    rows = _readout(scorer.layout, config, scorer.resolved.head) if config.pool == "cls" else list(query.rows)
-    return attn.rollout(out["attentions"], scorer.layout, query=rows)[0]
+    return attn.rollout(out["attentions"], scorer.layout, query=list(query.rows))[0]
 
 
 def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:

@@ -172,7 +172,7 @@ class ExplainView(View):
             return
         self._fill_targets()
         loaded = inputs.loaded
-        head = self.head.currentText() if self.head.isVisible() else "average"
+        head = self.head.currentText() if not self.head.isHidden() else "average"
         target = rel.Target(self.target.currentData(), head)
         baseline = self.baseline.currentText()
         reporter = self.reporter
