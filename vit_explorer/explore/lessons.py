@@ -44,7 +44,8 @@ VIEWS = ("Prediction", "Attention", "Explain", "Position embeddings", "Heads", "
 # the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
 # MAIN_PANELS are always drawn, the others hang on them
 PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),
-          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart")}
+          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart"),
+          "Explain": ("maps", "rollout and best", "curves")}  # "rollout and best" alone: the two maps, larger
 MAIN_PANELS = {"Position embeddings": ("similarity",), "Parameters": ("table",)}
 INPUT_MODES = ("mask", "query", "draw")  # what a click on the image does
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one

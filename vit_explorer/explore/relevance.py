@@ -649,21 +649,30 @@ def map_figure(explanation: Explanation, *, image: bool = True, opacity: float =
                       masked=explanation.masked, opacity=opacity)
 
 
-def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True) -> MapsFigure:
+def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True, only: Sequence[str] | None = None
+                   ) -> MapsFigure:
     """Every method side by side, ranked by the gap of their negative and positive AUCs ("which map to believe
-    for this image"), each scaled to its own maximum (their raw units differ)."""
+    for this image"), each scaled to its own maximum (their raw units differ); `only` draws those methods alone,
+    still numbered by their rank among all."""
     order = ranked(explanations)
-    if not order:
+    drawn = [(i, e) for i, e in enumerate(order) if only is None or e.method in only]
+    if not drawn:
         raise ValueError("no explanation to draw")
     titles = tuple(f"{i + 1}. {METHODS[e.method].short}" + (f" · {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
-                   for i, e in enumerate(order))  # the gap: negative - positive AUC
-    maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for e in order])
+                   for i, e in drawn)  # the gap: negative - positive AUC
+    maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for _, e in drawn])
     first = order[0].faithfulness
     heading = f"{order[0].target.title} · " + (
-        f"ranked by negative − positive AUC (the number after each name; {first.baseline} baseline)" if first else
-        "faithfulness not measured")
+        f"ranked by negative − positive AUC ({first.baseline} baseline)" if first else "faithfulness not measured")
     return MapsFigure(heading, maps.astype(np.float64), titles, order[0].display if image else None, order[0].grid,
                       colorbar_label="share of the map's maximum", scale="each", masked=order[0].masked)
+
+
+def rollout_and_best(explanations: Sequence[Explanation]) -> list[str]:
+    """Rollout (if computed) and the best-ranked class-specific method: the pair a lesson sets side by side."""
+    order = ranked(explanations)
+    best = [e.method for e in order if e.method != "rollout"][:1]
+    return [e.method for e in order if e.method == "rollout"] + best
 
 
 def perturbation_figure(explanations: Sequence[Explanation]) -> LinesFigure:

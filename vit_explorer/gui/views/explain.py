@@ -13,6 +13,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
 
+from ...explore import lessons
 from ...explore import relevance as rel
 from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
@@ -33,6 +34,7 @@ class _Progress(QObject):
 
 class ExplainView(View):
     title = "Explain"
+    PANELS = lessons.PANELS["Explain"]  # a lesson step may show rollout and the best map alone, larger
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -83,6 +85,10 @@ class ExplainView(View):
         self.curves = pg.GraphicsLayoutWidget()
         self.heading = QLabel("")  # what is explained and how the maps are ranked: one line over the maps
         self.heading.setWordWrap(True)
+        self.curves.setToolTip("Positive: the most relevant patches removed first (lower is better); negative: the "
+                               "least relevant first (higher is better). Deletion and insertion (Petsiuk et al.): "
+                               "patches deleted from the image, or put back into the removed image, most relevant "
+                               "first.")
         self.body.addWidget(self.heading)
         self.body.addWidget(self.plots, 3)
         self.body.addWidget(self.curves, 2)
@@ -221,11 +227,11 @@ class ExplainView(View):
         self.heading.setText("")
         if not self.explanations:
             return
-        figure = rel.ranking_figure(self.explanations)
-        self.heading.setText(figure.heading + ". Click a map for its curves: positive removes the most relevant "
-                             "patches first (lower is better), negative the least (higher is better).")
+        only = None if self.shows("maps") else rel.rollout_and_best(self.explanations)
+        figure = rel.ranking_figure(self.explanations, only=only)
+        self.heading.setText(figure.heading + (" · click a map for its curves" if self.shows("curves") else ""))
         figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
-        self._order = rel.ranked(self.explanations)
+        self._order = [e for e in rel.ranked(self.explanations) if only is None or e.method in only]
         self._drawn_chars = self._title_chars()
         with figures.title_width(self._drawn_chars):
             self._drawn = figures.MapsPlot(self.plots.ci, figure)
@@ -234,7 +240,7 @@ class ExplainView(View):
     def _title_chars(self) -> int:
         """Characters per title line that fit one map's column at text scale 1 (about 11 px each): wider titles
         would make the columns wider than the view."""
-        columns = small_multiples_shape(max(len(self.explanations), 1))[1]
+        columns = small_multiples_shape(max(len(self._order), 1))[1]  # the maps drawn
         return max(14, min(60, int((self.plots.width() - 120) / columns / 11)))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
@@ -244,6 +250,7 @@ class ExplainView(View):
 
     def _draw_curves(self) -> None:
         self.curves.ci.clear()
+        self.curves.setVisible(self.shows("curves"))
         chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
         if not chosen:
             return
