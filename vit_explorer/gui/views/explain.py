@@ -5,6 +5,7 @@ worker with progress (cancellable); the image panel's [MASK] patches and the hea
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -183,8 +184,8 @@ class ExplainView(View):
         baseline = self.baseline.currentText()
         reporter = self.reporter
 
-        def job(cancel: object) -> list[Explanation]:
-            return rel.explain(inputs, methods, target, baseline, cancel=cancel,  # type: ignore[arg-type]
+        def job(cancel: threading.Event) -> list[Explanation]:
+            return rel.explain(inputs, methods, target, baseline, cancel=cancel,
                                progress=lambda share, what: reporter.changed.emit(share, what))
 
         self._set_busy(True)
@@ -262,7 +263,7 @@ class ExplainView(View):
         """A click on a map draws that method's curves."""
         if self._drawn is None:
             return
-        pos = event.scenePos()  # type: ignore[attr-defined]
+        pos = event.scenePos()
         for explanation, plot in zip(self._order, self._drawn.plots, strict=False):
             if plot.sceneBoundingRect().contains(pos):
                 self.chosen = explanation.method
