@@ -151,9 +151,15 @@ class ExplainView(View):
     def methods(self) -> list[str]:
         return [name for name, action in self.method_actions.items() if action.isChecked() and action.isEnabled()]
 
-    def choose(self, *, methods: list[str] | None = None, target: int | None = None, baseline: str | None = None
-               ) -> None:
-        """Set the controls (tests, lessons) and recompute."""
+    def choose(self, *, methods: list[str] | None = None, target: int | str | None = None,
+               baseline: str | None = None) -> None:
+        """Set the controls (tests, lessons) and recompute; `target` by index or label (ValueError for a label this
+        model does not have)."""
+        loaded = self.session.loaded
+        if isinstance(target, str):
+            if loaded is None or target not in loaded.labels:
+                raise ValueError(f"{target!r} is not one of this model's labels")
+            target = loaded.labels.index(target)
         if methods is not None:
             for name, action in self.method_actions.items():
                 action.blockSignals(True)
@@ -161,7 +167,7 @@ class ExplainView(View):
                 action.blockSignals(False)
         if target is not None:
             if self.target.findData(target) < 0:
-                self.target.addItem(str(target), target)
+                self.target.addItem(f"{target}: {loaded.label(target) if loaded else target}", target)
             self.target.setCurrentIndex(self.target.findData(target))
         if baseline is not None:
             self.baseline.setCurrentText(baseline)
