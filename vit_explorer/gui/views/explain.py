@@ -43,6 +43,7 @@ class ExplainView(View):
         self.chosen: str | None = None  # the method whose curves are drawn
         self._drawn: figures.MapsPlot | None = None
         self._drawn_chars = 0  # the title width the maps were drawn for
+        self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
         self._order: list[Explanation] = []
         self.methods_button = QToolButton()
         self.methods_button.setText("Methods")
@@ -59,6 +60,8 @@ class ExplainView(View):
             self.method_actions[name] = action
         self.methods_button.setMenu(self.methods_menu)
         self.target = QComboBox()
+        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.target.setMinimumContentsLength(16)  # "12: label (34.5%)" readable
         self.target.setToolTip("The class to explain (the most likely ones of the current prediction); a model "
                                "without a classifier explains the similarity of its embedding to the unmasked image.")
         self.target.activated.connect(self.schedule)
@@ -115,7 +118,7 @@ class ExplainView(View):
     # ------------------------------------------------------------------ inputs
     def _model_changed(self) -> None:
         loaded = self.session.loaded
-        self.explanations, self._order, self.chosen = [], [], None
+        self.explanations, self._order, self.chosen, self._request = [], [], None, ()
         self.plots.ci.clear()
         self.curves.ci.clear()
         if loaded is None:
@@ -194,6 +197,11 @@ class ExplainView(View):
             return rel.explain(inputs, methods, target, baseline, cancel=cancel,
                                progress=lambda share, what: reporter.changed.emit(share, what))
 
+        request = (tuple(methods), target.index, head, baseline)
+        if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
+            self._request = request
+            self.explanations, self._order = [], []
+            self.restyle()
         self._set_busy(True)
         self.note.setText(f"computing {len(methods)} maps on {loaded.source or 'the model'}…")
         self.run_for_model(inputs.model_id, "explain", job, self._done, self._failed)
@@ -211,7 +219,7 @@ class ExplainView(View):
 
     def _progressed(self, share: float, what: str) -> None:
         self.progress.setValue(int(share * 1000))
-        self.progress.setFormat(f"{what} %p%")
+        self.note.setText(f"computing: {what}…")
 
     def _failed(self, message: str) -> None:
         self._set_busy(False)
