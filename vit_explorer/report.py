@@ -189,7 +189,7 @@ def _relevance_figures(result: ForwardResult) -> Figures:
                if relevance.METHODS[m].reason(cfg) is None]
     top = relevance.Target(index=int(result.probs.argmax()))
     explained = relevance.explain(result.inputs, methods, top, measure=False)
-    return {"relevance.png": (relevance.ranking_figure(explained), (300 + 300 * len(methods), 480))}
+    return {"relevance.png": (relevance.ranking_figure(explained), _multiples_size(len(methods)))}
 
 
 def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str]

@@ -658,8 +658,8 @@ def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True, o
     drawn = [(i, e) for i, e in enumerate(order) if only is None or e.method in only]
     if not drawn:
         raise ValueError("no explanation to draw")
-    titles = tuple(f"{i + 1}. {METHODS[e.method].short}" + (f" · {e.faithfulness.gap:+.3f}" if e.faithfulness else "")
-                   for i, e in drawn)  # the gap: negative - positive AUC
+    titles = tuple(f"{i + 1}. {METHODS[e.method].short} · {e.faithfulness.gap:+.3f}" if e.faithfulness else
+                   METHODS[e.method].short for i, e in drawn)  # the gap: negative - positive AUC; unmeasured: no rank
     maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for _, e in drawn])
     first = order[0].faithfulness
     heading = f"{order[0].target.title} · " + (
