@@ -23,7 +23,7 @@ def test_explain_view_ranks_maps_draws_curves_and_follows_target_and_masks(windo
     _wait_maps(qtbot, view, methods)
     assert not view.progress.isVisible() and not view.cancel_button.isVisible()
     assert [e.method for e in view._order] == [e.method for e in rel.ranked(view.explanations)]
-    assert len(view._drawn.plots) == 3 and view.curves.ci.layout.count() == 2  # the first-ranked map's curves
+    assert len(view._drawn.plots) == 3 and view.curves.ci.layout.count() == 1  # the first-ranked map's curves
     top = view.explanations[0].target.index
     # a click on the last map draws that method's curves
     last = view._drawn.plots[-1]

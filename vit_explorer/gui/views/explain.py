@@ -5,12 +5,13 @@ worker with progress (cancellable); the image panel's [MASK] patches and the hea
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
 
@@ -44,6 +45,7 @@ class ExplainView(View):
         self._drawn: figures.MapsPlot | None = None
         self._drawn_chars = 0  # the title width the maps were drawn for
         self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
+        self.heading_text = ""  # over the maps: what is explained, how the maps are ranked
         self._order: list[Explanation] = []
         self.methods_button = QToolButton()
         self.methods_button.setText("Methods")
@@ -75,6 +77,11 @@ class ExplainView(View):
         self.baseline.setToolTip("What a removed patch becomes when faithfulness is measured: 0 in the normalised "
                                  "input, the [MASK] token, or a blur of the image.")
         self.baseline.activated.connect(self.schedule)
+        self.curve_kind = QComboBox()
+        self.curve_kind.addItems(["perturbation curves", "deletion / insertion"])
+        self.curve_kind.setToolTip("The curves drawn under the maps for the map clicked: Chefer et al.'s positive "
+                                   "and negative perturbation, or Petsiuk et al.'s deletion and insertion.")
+        self.curve_kind.activated.connect(self._draw_curves)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop computing the maps.")
         self.cancel_button.clicked.connect(self.cancel)
@@ -82,7 +89,8 @@ class ExplainView(View):
         self.progress.setRange(0, 1000)
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("%p%")
-        for widget in (self.methods_button, self.target, self.head, self.baseline, self.progress, self.cancel_button):
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.progress,
+                       self.cancel_button):
             self.controls.addWidget(widget)
         self._set_busy(False)
         self.plots = pg.GraphicsLayoutWidget()
@@ -244,7 +252,8 @@ class ExplainView(View):
             return
         only = None if self.shows("maps") else rel.rollout_and_best(self.explanations)
         figure = rel.ranking_figure(self.explanations, only=only)
-        self.heading.setText(figure.heading + (" · click a map for its curves" if self.shows("curves") else ""))
+        self.heading_text = figure.heading + (" · click a map for its curves" if self.shows("curves") else "")
+        self.heading.setText(self.heading_text)
         figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
         self._order = [e for e in rel.ranked(self.explanations) if only is None or e.method in only]
         self._drawn_chars = self._title_chars()
@@ -262,16 +271,36 @@ class ExplainView(View):
         super().resizeEvent(event)
         if self.explanations and self._title_chars() != self._drawn_chars:
             self.restyle()
+        elif self.explanations:
+            QTimer.singleShot(0, self, self._fit_height)
 
-    def _draw_curves(self) -> None:
+    def _draw_curves(self, *_: object) -> None:
         self.curves.ci.clear()
         self.curves.setVisible(self.shows("curves"))
         chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
         if not chosen:
             return
-        with figures.title_width(max(24, int(self.curves.width() / 2 / 11))):
-            figures.draw(self.curves.ci.addLayout(row=0, col=0), rel.perturbation_figure(chosen))
-            figures.draw(self.curves.ci.addLayout(row=0, col=1), rel.deletion_figure(chosen))
+        name = rel.METHODS[chosen[0].method].short
+        # one-line titles: the curves keep the height of a short view
+        if self.curve_kind.currentIndex() == 0:  # one chart at a time: two side by side do not fit a small screen
+            figure = replace(rel.perturbation_figure(chosen), title=f"{name}: positive and negative perturbation")
+        else:
+            figure = replace(rel.deletion_figure(chosen), title=f"{name}: deletion and insertion")
+        figures.draw(self.curves.ci, figure)
+        QTimer.singleShot(0, self, self._fit_height)  # once the plots' items know their sizes
+
+    def _fit_height(self) -> None:
+        """The curves at least as tall as their titles, axes and legends need (larger text needs more), taken
+        from the maps above; where both do not fit (a small screen with large text) the curves give way."""
+        if not self.shows("curves") or not self.explanations:
+            return
+        maps = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        curves = self.curves.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        room = self.plots.height() + (self.curves.height() + self.body.spacing() if self.curves.isVisible() else 0)
+        fits = maps + curves + self.body.spacing() <= room
+        self.curves.setMinimumHeight(math.ceil(curves) + 2 if fits else 0)
+        self.curves.setVisible(fits)
+        self.heading.setText(self.heading_text + ("" if fits else " · no room for the curves: enlarge the window"))
 
     def _clicked(self, event: object) -> None:
         """A click on a map draws that method's curves."""
