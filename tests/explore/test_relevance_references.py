@@ -148,7 +148,7 @@ def test_gradcam_equals_pytorch_grad_cam(case: str, reference, monkeypatch: pyte
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["timm-vit-s16", "hf-deit-s-distilled"])
+@pytest.mark.parametrize("case", ["timm-vit-s16", "timm-deit-s-distilled", "hf-deit-s-distilled"])
 def test_occlusion_and_perturbation_curves_equal_a_direct_computation(case: str, reference) -> None:
     model, folder = reference(case)
     session = _session(folder)
@@ -181,3 +181,30 @@ def test_occlusion_and_perturbation_curves_equal_a_direct_computation(case: str,
         order = sorted(range(n), key=lambda i: -flat[i] if positive else flat[i])  # Python's sort is stable
         expected = prob([zeroed(order[:round(n * k / 10)]) for k in range(10)])
         np.testing.assert_allclose(curve, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["timm-vit-s16"])
+def test_attention_gradient_equals_the_equations_on_timms_own_attention(case: str, reference) -> None:
+    """Chefer et al. 2021b on timm's model itself: its (unfused) attention probabilities and their gradients
+    taken by hooks, R = I + sum of mean_heads((grad A * A)+) R, the [CLS] row over the patches."""
+    model, folder = reference(case)
+    session = _session(folder)
+    ours = rel.relevance_map(session, "attention-gradient")
+    maps: list[torch.Tensor] = []
+    handles = []
+    for block in model.blocks:
+        block.attn.fused_attn = False  # timm then forms the probabilities and passes them through attn_drop
+        handles.append(block.attn.attn_drop.register_forward_hook(lambda module, args, out: maps.append(out)))
+    try:
+        logits = model(session.scorer.pixels.detach().clone())
+        grads = torch.autograd.grad(logits[0, 2], maps)
+    finally:  # the reference model is shared by the module's tests
+        for block, handle in zip(model.blocks, handles, strict=True):
+            handle.remove()
+            block.attn.fused_attn = True
+    t = maps[0].shape[-1]
+    r = torch.eye(t)
+    for a, g in zip(maps, grads, strict=True):
+        r = r + (g * a).clamp(min=0).mean(dim=1)[0] @ r
+    gh, gw = ours.shape
+    _close(ours, r[0, 1:].reshape(gh, gw).detach().numpy())
