@@ -2,10 +2,14 @@
 distilled DeiT-S at 224 (two blocks deep, for speed; every other size as the named models) saved in timm's hub
 layout and in Hugging Face's, loaded by `vit_explorer.load`. integrated-gradients equals captum's
 IntegratedGradients, gradcam pytorch-grad-cam's GradCAM with the ViT reshape, occlusion and the positive /
-negative perturbation curves a direct computation through the reference model, each to 1e-5 of the map's range."""
+negative perturbation curves a direct computation through the reference model, each to 1e-5 of the map's range;
+attention-gradient equals Chefer 2021b's equations on timm's own attention and gradients, and
+transformer-attribution the authors' relevance rules (their relprop code, autograd and all) re-told on timm's
+modules."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -208,3 +212,109 @@ def test_attention_gradient_equals_the_equations_on_timms_own_attention(case: st
         r = r + (g * a).clamp(min=0).mean(dim=1)[0] @ r
     gh, gw = ours.shape
     _close(ours, r[0, 1:].reshape(gh, gw).detach().numpy())
+
+
+def _safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # the authors' helper, as they wrote it
+    den = b.clamp(min=1e-9) + b.clamp(max=1e-9)
+    den = den + den.eq(0).type(den.type()) * 1e-9
+    return a / den * b.ne(0).type(b.type())
+
+
+def _gradprop(z: torch.Tensor, xs: list[torch.Tensor], s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.autograd.grad(z, xs, s, retain_graph=True)
+
+
+def _linear_relprop(x: torch.Tensor, weight: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The authors' Linear.relprop with alpha = 1, beta = 0, with autograd as they wrote it."""
+    pw, nw = weight.clamp(min=0), weight.clamp(max=0)
+    px = x.clamp(min=0).detach().requires_grad_(True)
+    nx = x.clamp(max=0).detach().requires_grad_(True)
+    z1, z2 = torch.nn.functional.linear(px, pw), torch.nn.functional.linear(nx, nw)
+    s = _safe_divide(r, z1 + z2)
+    return px * _gradprop(z1, [px], s)[0] + nx * _gradprop(z2, [nx], s)[0]
+
+
+def _two_relprop(z_fn, a: torch.Tensor, b: torch.Tensor, r: torch.Tensor, normalise: bool):
+    """The authors' Add (normalised) and einsum (not) relprop: x * grad(Z, x, R / Z) for both operands."""
+    a, b = a.detach().requires_grad_(True), b.detach().requires_grad_(True)
+    z = z_fn(a, b)
+    ca, cb = _gradprop(z, [a, b], _safe_divide(r, z))
+    ra, rb = a * ca, b * cb
+    if normalise:
+        sa, sb = ra.sum(), rb.sum()
+        ra = ra * _safe_divide(_safe_divide(sa.abs(), sa.abs() + sb.abs()) * r.sum(), ra.sum())
+        rb = rb * _safe_divide(_safe_divide(sb.abs(), sa.abs() + sb.abs()) * r.sum(), rb.sum())
+    return ra, rb
+
+
+def _authors_transformer_attribution(model: torch.nn.Module, x: torch.Tensor, target: int) -> torch.Tensor:
+    """Chefer et al.'s generate_LRP(method='transformer_attribution') re-told on timm's ViT modules."""
+    with torch.no_grad():
+        tokens = model.norm_pre(model._pos_embed(model.patch_embed(x)))
+        inputs = []
+        for block in model.blocks:
+            inputs.append(tokens)
+            tokens = block(tokens)
+        pooled = model.norm(tokens)[:, 0]
+    one_hot = torch.zeros(1, model.head.out_features)
+    one_hot[0, target] = 1.0
+    r = torch.zeros_like(tokens)
+    r[:, 0] = _linear_relprop(pooled, model.head.weight, one_hot)  # head, then pool (IndexSelect), norm: identity
+    cams = []
+    for block, x_in in zip(reversed(model.blocks), reversed(inputs), strict=True):
+        attn = block.attn
+        b, t, c = x_in.shape
+        h = attn.num_heads
+        h1 = block.norm1(x_in)
+        q, k, v = attn.qkv(h1).reshape(b, t, 3, h, c // h).permute(2, 0, 3, 1, 4).unbind(0)
+        probs = ((q * attn.scale) @ k.transpose(-2, -1)).softmax(-1)
+        heads = probs @ v
+        merged = heads.transpose(1, 2).reshape(b, t, c)
+        branch1 = attn.proj(merged)
+        mid = x_in + branch1
+        h2 = block.norm2(mid)
+        hidden = block.mlp.act(block.mlp.fc1(h2))
+        branch2 = block.mlp.fc2(hidden)
+        r1, r2 = _two_relprop(torch.add, mid, branch2, r, normalise=True)  # add2
+        r2 = _linear_relprop(h2, block.mlp.fc1.weight, _linear_relprop(hidden, block.mlp.fc2.weight, r2))
+        r = r1 + r2  # clone2
+        r1, r2 = _two_relprop(torch.add, x_in, branch1, r, normalise=True)  # add1
+        r_heads = _linear_relprop(merged, attn.proj.weight, r2).reshape(b, t, h, c // h).transpose(1, 2)
+        cam, r_v = _two_relprop(torch.matmul, probs, v, r_heads, normalise=False)
+        cam, r_v = cam / 2, r_v / 2
+        cams.append(cam)
+        r_q, r_k = _two_relprop(lambda a, bb: torch.einsum("bhid,bhjd->bhij", a, bb), q, k, cam, normalise=False)
+        r_qkv = torch.stack([r_q / 2, r_k / 2, r_v]).permute(1, 3, 0, 2, 4).reshape(b, t, 3 * c)
+        r = r1 + _linear_relprop(h1, attn.qkv.weight, r_qkv)  # norm1: identity; clone1
+    cams.reverse()
+    # the gradients of the target logit at each attention map, by hooks, as in their code
+    maps: list[torch.Tensor] = []
+    handles = []
+    for block in model.blocks:
+        block.attn.fused_attn = False
+        handles.append(block.attn.attn_drop.register_forward_hook(lambda module, args, out: maps.append(out)))
+    try:
+        grads = torch.autograd.grad(model(x)[0, target], maps)
+    finally:
+        for block, handle in zip(model.blocks, handles, strict=True):
+            handle.remove()
+            block.attn.fused_attn = True
+    eye = torch.eye(t)
+    joint = None
+    for cam, grad in zip(cams, grads, strict=True):  # compute_rollout_attention(start_layer=0)
+        step = (grad * cam).clamp(min=0).mean(dim=1)[0] + eye
+        step = step / step.sum(dim=-1, keepdim=True)
+        joint = step if joint is None else step @ joint
+    return joint[0, 1:]
+
+
+def test_transformer_attribution_equals_the_authors_rules_retold_on_timm(reference) -> None:
+    """In float64 on both sides: LRP divides by layer outputs that can be near zero, which turns float32's
+    rounding of two different forward passes into differences of about 1e-4 of the map's range."""
+    model, folder = reference("timm-vit-s16")
+    session = _session(folder)  # a model of its own: made float64 here
+    session.loaded.model.double()
+    session.scorer.pixels = session.scorer.pixels.double()
+    ours = rel.relevance_map(session, "transformer-attribution")
+    ref = _authors_transformer_attribution(copy.deepcopy(model).double(), session.scorer.pixels.detach().clone(), 2)
+    _close(ours, ref.reshape(ours.shape).detach().numpy())
