@@ -134,7 +134,8 @@ class ExplainView(View):
         for name, action in self.method_actions.items():
             reason = rel.METHODS[name].reason(loaded.config)
             action.setEnabled(reason is None)
-            action.setToolTip(reason or rel.METHODS[name].needs)
+            method = rel.METHODS[name]
+            action.setToolTip(reason or f"{method.needs} ({method.reference})")
         self.methods_menu.setToolTipsVisible(True)
         self.head.setVisible(bool(loaded.config.distilled and loaded.config.dist_head))
         self._fill_targets()
