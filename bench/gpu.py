@@ -15,6 +15,8 @@ Cases (full form, targets from the project's issue):
 - one interactive update (the app's forward pass with the default views' captures) vs a plain forward <= 1.3x
 - a full activation-patching sweep, ViT-S/16 residual stream at every block x token (12 x 197 patched runs) in
   batches of 256, vs as many plain batched forwards                                 target <= 1.3x
+- one attention-gradient map vs timm's forward + backward of the same logit                       <= 1.3x
+- the ten-step perturbation curve vs timm's forward of the same ten images                       <= 1.3x
 
 The reduced form (--reduced, and the default without CUDA) runs each case on tiny models for a few steps
 in fp32 without compiling, so a test can run this file unchanged on a machine without a GPU.
@@ -59,6 +61,8 @@ FULL = {
     "train cait-xxs24": Shape("cait-xxs24", "cait_xxs24_224", 224, 128),
     "update vit-b16": Shape("vit-b16", "vit_base_patch16_224", 224, 1),
     "sweep vit-s16": Shape("vit-s16", "vit_small_patch16_224", 224, 256),
+    "explain map vit-b16": Shape("vit-b16", "vit_base_patch16_224", 224, 1),
+    "explain curve vit-b16": Shape("vit-b16", "vit_base_patch16_224", 224, 10),
 }
 REDUCED = {name: Shape(s.preset, s.timm_name, 32, min(s.batch, 8),
                        {"patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2, "num_classes": 10,
@@ -155,6 +159,8 @@ def run_case(name: str, shape: Shape, device: torch.device, full: bool, steps: i
     elif kind == "latency":
         measure("ours", ours.eval())
         measure("transformers sdpa", hf_model(config).to(device).eval())
+    elif kind == "explain":
+        rates.update(_explain_rates(name, ours.eval(), theirs.eval(), config, shape, steps, warmup, sync))
     else:  # the interactive update, or a patching sweep: the app's forward passes against plain ones
         loaded = LoadedModel(ours.eval(), config, [str(i) for i in range(config.num_classes)],
                              Preprocess(config.image_size))
@@ -183,11 +189,43 @@ def run_case(name: str, shape: Shape, device: torch.device, full: bool, steps: i
             "rates": {k: round(v, 1) for k, v in rates.items()}, **_verdict(name, rates, config, shape)}
 
 
+def _explain_rates(name: str, ours: VisionTransformer, theirs: torch.nn.Module, config: ViTConfig, shape: Shape,
+                   steps: int, warmup: int, sync: Callable[[], None]) -> dict[str, float]:
+    """Issue 16: an attention-gradient map against timm's forward + backward of the logit (batch 1), or the ten-step
+    perturbation curve against timm's forward of the same ten perturbed images; rates in images per second."""
+    from vit_explorer.analysis import faithfulness as faith
+    from vit_explorer.explore import relevance as rel
+
+    loaded = LoadedModel(ours, config, [str(i) for i in range(config.num_classes)], Preprocess(config.image_size))
+    inputs = Inputs(loaded, _image(shape.image), config.image_size, np.zeros(config.grid_size, bool),
+                    np.ones((config.depth, config.num_heads), np.float32))
+    session = rel.prepare(inputs, rel.Target(index=1))
+    pixels = session.scorer.pixels
+
+    def backward() -> None:
+        theirs.zero_grad(set_to_none=True)
+        theirs(pixels)[0, 1].backward()
+
+    if "map" in name:
+        return {"attention-gradient map": rate(lambda: rel.relevance_map(session, "attention-gradient"), 1, steps,
+                                               warmup, sync),
+                "timm fwd+bwd": rate(backward, 1, steps, warmup, sync)}
+    masks = faith.perturbation_masks(rel.relevance_map(session, "rollout"), positive=True)  # (10, N)
+    batch = session.scorer.batch(torch.from_numpy(masks).to(pixels.device))[0].contiguous()
+    return {"perturbation curve": rate(lambda: list(faith.scores(session.scorer.scores, masks, rel.BATCH)),
+                                       shape.batch, steps, warmup, sync),
+            "timm forward": rate(infer_step(theirs, batch, False), shape.batch, steps, warmup, sync)}
+
+
 def _verdict(name: str, rates: dict[str, float], config: ViTConfig, shape: Shape) -> dict[str, Any]:
     ours = rates.get("ours compiled", rates.get("ours", 0.0))
     if name.startswith("sweep"):
         ratio = rates["plain forward"] / rates["patched runs"]  # time per run: patched / plain, same batches
         return {"ratio": round(ratio, 3), "target": "sweep <= 1.3x plain batched forwards", "met": ratio <= 1.3}
+    if name.startswith("explain"):
+        mine, reference = list(rates.values())
+        ratio = reference / mine  # time ratio: ours / timm's
+        return {"ratio": round(ratio, 3), "target": "<= 1.3x timm's time", "met": ratio <= 1.3}
     if name.startswith("update"):
         ratio = rates["plain forward"] / rates["interactive update"]  # time ratio: update / plain
         return {"ratio": round(ratio, 3), "target": "update <= 1.3x a plain forward", "met": ratio <= 1.3}

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert", "components", "patch")
+COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +41,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 
 def _command_parser() -> argparse.ArgumentParser:
-    from . import report
+    from . import explain, report
     from .explore import components_command
     from .training import command as train_command
 
@@ -67,6 +67,8 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+
+    explain.add_arguments(sub.add_parser("explain", help="relevance maps of an image, each with its faithfulness"))
     components_command.add_arguments(sub)
     return parser
 
@@ -194,6 +196,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _convert(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command == "explain":
+            from . import explain
+
+            return explain.run(args)
         if args.command in ("components", "patch"):
             from .explore import components_command
 

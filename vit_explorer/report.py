@@ -30,7 +30,7 @@ from .checkpoints.errors import CheckpointWarning
 from .checkpoints.files import write_folder
 from .checkpoints.loaded import LoadedModel
 from .data.images import open_image, sample_images
-from .explore import attention, embeddings, features, position
+from .explore import attention, embeddings, features, position, relevance
 from .explore.figures import Figure, SimilarityFigure, TilesFigure, small_multiples_shape
 from .explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from .explore.prediction import prediction_figure
@@ -135,6 +135,7 @@ def build_report(loaded: LoadedModel, *, image: Image.Image, image_info: dict[st
         name = "patch_embedding_components.png" if facts.filters.variance is not None else "conv_stem_filters.png"
         figures[name] = (facts.filters.figure(), (900, 640))
     figures.update(_attention_figures(result, query))
+    figures.update(_relevance_figures(result))
     if facts.tokens:
         figures["token_similarity.png"] = (facts.tokens_figure(), (900, 600))
     feature_figures, pca_images, skipped = _feature_figures(loaded, result, image_info)
@@ -177,6 +178,18 @@ def _attention_figures(result: ForwardResult, query: attention.Query) -> Figures
         ca = attention.class_attention_figure(result)
         figures["class_attention.png"] = (ca, _multiples_size(len(ca.maps)))
     return figures
+
+
+def _relevance_figures(result: ForwardResult) -> Figures:
+    """The top class's class-specific maps side by side (their faithfulness is `vit-explorer explain`'s)."""
+    cfg = result.inputs.loaded.config
+    if not relevance.has_classifier(cfg):
+        return {}
+    methods = [m for m in ("attention-gradient", "transformer-attribution", "gradcam")
+               if relevance.METHODS[m].reason(cfg) is None]
+    top = relevance.Target(index=int(result.probs.argmax()))
+    explained = relevance.explain(result.inputs, methods, top, measure=False)
+    return {"relevance.png": (relevance.ranking_figure(explained), _multiples_size(len(methods)))}
 
 
 def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dict[str, str]

@@ -90,8 +90,9 @@ def _shape_colour(g: torch.Generator, bg_mean: torch.Tensor) -> torch.Tensor:
 
 
 def _draw(seed: int, split: str, start: int, count: int, size: int, variant: str
-          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images (count, 3, S, S) uint8 and labels (count,) for dataset indices [start, start + count)."""
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Images (count, 3, S, S) uint8, labels (count,) and the shapes' masks (count, S, S) bool (pixels at least
+    half covered by the shape) for dataset indices [start, start + count)."""
     chunk = start // CHUNK + (SPLIT_OFFSET if split == "val" else 0)
     g = torch.Generator().manual_seed(seed * 1_000_003 + chunk)
     n = CHUNK
@@ -131,12 +132,11 @@ def _draw(seed: int, split: str, start: int, count: int, size: int, variant: str
     image = bg * (1 - alpha) + colour.view(n, 3, 1, 1) * alpha
     image = (image * 255).round().to(torch.uint8)
     offset = start % CHUNK
-    return image[offset:offset + count], labels[offset:offset + count]
+    masks = alpha[:, 0] >= 0.5
+    return image[offset:offset + count], labels[offset:offset + count], masks[offset:offset + count]
 
 
-def generate(n: int, *, seed: int = 0, size: int = 32, variant: str = "shapes", split: str = "train"
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first n images (n, 3, S, S) uint8 and labels (n,) int64 of a procedural dataset split."""
+def _check(n: int, size: int, variant: str, split: str) -> None:
     if split not in ("train", "val"):
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
     if variant not in VARIANTS:
@@ -145,11 +145,27 @@ def generate(n: int, *, seed: int = 0, size: int = 32, variant: str = "shapes", 
         raise ValueError(f"built-in dataset images must be at least 8 pixels wide, got {size}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"the number of images must be a whole number >= 0, got {n!r}")
+
+
+def generate(n: int, *, seed: int = 0, size: int = 32, variant: str = "shapes", split: str = "train"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first n images (n, 3, S, S) uint8 and labels (n,) int64 of a procedural dataset split."""
+    _check(n, size, variant, split)
     images, labels = [], []
     for start in range(0, n, CHUNK):
-        x, y = _draw(seed, split, start, min(CHUNK, n - start), size, variant)
+        x, y, _ = _draw(seed, split, start, min(CHUNK, n - start), size, variant)
         images.append(x)
         labels.append(y)
     if not images:
         return torch.empty(0, 3, size, size, dtype=torch.uint8), torch.empty(0, dtype=torch.int64)
     return torch.cat(images), torch.cat(labels)
+
+
+def object_masks(n: int, *, seed: int = 0, size: int = 32, variant: str = "shapes", split: str = "train"
+                 ) -> torch.Tensor:
+    """The shapes' masks (n, S, S) bool of the first n images of a split, exactly as `generate` draws them
+    (a pixel is on the shape when it is at least half covered): what the pointing game and a relevance map's
+    IoU are measured against."""
+    _check(n, size, variant, split)
+    masks = [_draw(seed, split, start, min(CHUNK, n - start), size, variant)[2] for start in range(0, n, CHUNK)]
+    return torch.cat(masks) if masks else torch.zeros(0, size, size, dtype=torch.bool)

@@ -10,6 +10,8 @@ inputs it depends on and the arrays it draws.
 - features:   PCA of patch features as colour, [CLS] attention per head, token norms and registers,
               patch correspondence, nearest images and the embedding of a model without classifier
 - compare:    two models side by side on the same image, masks and head switches
+- relevance:  why the model decides: the METHODS table of relevance maps (rollout, attention-gradient,
+              transformer attribution, Grad-CAM, integrated gradients, occlusion), targets, faithfulness
 - tables:     parameters per stage / layer / tensor and FLOPs (and multiply-adds) per stage
 - build:      a freshly initialised model from a config (the builder)
 - lessons:    lesson files (a sequence of app states with captions), read and validated

@@ -14,11 +14,12 @@ A lesson file:
                 "query": [row, col] | null,
                 "mask": "none" | {"random": 0.3, "seed": 0} | [[row, col], ...], "heads_off": [[layer, head], ...],
                 "compare": "name", "panels": ["similarity"], "input": "mask" | "query" | "draw", "hover": true,
-                "expand": ["blocks", "blocks.0"]}, ...]}
+                "expand": ["blocks", "blocks.0"], "target": "star" | 3}, ...]}
 
 `panels` names the parts of a multi-panel view the step shows (PANELS; default all of them), `input` what a
 click on the image does (default "mask"), `hover` shows the patch readout under the image in presentation
-mode, and `expand` opens the Parameters tree down to a row.
+mode, `expand` opens the Parameters tree down to a row, and `target` is the class (label or index) the Explain
+view explains.
 
 Every field of a step but title and caption is optional: what a step does not set stays as it was, except
 what is on screen (view panels, the heads shown, input mode, hover readout), which each step sets.
@@ -39,12 +40,13 @@ from ..paths import BUNDLED, LESSONS
 from .attention import MODES
 
 FORMAT, VERSION = "vit-explorer-lesson", 1
-VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Components", "Embeddings", "Features", "Compare",
-         "Parameters", "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
+VIEWS = ("Prediction", "Attention", "Explain", "Position embeddings", "Heads", "Components", "Embeddings",
+         "Features", "Compare", "Parameters", "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
 # the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
 # MAIN_PANELS are always drawn, the others hang on them
 PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),
-          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart")}
+          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart"),
+          "Explain": ("maps", "rollout and best", "curves")}  # "rollout and best" alone: the two maps, larger
 MAIN_PANELS = {"Position embeddings": ("similarity",), "Parameters": ("table",)}
 INPUT_MODES = ("mask", "query", "draw")  # what a click on the image does
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
@@ -100,6 +102,7 @@ class Step:
     input_mode: str = "mask"
     hover: bool = False
     expand: tuple[str, ...] = ()  # a row of the Parameters tree to open, by its names from the stage down
+    target: int | str | None = None  # the Explain view's class, by index or label (None: unchanged)
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",
-             "heads_off", "compare", "panels", "input", "hover", "expand"}
+             "heads_off", "compare", "panels", "input", "hover", "expand", "target"}
 
 
 def _known(data: dict[str, Any], keys: set[str], where: str) -> None:
@@ -226,7 +229,13 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
         panels=_panels(raw.get("panels"), view, f"{where}: panels"),
         input_mode=input_mode, hover=hover,
         expand=_names(raw.get("expand", []), f"{where}: expand"),
+        target=_target(raw.get("target"), f"{where}: target"),
     )
+
+
+def _target(value: Any, where: str) -> int | str | None:
+    """A class by index (a whole number from 0, `_count`'s error otherwise) or by label (text), or None."""
+    return _text(value, where) if isinstance(value, str) else _count(value, where)
 
 
 def _excerpt(value: Any) -> str:

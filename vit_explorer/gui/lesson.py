@@ -246,6 +246,11 @@ class LessonRunner(QObject):
         window.presentation.arrange()  # the hover readout the step asks for (`Session.hover`)
         if step.view is not None:
             window.show_view(step.view, step.panels)
+        if step.target is not None:
+            try:
+                window.views["Explain"].choose(target=step.target)
+            except ValueError as error:  # a label this model does not have: the banner says so, the rest applies
+                session.error.emit(f"lesson step {index + 1}: target: {error}")
         if step.expand:
             try:
                 window.views["Parameters"].expand(step.expand)

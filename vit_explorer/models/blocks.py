@@ -6,7 +6,9 @@ one to one.
 Attention capture: the output always comes from the fused `scaled_dot_product_attention` (except
 with talking heads, which mix heads around the softmax), so capturing never changes what the model
 computes; `rows=ALL` also forms the (B, heads, N, N) probabilities explicitly, a list of query
-indices only those rows, `rows=None` none.
+indices only those rows, `rows=None` none. `rows=GRAD` is the one exception, for gradient-based
+relevance: every row is formed and the output is computed from them (`probs @ v`), so the probabilities
+are in the output's autograd graph and their gradient is the real one (the same numbers to ~1e-6).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from .config import ViTConfig
 
 ALL = "all"  # capture every query row
+GRAD = "grad"  # every row, with the output computed from them (their gradient is the output's)
 Rows = Sequence[int] | str | None
 # A block's edit (site, value) -> value: it reads, and may replace, what the block computes at a site:
 # "resid" its input (B, T, D), "head" each head's output before the projection (B, heads, T, hd), "attn" and
@@ -180,7 +183,11 @@ class Attention(nn.Module):
             probs = _softmax(logits)
             probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
             out = self.attn_drop(probs) @ v  # (B, H, N, hd)
-            probs = None if rows is None else probs if rows == ALL else probs[:, :, list(rows)]
+            probs = None if rows is None else probs if rows in (ALL, GRAD) else probs[:, :, list(rows)]
+        elif rows == GRAD:  # the output from the explicit probabilities, so they are in its graph
+            logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
+            probs = (logits if bias is None else logits + bias).softmax(dim=-1)
+            out = self.attn_drop(probs) @ v  # (B, H, N, hd)
         else:
             drop = self.attn_drop.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)  # (B, H, N, hd)
@@ -242,16 +249,21 @@ class ClassAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
 
-    def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool = False,
+    def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool | str = False,
                 edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """capture: True forms the probabilities beside the fused output, GRAD computes the output from them."""
         b, n, c = u.shape  # u = [CLS; patches]
         q = self.q(u[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, 1, hd)
         k = self.k(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         drop = self.attn_drop.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
         probs = None
-        if capture:  # beside the fused output, which capturing never changes
+        if capture == GRAD:  # the output from the explicit probabilities, so they are in its graph
+            probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N)
+            out = self.attn_drop(probs) @ v  # (B, H, 1, hd)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
+        if capture is True:  # beside the fused output, which capturing never changes
             probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N): one row per head
         out = _mask_heads(out, head_mask)
         if edit is not None:
@@ -276,7 +288,7 @@ class ClassAttentionBlock(nn.Module):
         self.drop_path2 = DropPath(0.0)
 
     def forward(self, patches: torch.Tensor, cls: torch.Tensor, *, head_mask: torch.Tensor | None = None,
-                capture: bool = False, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                capture: bool | str = False, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """edit: as Block's at the sites "head", "attn" and "mlp" ([CLS]'s alone); the model edits "resid"."""
         u = torch.cat([cls, patches], dim=1)  # (B, 1+N, D)
         attn_out, probs = self.attn(self.norm1(u), head_mask=head_mask, capture=capture, edit=edit)
@@ -306,14 +318,15 @@ class AttentionPool(nn.Module):
         self.norm = make_norm(config.norm, dim, config.layer_norm_eps)
         self.mlp = Mlp(dim, config.pool_mlp_hidden, config.drop_rate, config.mlp)
 
-    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, N, D) -> pooled (B, D), and with `capture` the latent's attention (B, heads, 1, N)."""
+    def forward(self, x: torch.Tensor, capture: bool | str = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> pooled (B, D), and with `capture` the latent's attention (B, heads, 1, N) (GRAD: the
+        output computed from it, so it is in the output's graph)."""
         b, n, c = x.shape
         q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         kv = self.kv(x).reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = kv.unbind(0)  # (B, H, N, hd)
-        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
-        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None  # (B, H, 1, N)
+        out = probs @ v if capture == GRAD else F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
         out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
         return out + self.mlp(self.norm(out)), probs
 
@@ -334,12 +347,13 @@ class QueryPool(nn.Module):
         self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, capture: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, N, D) -> pooled (B, D), and with `capture` the query's attention (B, heads, 1, N)."""
+    def forward(self, x: torch.Tensor, capture: bool | str = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, N, D) -> pooled (B, D), and with `capture` the query's attention (B, heads, 1, N) (GRAD: the output
+        computed from it, as AttentionPool's)."""
         b, n, c = x.shape
         q = self.latent.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
-        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None  # (B, H, 1, N)
+        out = probs @ v if capture == GRAD else F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
         return self.proj(out.transpose(1, 2).reshape(b, c)), probs

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, AttentionPool, Block, ClassAttentionBlock, QueryPool, Rows
+from .blocks import ALL, GRAD, AttentionPool, Block, ClassAttentionBlock, QueryPool, Rows
 from .config import ConfigError, TokenLayout, ViTConfig
 from .norms import make_norm
 from .stems import make_stem
@@ -218,18 +218,21 @@ class VisionTransformer(nn.Module):
         caller can reduce them (fuse heads, measure distances) without the model keeping them.
         `edit(block, site, value)` reads and may replace the residual stream, each branch's output or each
         head's output as the blocks run (see StreamEdit; activation patching, the logit's parts).
+        attn_rows=GRAD: every block's, class-attention block's and the attention pool's probabilities are
+        formed and the outputs computed from them, so gradients with respect to them are the real ones.
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
         rows = None
         if "attentions" in out.want or attention_hook is not None:
-            rows = attn_rows if attn_rows == ALL else self._check_rows(attn_rows, layout.num_tokens)
+            rows = attn_rows if attn_rows in (ALL, GRAD) else self._check_rows(attn_rows, layout.num_tokens)
         explicit = range(self.config.depth) if attn_layers is None else set(attn_layers)
         heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
         x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
         x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook, edit)  # (B, T, D)
-        x = self.attend_class(x, out, heads[self.config.depth:], edit)  # CaiT: (B, 1+N, D)
-        head_logits = self.classify(x, layout, out)
+        grad = attn_rows == GRAD and rows is not None
+        x = self.attend_class(x, out, heads[self.config.depth:], edit, grad)  # CaiT: (B, 1+N, D)
+        head_logits = self.classify(x, layout, out, grad)
         if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
         else:
@@ -303,7 +306,7 @@ class VisionTransformer(nn.Module):
         return x
 
     def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None],
-                     edit: StreamEdit | None = None) -> torch.Tensor:
+                     edit: StreamEdit | None = None, grad: bool = False) -> torch.Tensor:
         """6. CaiT: [CLS] joins now and only it is updated by class attention; other models pass through."""
         if not self.config.class_attn_depth:
             return x
@@ -313,7 +316,7 @@ class VisionTransformer(nn.Module):
             if edit is not None:  # the sequence this block reads; patched patches stay patched for the next ones
                 u = edit(self.config.depth + j, "resid", torch.cat([cls, x], dim=1))  # (B, 1+N, D)
                 cls, x = u[:, :1], u[:, 1:]
-            cls, probs = block(x, cls, head_mask=head_mask, capture="class_attentions" in out.want,
+            cls, probs = block(x, cls, head_mask=head_mask, capture=GRAD if grad else "class_attentions" in out.want,
                                edit=None if edit is None else partial(edit, self.config.depth + j))
             class_tokens.append(cls)
             class_attn.append(probs)
@@ -321,7 +324,8 @@ class VisionTransformer(nn.Module):
         out.keep("class_attentions", class_attn)
         return torch.cat([cls, x], dim=1)  # (B, 1+N, D)
 
-    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures) -> dict[str, torch.Tensor]:
+    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures, grad: bool = False
+                 ) -> dict[str, torch.Tensor]:
         """7. final norm, pooling, then the logits of each head: a classifier's, the projection to a
         joint space (CLIP), or with neither the pooled features themselves."""
         cfg = self.config
@@ -330,7 +334,7 @@ class VisionTransformer(nn.Module):
             pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
         elif cfg.pool in ("map", "query"):
             start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
-            pooled, probs = self.attn_pool(x[:, start:], "pool_attention" in out.want)
+            pooled, probs = self.attn_pool(x[:, start:], GRAD if grad else "pool_attention" in out.want)
             out.keep("pool_attention", probs)  # (B, heads, 1, N or T): the latent query over the patches (all tokens)
         else:
             pooled = x[:, 0]

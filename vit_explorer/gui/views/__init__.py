@@ -5,6 +5,7 @@ from .builder import BuilderView
 from .compare import CompareView
 from .components import ComponentsView
 from .embeddings import EmbeddingsView
+from .explain import ExplainView
 from .features import FeaturesView
 from .heads import HeadsView
 from .parameters import ParametersView
@@ -12,8 +13,9 @@ from .position import PositionView
 from .prediction import PredictionView
 from .training import TrainingView
 
-VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, ComponentsView, EmbeddingsView, FeaturesView,
-                CompareView, ParametersView, TrainingView, BuilderView)
+VIEW_CLASSES = (PredictionView, AttentionView, ExplainView, PositionView, HeadsView, ComponentsView, EmbeddingsView,
+                FeaturesView, CompareView, ParametersView, TrainingView, BuilderView)
 
 __all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "EmbeddingsView",
-           "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView", "TrainingView"]
+           "ExplainView", "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView",
+           "TrainingView"]

@@ -1,0 +1,148 @@
+"""What the relevance equations imply, on random attention and random blocks: Chefer 2021b's attention-gradient
+with unit gradients is 2^L times attention rollout (R = prod (I + A_l) = 2^L prod (I + A_l) / 2, each factor's rows
+already summing to 1); Chefer 2021's rollout of gradient-weighted relevance with R_A = A and unit gradients is
+rollout; the LRP rules conserve relevance (linear alpha=1 beta=0, the halved products, the normalised adds, a
+whole block); Grad-CAM and integrated gradients follow their definitions; the faithfulness helpers count,
+order and integrate as stated."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from vit_explorer.analysis import attention as attn
+from vit_explorer.analysis import faithfulness as faith
+from vit_explorer.analysis import lrp
+from vit_explorer.analysis import relevance as rel
+from vit_explorer.models import TokenLayout, VisionTransformer, preset
+
+LAYOUTS = [TokenLayout(("cls",), (3, 4), 4), TokenLayout(("cls", "dist", "reg0"), (2, 3), 4),
+           TokenLayout((), (3, 3), 4)]
+
+
+def _attention(layout: TokenLayout, blocks: int = 3, heads: int = 2, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    t = layout.num_tokens
+    return [torch.randn(2, heads, t, t, generator=g).mul(2).softmax(-1) for _ in range(blocks)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_attention_gradient_with_unit_gradients_is_two_to_the_depth_times_rollout(layout: TokenLayout) -> None:
+    maps = _attention(layout)
+    ones = [torch.ones_like(a) for a in maps]
+    query = 0 if layout.num_prefix_tokens else list(range(layout.num_tokens))
+    ours = rel.attention_gradient(maps, ones, layout, query=query)
+    expected = 2 ** len(maps) * attn.rollout(maps, layout, query=query)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+    # a constant gradient c scales each block's term: prod (I + c A_l), not rollout any more unless c = 1
+    scaled = rel.attention_gradient(maps, [3 * g for g in ones], layout, query=query)
+    assert not torch.allclose(scaled, 4 ** len(maps) * attn.rollout(maps, layout, query=query) / 2 ** len(maps))
+
+
+def test_attention_gradient_keeps_only_positive_gradient_weighted_attention() -> None:
+    layout = LAYOUTS[0]
+    maps = _attention(layout)
+    negative = [-torch.ones_like(a) for a in maps]  # (grad * A)+ = 0: R stays I, [CLS] row over patches is 0
+    assert torch.count_nonzero(rel.attention_gradient(maps, negative, layout)) == 0
+
+
+def test_cait_class_attention_readout_follows_the_equations() -> None:
+    layout = TokenLayout((), (2, 2), 4, class_attn=True)
+    maps = _attention(layout, blocks=2)
+    g = torch.Generator().manual_seed(1)
+    cls = [torch.randn(2, 2, 1, 5, generator=g).softmax(-1) for _ in range(2)]
+    ones = [torch.ones_like(a) for a in maps]
+    ours = rel.attention_gradient(maps, ones, layout, class_attentions=cls, class_gradients=[torch.ones_like(c)
+                                                                                            for c in cls])
+    r = torch.eye(4).expand(2, 4, 4)
+    for a in maps:
+        r = r + a.mean(1) @ r
+    full = torch.eye(5).expand(2, 5, 5).clone()
+    full[:, 1:, 1:] = r
+    for c in cls:  # [CLS] row += abar @ R over [CLS; patches]
+        full[:, 0] = full[:, 0] + (c.mean(1) @ full)[:, 0]
+    torch.testing.assert_close(ours, full[:, 0, 1:].reshape(2, 2, 2), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS[:2])
+def test_attribution_rollout_of_attention_with_unit_gradients_is_rollout(layout: TokenLayout) -> None:
+    maps = _attention(layout)
+    ones = [torch.ones_like(a) for a in maps]
+    ours = rel.attribution_rollout(maps, ones, layout, query=0)
+    torch.testing.assert_close(ours, attn.rollout(maps, layout, query=0), atol=1e-6, rtol=1e-5)
+
+
+def test_lrp_rules_conserve_relevance() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, w, r = torch.randn(2, 5, 8, generator=g), torch.randn(6, 8, generator=g), torch.randn(2, 5, 6, generator=g)
+    z = torch.nn.functional.linear(x.clamp(min=0), w.clamp(min=0)) + torch.nn.functional.linear(x.clamp(max=0),
+                                                                                                 w.clamp(max=0))
+    assert (z == 0).any()  # an output with only opposite-sign contributions: the alpha=1 rule drops its relevance
+    torch.testing.assert_close(lrp.linear_rule(x, w, r).sum(), r[z > 0].sum(), atol=1e-4, rtol=1e-5)
+    a, b, rm = torch.randn(2, 3, 4, generator=g), torch.randn(2, 4, 5, generator=g), torch.randn(2, 3, 5, generator=g)
+    ra, rb = lrp.matmul_rule(a, b, rm)
+    torch.testing.assert_close(ra.sum() + rb.sum(), rm.sum(), atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(ra.sum(), rm.sum() / 2, atol=1e-4, rtol=1e-5)  # each operand gets half
+    u, v, ru = torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 8, generator=g), torch.randn(2, 5, 8, generator=g)
+    ra, rb = lrp.add_rule(u, v, ru)
+    torch.testing.assert_close(ra.sum((1, 2)) + rb.sum((1, 2)), ru.sum((1, 2)), atol=1e-4, rtol=1e-5)
+    tokens, rp = torch.randn(2, 6, 8, generator=g), torch.randn(2, 8, generator=g)
+    torch.testing.assert_close(lrp.mean_rule(tokens, rp).sum(1), rp, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "eva02-ti14", "dinov2-g14", "beit-b16"])
+def test_a_whole_block_conserves_relevance_and_gives_its_attention_map_a_share(name: str) -> None:
+    overrides = dict(image_size=(12, 16), patch_size=4, embed_dim=32, depth=1, num_heads=4)
+    if preset(name).rope_ref_grid:
+        overrides["rope_ref_grid"] = (3, 3)
+    model = VisionTransformer(preset(name, **overrides)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    layout = model.layout()
+    x = torch.randn(1, layout.num_tokens, 32)
+    relevance = torch.rand(1, layout.num_tokens, 32)
+    block = model.blocks[0]
+    bias = model.pos_scheme.attention_bias(block, model.config, layout.grid, layout.num_prefix_tokens)
+    with torch.no_grad():
+        r_in, r_attn = lrp.block_relevance(block, x, relevance, rope=model.rope_angles(layout.grid), bias=bias,
+                                           num_prefix=layout.num_prefix_tokens)
+    torch.testing.assert_close(r_in.sum(), relevance.sum(), atol=1e-3, rtol=1e-4)
+    assert r_attn.shape == (1, 4, layout.num_tokens, layout.num_tokens) and torch.isfinite(r_attn).all()
+
+
+def test_gradcam_weights_channels_by_their_mean_gradient_and_keeps_the_positive_part() -> None:
+    layout = TokenLayout(("cls",), (2, 2), 4)
+    acts = torch.randn(1, 5, 3)
+    grads = torch.randn(1, 5, 3)
+    expected = torch.relu((acts[0, 1:] * grads[0, 1:].mean(0)).sum(-1)).reshape(2, 2)
+    torch.testing.assert_close(rel.gradcam(acts, grads, layout)[0], expected)
+
+
+def test_integrated_gradients_of_a_quadratic_are_exact_and_complete() -> None:
+    x = torch.randn(1, 3, 4, 4)
+    steps = list(rel.integrated_gradients(lambda p: (p ** 2).sum(dim=(1, 2, 3)), x, n_steps=7, batch=3))
+    assert steps[:-1] == [3, 6, 7]
+    torch.testing.assert_close(steps[-1], x ** 2, atol=1e-5, rtol=1e-5)  # the path integral of 2 a x * x
+
+
+def test_perturbation_counts_order_and_auc() -> None:
+    relevance = np.array([[0.5, 0.1, 0.5], [0.9, 0.0, 0.1]])
+    assert faith.removal_order(relevance, True).tolist() == [3, 0, 2, 1, 5, 4]  # ties in raster order
+    assert faith.removal_order(relevance, False).tolist() == [4, 1, 5, 0, 2, 3]
+    masks = faith.perturbation_masks(relevance, True)
+    assert masks.shape == (10, 6) and masks.sum(1).tolist() == [round(6 * k / 10) for k in range(10)]
+    assert masks[2].tolist() == [False, False, False, True, False, False]  # round(1.2) = 1 patch: the most relevant
+    assert faith.auc(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == 0.5
+    inserted = faith.insertion_masks(relevance, faith.deletion_fractions(6))
+    assert inserted[0].all() and not inserted[-1].any()
+
+
+def test_pointing_game_and_the_sixty_percent_region() -> None:
+    relevance = np.array([[0.0, 0.1], [0.6, 0.3]])
+    coverage = np.array([[0.0, 0.0], [1.0, 0.2]])
+    assert faith.pointing_hit(relevance, coverage)
+    assert faith.mass_region(relevance).tolist() == [[False, False], [True, False]]
+    assert faith.mass_iou(relevance, coverage) == 1.0
+    assert not faith.mass_region(np.zeros((2, 2))).any()

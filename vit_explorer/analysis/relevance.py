@@ -1,0 +1,133 @@
+"""Relevance maps from attention and gradients: Chefer et al.'s two methods, Grad-CAM on the tokens,
+integrated gradients (captum's definition) and the per-patch sums of pixel attributions.
+
+Inputs are what `forward_intermediates(attn_rows=GRAD)` gives (each block's (B, heads, T, T) attention
+in the output's graph) with the gradient of the target with respect to each; the TokenLayout says which
+tokens are prefix tokens. Nothing here assumes one [CLS] token or a square grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ..models.config import TokenLayout
+from .attention import to_grid
+
+Query = int | Sequence[int]
+
+
+def _rows(query: Query) -> list[int]:
+    return [query] if isinstance(query, int) else list(query)
+
+
+def gradient_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
+    """Chefer et al. 2021b, Eq. 5: mean over heads of the positive part of (gradient * attention):
+    (B, H, R, T) -> (B, R, T)."""
+    return (gradient.float() * attention.float()).clamp(min=0).mean(dim=1)
+
+
+def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layout: TokenLayout,
+                       *, query: Query = 0, class_attentions: Sequence[torch.Tensor] = (),
+                       class_gradients: Sequence[torch.Tensor] = (), pool: tuple[torch.Tensor, torch.Tensor] | None
+                       = None) -> torch.Tensor:
+    """Chefer et al. 2021b (Generic Attention-model Explainability): R = I over the tokens; for each
+    self-attention block in order R <- R + Abar R with Abar = mean_heads((grad A * A)+) (Eq. 6, no
+    renormalisation); the map is the readout's row of R over the patches, (B, gh, gw).
+
+    The readout: `query`, one token or several whose rows are averaged (GAP: every patch). CaiT: [CLS]
+    joins in the class-attention blocks, each adding abar [r; R] to [CLS]'s row r over [CLS; patches]
+    (its initial row: itself). A MAP pool (SigLIP): its latent query has no residual, so its row is
+    abar_pool R over the patches (`pool` = (attention, gradient), each (B, heads, 1, N)).
+    """
+    if len(attentions) != len(gradients) or len(class_attentions) != len(class_gradients):
+        raise ValueError("one gradient per attention map is needed")
+    b, t = attentions[0].shape[0], layout.num_tokens
+    relevance = torch.eye(t, device=attentions[0].device).expand(b, t, t)  # (B, T, T)
+    for a, g in zip(attentions, gradients, strict=True):
+        relevance = relevance + gradient_weighted(a, g) @ relevance  # (B, T, T)
+    if class_attentions:  # CaiT: [CLS]'s row over [CLS; patches], the patches' rows from the blocks
+        row = torch.zeros(b, 1 + t, device=relevance.device)
+        row[:, 0] = 1.0
+        for a, g in zip(class_attentions, class_gradients, strict=True):
+            abar = gradient_weighted(a, g)[:, 0]  # (B, 1+N)
+            row = row + abar[:, :1] * row + torch.cat([abar.new_zeros(b, 1), (abar[:, None, 1:] @ relevance)[:, 0]],
+                                                       dim=1)
+        return row[:, 1:].reshape(b, *layout.grid)
+    if pool is not None:
+        abar = gradient_weighted(*pool)[:, 0]  # (B, N): the latent's weights over the patch tokens
+        k = layout.num_prefix_tokens
+        return to_grid((abar[:, None] @ relevance[:, k:])[:, 0], layout)
+    return to_grid(relevance[:, _rows(query)].mean(dim=1), layout)
+
+
+def attribution_rollout(relevances: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layout: TokenLayout,
+                        *, query: Query | torch.Tensor = 0) -> torch.Tensor:
+    """Chefer et al. 2021 (Transformer Interpretability Beyond Attention Visualization), Eq. 13-15: per block
+    Abar = mean_heads((grad A * R_A)+) with R_A the LRP relevance of the attention map, the identity added and
+    each row normalised to sum to 1, multiplied in layer order (later blocks on the left); the readout's row
+    over the patches, (B, gh, gw). With R_A = A and unit gradients this is attention rollout. `query` may also be
+    (B, T) weights of the rows (a GAP head: each token's relevance at the output, since the mean of the rows of
+    a row-normalised product is nearly uniform whatever the class)."""
+    if len(relevances) != len(gradients):
+        raise ValueError("one gradient per relevance map is needed")
+    t = layout.num_tokens
+    eye = torch.eye(t, device=relevances[0].device)
+    joint = None
+    for r, g in zip(relevances, gradients, strict=True):
+        step = gradient_weighted(r, g) + eye  # (B, T, T)
+        step = step / step.sum(dim=-1, keepdim=True)
+        joint = step if joint is None else step @ joint
+    assert joint is not None
+    if isinstance(query, torch.Tensor):
+        return to_grid((query[:, None].to(joint) @ joint)[:, 0], layout)
+    return to_grid(joint[:, _rows(query)].mean(dim=1), layout)
+
+
+def gradcam(activations: torch.Tensor, gradients: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """Grad-CAM on tokens (pytorch-grad-cam's ViT recipe): the patch tokens reshaped to the grid as channels
+    (B, D, gh, gw), each channel weighted by the mean of its gradient over the grid, summed, ReLU: (B, gh, gw).
+    activations, gradients: (B, T, D)."""
+    k = layout.num_prefix_tokens
+    acts, grads = activations[:, k:].float(), gradients[:, k:].float()  # (B, N, D)
+    weights = grads.mean(dim=1, keepdim=True)  # (B, 1, D)
+    return (acts * weights).sum(dim=-1).clamp(min=0).reshape(-1, *layout.grid)
+
+
+def gauss_legendre(n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """captum's 'gausslegendre' rule on [0, 1]: the points (alphas) and weights of the n-point rule."""
+    if n_steps < 1:
+        raise ValueError(f"n_steps must be at least 1, got {n_steps}")
+    x, w = np.polynomial.legendre.leggauss(n_steps)
+    return 0.5 * (x + 1), 0.5 * w
+
+
+def integrated_gradients(target: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor,
+                         baseline: torch.Tensor | None = None, *, n_steps: int = 50, batch: int = 10
+                         ) -> Iterator[int | torch.Tensor]:
+    """Integrated gradients (Sundararajan et al.; captum's definition and defaults): (x - x') * sum_i w_i
+    grad f(x' + a_i (x - x')) with the Gauss-Legendre points a_i and weights w_i; `target` maps a batch of
+    inputs (k, ...) to its (k,) scores; baseline default zero. Yields the number of points done after each
+    `batch` of them (so a caller can report progress and stop), then the (1, ...) attribution."""
+    baseline = torch.zeros_like(inputs) if baseline is None else baseline
+    alphas, weights = gauss_legendre(n_steps)
+    delta = (inputs - baseline).detach()  # (1, ...)
+    total = torch.zeros_like(delta)
+    for start in range(0, n_steps, batch):
+        a = torch.as_tensor(alphas[start:start + batch], dtype=inputs.dtype, device=inputs.device)
+        w = torch.as_tensor(weights[start:start + batch], dtype=inputs.dtype, device=inputs.device)
+        shape = (-1,) + (1,) * (inputs.ndim - 1)
+        points = (baseline + a.view(shape) * delta).requires_grad_(True)  # (k, ...)
+        (grads,) = torch.autograd.grad(target(points).sum(), points)
+        total = total + (grads * w.view(shape)).sum(dim=0, keepdim=True)
+        yield min(start + batch, n_steps)
+    yield delta * total
+
+
+def per_patch(attribution: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, C, H, W) pixel attributions -> (B, H/P, W/P), summed over each patch's pixels and channels."""
+    b, c, h, w = attribution.shape
+    grid = attribution.reshape(b, c, h // patch, patch, w // patch, patch)
+    return grid.sum(dim=(1, 3, 5))

@@ -1,0 +1,110 @@
+"""`vit-explorer explain SOURCE IMAGE`: relevance maps of one image with their faithfulness, headless.
+
+`--json` prints, for one method, one object {"source", "image", "method", "target": {"index", "label", "head"},
+"grid": [rows, cols], "relevance": [[...]], "faithfulness": {"positive_auc", "negative_auc", "deletion_auc",
+"insertion_auc", "baseline", "curves": {"positive": [...], "negative": [...], "deletion": [...], "insertion": [...],
+"deletion_fractions": [...]}}} and for several {"methods": [...]}; `--out` writes each map and the ranking,
+the curves as PNGs, and relevance.csv (one row per method, ranked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .explore import relevance as rel
+
+Render = Callable[[Any, Path, tuple[int, int]], Any]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
+    parser.add_argument("image", help="image file")
+    parser.add_argument("--method", action="extend", nargs="+", choices=list(rel.METHODS), default=None,
+                        help="one or more methods (default: every method this model supports)")
+    parser.add_argument("--target", default=None, metavar="INDEX|LABEL",
+                        help="the class to explain, by index or label (default: the top class)")
+    parser.add_argument("--head", choices=rel.HEADS, default="average",
+                        help="DeiT distilled: explain the average of both heads, the class head or the distillation "
+                             "head (default average)")
+    parser.add_argument("--reference", default=None, metavar="IMAGE",
+                        help="a model without a classifier: the image whose embedding the similarity is taken to "
+                             "(default: the same image unmasked)")
+    parser.add_argument("--baseline", choices=rel.BASELINES, default="zero",
+                        help="what a removed patch becomes: zero in the normalised input, the [MASK] token, or a "
+                             "blur (default zero)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--out", default=None, help="folder for the PNGs and relevance.csv (new or empty)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
+    parser.add_argument("--arch", default=None,
+                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+
+
+def run(args: argparse.Namespace, render: Render | None = None) -> int:
+    from . import report
+    from .checkpoints import load
+    from .data.images import open_image
+    from .explore.forward import Inputs
+
+    image = open_image(args.image)  # before the (slower) load: a bad image fails at once
+    reference = open_image(args.reference) if args.reference else None
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        report.check_out(out, overwrite=False)
+    loaded = load(args.source, device=args.device, arch=args.arch)
+    cfg = loaded.config
+    methods = args.method or rel.supported(cfg)
+    for name in methods:
+        rel.check_method(name, cfg)  # before anything runs
+    size = loaded.preprocessing.size
+    grid = loaded.model.check_image_size(*size)
+    inputs = Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool),
+                    np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32))
+    target = rel.Target(args.target, args.head, reference)
+    explanations = rel.explain(inputs, methods, target, args.baseline)
+    for e in explanations:
+        if e.note:
+            print(f"vit-explorer explain: warning: {e.method}: {e.note}", file=sys.stderr)
+    if out is not None:
+        if render is None:
+            from .gui.figures import render_png
+
+            render = render_png
+        write(explanations, out, render)
+    if args.json:
+        objects = [rel.to_json(args.source, args.image, e) for e in explanations]
+        print(json.dumps(objects[0] if len(objects) == 1 else {"methods": objects}, allow_nan=False))
+    else:
+        print(f"target: {explanations[0].target.title}")
+        for row, e in zip(rel.csv_rows(explanations), rel.ranked(explanations), strict=True):
+            print(f"{row['rank']}. {e.method:<24} {rel.summary_text(e)}")
+    if out is not None and not args.json:
+        print(f"wrote relevance.csv and {len(explanations) + 3} figures to {out}")
+    return 0
+
+
+def write(explanations: list[rel.Explanation], out: Path, render: Render) -> None:
+    """Each map as <method>.png, the ranking, the curves, and relevance.csv, into a new folder."""
+    from .checkpoints.files import write_folder
+
+    def fill(folder: Path) -> None:
+        for e in explanations:
+            render(rel.map_figure(e), folder / f"{e.method}.png", (700, 640))
+        render(rel.ranking_figure(explanations), folder / "ranking.png", (300 + 300 * min(len(explanations), 4),
+                                                                          360 * ((len(explanations) + 3) // 4) + 120))
+        render(rel.perturbation_figure(explanations), folder / "perturbation.png", (900, 560))
+        render(rel.deletion_figure(explanations), folder / "deletion_insertion.png", (900, 560))
+        rows = rel.csv_rows(explanations)
+        with open(folder / "relevance.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    write_folder(out, fill, replace=False)

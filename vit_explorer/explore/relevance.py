@@ -1,0 +1,767 @@
+"""Why the model decides: class-specific relevance maps for every family, each with its faithfulness measured,
+for the app's Explain view, `vit-explorer explain` and the report alike.
+
+`METHODS` is the one table of methods (like position.SCHEMES): its name, what it needs, and for a model the
+reason it does not apply (None where it does). A `Target` chooses what is explained: a class (default the top
+one) of a head (DeiT: the class head, the distillation head or their average), or, for a model without a
+classifier, the cosine similarity of its pooled embedding to a reference embedding (another image, or by
+default the same image unmasked). The [MASK] patches and heads switched off of the `Inputs` apply to every
+pass, as everywhere; work runs on the model's device and can be cancelled between batches.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from ..analysis import attention as attn
+from ..analysis import faithfulness as faith
+from ..analysis import lrp
+from ..analysis import relevance as rel
+from ..checkpoints import LoadedModel
+from ..models import TokenLayout, VisionTransformer, ViTConfig
+from ..models.blocks import ALL, GRAD, Block
+from .attention import query_for
+from .figures import LinesFigure, MapsFigure
+from .forward import Inputs, check_inputs, pixels_for
+
+BASELINES = ("zero", "mask", "blur")
+HEADS = ("average", "cls", "dist")  # DeiT distilled: the mean of both heads (what it predicts), or one of them
+BATCH = 10  # perturbed images per forward pass
+Progress = Callable[[float, str], None]
+
+
+class Cancelled(Exception):
+    """The caller's cancel event was set: the work stopped between two batches."""
+
+
+# ---------------------------------------------------------------------------- the methods table
+def has_classifier(config: ViTConfig) -> bool:
+    """A classifier head (its outputs are class logits), not pooled features or a projection to a joint space."""
+    return bool(config.num_classes) and not config.proj_dim
+
+
+def _lrp_refusal(config: ViTConfig) -> str | None:
+    if config.class_attn_depth or config.talking_heads:
+        return ("CaiT's class attention and talking heads have no LRP rules in Chefer et al. 2021; use "
+                "attention-gradient, which covers them")
+    if config.pool == "map":
+        return ("the attention-pool (MAP) head has no LRP rule in Chefer et al. 2021; use attention-gradient, "
+                "which covers it")
+    return None
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str
+    short: str  # in a small map's title
+    needs: str  # what it needs from the model, in words
+    reference: str  # the paper or library whose definition it follows
+    refusal: Callable[[ViTConfig], str | None] = field(default=lambda config: None)
+    gradient: bool = True  # takes the target's gradient
+
+    def reason(self, config: ViTConfig) -> str | None:
+        """Why this method does not apply to a model of this config (None: it does)."""
+        return self.refusal(config)
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("rollout", "attention rollout", "rollout", "every block's attention (not class-specific)",
+           "Abnar & Zuidema 2020", gradient=False),
+    Method("attention-gradient", "attention × gradient (Chefer 2021b)", "attention × grad",
+           "every attention map in the output's graph and the target's gradient", "Chefer et al., ICCV 2021"),
+    Method("transformer-attribution", "transformer attribution (Chefer 2021)", "LRP attribution",
+           "LRP relevance of every attention map and its gradient", "Chefer et al., CVPR 2021", _lrp_refusal),
+    Method("gradcam", "Grad-CAM (last block's norm1)", "Grad-CAM",
+           "the tokens entering the last block's attention and their gradient", "pytorch-grad-cam's ViT recipe"),
+    Method("integrated-gradients", "integrated gradients", "integrated grad.",
+           "50 gradients along the path from a zero image", "captum IntegratedGradients defaults"),
+    Method("occlusion", "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
+           "Zeiler & Fergus 2014", gradient=False),
+)}
+
+
+def check_method(name: str, config: ViTConfig) -> Method:
+    """The method by name; ValueError naming the choices, or saying why it does not apply to this model."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    reason = METHODS[name].reason(config)
+    if reason is not None:
+        raise ValueError(f"method {name!r} does not apply to this model: {reason}")
+    return METHODS[name]
+
+
+def supported(config: ViTConfig) -> list[str]:
+    return [name for name, m in METHODS.items() if m.reason(config) is None]
+
+
+# ---------------------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class Target:
+    """What to explain. index: a class index or label (None: the top class); head: for DeiT distilled
+    'average', 'cls' or 'dist'; reference: for a model without a classifier, the image whose embedding the
+    similarity is taken to (None: the same image without its masks)."""
+
+    index: int | str | None = None
+    head: str = "average"
+    reference: Image.Image | None = None
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A target made concrete for one model and image."""
+
+    kind: str  # 'class' or 'similarity'
+    index: int | None  # the class (None for a similarity)
+    label: str
+    head: str  # the head whose output is explained ('cls', 'dist', 'average', 'gap', 'map'; 'embedding')
+    title: str  # says what is explained, for every figure's title
+    reference: torch.Tensor | None = None  # (D,) unit-length reference embedding of a similarity
+
+
+def _head_outputs(out: dict[str, Any], head: str) -> torch.Tensor:
+    if head in ("cls", "dist") and len(out["head_logits"]) > 1:
+        return out["head_logits"][head]
+    return out["logits"]
+
+
+def _forward(model: VisionTransformer, pixels: torch.Tensor, mask: torch.Tensor | None,
+             head_mask: torch.Tensor | None, **kwargs: Any) -> dict[str, Any]:
+    return model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, **kwargs)
+
+
+def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[str, Any]],
+                   unmasked: Callable[[], torch.Tensor]) -> Resolved:
+    """The class (by index or label; default the top one of the chosen head: `run()` gives the model's outputs on
+    the inputs) or the similarity's reference (`unmasked()`: the embedding of the same image without masks)."""
+    cfg = loaded.config
+    distilled = cfg.distilled and cfg.dist_head
+    if target.head not in HEADS:
+        raise ValueError(f"head must be one of {HEADS}, got {target.head!r}")
+    if target.head != "average" and not distilled:
+        raise ValueError(f"head {target.head!r}: this model has one head; only DeiT distilled has 'cls' and 'dist'")
+    if not has_classifier(cfg):
+        if target.index is not None:
+            raise ValueError("this model has no classifier (its outputs are embeddings): no class to choose; its "
+                             "target is the similarity to a reference embedding")
+        if target.reference is not None:
+            ref, named = _embed_image(loaded, target.reference), "the reference image"
+        else:
+            ref, named = unmasked(), "the same image unmasked"
+        return Resolved("similarity", None, f"similarity to {named}", "embedding",
+                        f"cosine similarity of the pooled embedding to {named}", F.normalize(ref.float(), dim=-1))
+    head = target.head if distilled else cfg.pool
+    index = target.index
+    if index is None:
+        index = int(_head_outputs(run(), head)[0].argmax())
+    elif isinstance(index, str):
+        if index.lstrip("-").isdigit():
+            index = int(index)
+        elif index in loaded.labels:
+            index = loaded.labels.index(index)
+        else:
+            raise ValueError(f"target {index!r} is neither a class index nor one of this model's labels "
+                             f"(e.g. {', '.join(loaded.labels[:3])})")
+    if not 0 <= index < cfg.num_classes:
+        raise ValueError(f"target class {index} out of range: this model has classes 0 to {cfg.num_classes - 1}")
+    label = loaded.label(index)
+    where = {"average": "average of both heads", "cls": "class head", "dist": "distillation head"}.get(head, "")
+    return Resolved("class", index, label, head, f"class {index} '{label}'" + (f" ({where})" if distilled else ""))
+
+
+def _embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:
+    pixels = loaded.preprocess(image).to(loaded.device)
+    with torch.inference_mode():
+        return loaded.model(pixels)[0].float()
+
+
+def target_logit(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
+    """(k,) what the gradient methods differentiate: the class's logit, or the similarity."""
+    if resolved.kind == "similarity":
+        assert resolved.reference is not None
+        return F.normalize(out["logits"].float(), dim=-1) @ resolved.reference
+    return _head_outputs(out, resolved.head)[:, resolved.index].float()
+
+
+def target_score(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
+    """(k,) what perturbation measures: the class's probability (softmax of the head), or the similarity."""
+    if resolved.kind == "similarity":
+        return target_logit(out, resolved)
+    return _head_outputs(out, resolved.head).float().softmax(dim=-1)[:, resolved.index]
+
+
+# ---------------------------------------------------------------------------- removal of patches
+def blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
+    """A Gaussian blur (reflected borders) of (B, C, H, W), sigma in pixels."""
+    radius = max(1, int(math.ceil(3 * sigma)))
+    x = torch.arange(-radius, radius + 1, dtype=pixels.dtype, device=pixels.device)
+    kernel = torch.exp(-x**2 / (2 * sigma**2))
+    kernel = kernel / kernel.sum()
+    c = pixels.shape[1]
+    pad = min(radius, pixels.shape[-1] - 1, pixels.shape[-2] - 1)
+    out = F.pad(pixels, (pad, pad, pad, pad), mode="reflect") if pad else pixels
+    out = F.pad(out, (radius - pad,) * 4, mode="replicate") if radius > pad else out
+    out = F.conv2d(out, kernel.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
+    return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
+
+
+@dataclass
+class Scorer:
+    """One image's passes with patches removed by a baseline: 'zero' sets their pixels to 0 in the normalised
+    input, 'blur' to a Gaussian blur of the image (sigma = half a patch), 'mask' puts the [MASK] token in
+    their place. The user's [MASK] patches and head mask apply to every pass."""
+
+    model: VisionTransformer
+    pixels: torch.Tensor  # (1, 3, H, W)
+    layout: TokenLayout
+    mask: torch.Tensor | None  # (N,) bool: the user's [MASK] patches
+    head_mask: torch.Tensor | None
+    resolved: Resolved
+    baseline: str = "zero"
+
+    def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
+        self.filler = blur(self.pixels, self.layout.patch_size / 2) if self.baseline == "blur" else \
+            torch.zeros_like(self.pixels)
+
+    def batch(self, removed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """removed (k, N) bool -> the (k, 3, H, W) pixels and (k, N) [MASK] mask those passes take."""
+        k = removed.shape[0]
+        user = self.mask if self.mask is not None else torch.zeros_like(removed[0])
+        if self.baseline == "mask":
+            return self.pixels.expand(k, -1, -1, -1), removed | user
+        p = self.layout.patch_size
+        grid = removed.reshape(k, 1, *self.layout.grid).repeat_interleave(p, 2).repeat_interleave(p, 3)
+        pixels = torch.where(grid, self.filler, self.pixels)  # (k, 3, H, W)
+        return pixels, (user.expand(k, -1) if self.mask is not None else None)
+
+    def scores(self, removed: np.ndarray) -> np.ndarray:
+        """(k, N) bool removal masks -> (k,) the target's score for each."""
+        with torch.inference_mode():
+            pixels, mask = self.batch(torch.from_numpy(removed).to(self.pixels.device))
+            out = _forward(self.model, pixels, mask, self.head_mask)
+            return target_score(out, self.resolved).double().cpu().numpy()
+
+
+# ---------------------------------------------------------------------------- the methods
+def _readout(layout: TokenLayout, config: ViTConfig, head: str) -> list[int]:
+    """The tokens the target's head reads: [CLS] (DeiT: [CLS], the distillation token or both), or every patch."""
+    if config.pool == "cls" and layout.num_prefix_tokens:
+        return {"dist": [1], "average": [0, 1]}.get(head, [0]) if "dist" in layout.prefix_names else [0]
+    return list(range(layout.num_prefix_tokens, layout.num_tokens))
+
+
+def _grad_pass(scorer: Scorer) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
+    """One pass with every attention map in the output's graph; (outputs, maps, d target / d map)."""
+    capture = ["attentions", "class_attentions", "pool_attention", "hidden_states", "embedded"]
+    with torch.enable_grad():
+        out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask, capture=capture, attn_rows=GRAD)
+        maps = list(out["attentions"]) + list(out.get("class_attentions", []))
+        if out.get("pool_attention") is not None:
+            maps.append(out["pool_attention"])
+        grads = list(torch.autograd.grad(target_logit(out, scorer.resolved).sum(), maps))
+    return out, maps, grads
+
+
+def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    out, maps, grads = _grad_pass(scorer)
+    depth, layout = config.depth, scorer.layout
+    pool = (maps[-1].detach(), grads[-1]) if config.pool == "map" else None
+    return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout,
+                                  query=_readout(layout, config, scorer.resolved.head),
+                                  class_attentions=[m.detach() for m in maps[depth:depth + config.class_attn_depth]],
+                                  class_gradients=grads[depth:depth + config.class_attn_depth], pool=pool)[0]
+
+
+def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scorer, final: torch.Tensor
+                     ) -> torch.Tensor:
+    """LRP from the explained output back to the final tokens (B, T, D) (the final norm passes it through)."""
+    cfg, layout, resolved = model.config, scorer.layout, scorer.resolved
+    tokens = model.norm(final)  # (1, T, D)
+    if cfg.pool == "gap":
+        pooled = model.fc_norm(tokens[:, layout.num_prefix_tokens:].mean(dim=1))
+    else:
+        pooled = tokens[:, 0]
+    relevance = torch.zeros_like(tokens)
+    if resolved.kind == "similarity":
+        embedding = out["logits"].float()  # (1, E): the cosine's terms e_d r_d / |e| sum to the similarity
+        r_out = embedding * resolved.reference / embedding.norm(dim=-1, keepdim=True)
+        r_pooled = lrp.linear_rule(pooled, model.proj, r_out) if cfg.proj_dim else r_out
+        r_dist = None
+    else:
+        one_hot = torch.zeros_like(out["logits"], dtype=torch.float32)
+        one_hot[:, resolved.index] = 1.0
+        r_dist = None
+        if resolved.head in ("cls", "dist", "average") and "dist" in out["head_logits"]:
+            dist_in = tokens[:, 1]
+            z_cls, z_dist = model.head(pooled) - model.head.bias, model.head_dist(dist_in) - model.head_dist.bias
+            r_cls, r_d = lrp.add_rule(z_cls / 2, z_dist / 2, one_hot)
+            r_cls, r_d = {"cls": (one_hot, 0 * one_hot), "dist": (0 * one_hot, one_hot)}.get(resolved.head,
+                                                                                              (r_cls, r_d))
+            r_pooled = lrp.linear_rule(pooled, model.head, r_cls)
+            r_dist = lrp.linear_rule(dist_in, model.head_dist, r_d)
+        else:
+            r_pooled = lrp.linear_rule(pooled, model.head, one_hot)
+    if cfg.pool == "gap":
+        relevance[:, layout.num_prefix_tokens:] = lrp.mean_rule(tokens[:, layout.num_prefix_tokens:], r_pooled)
+    else:
+        relevance[:, 0] = r_pooled
+    if r_dist is not None:
+        relevance[:, 1] = relevance[:, 1] + r_dist
+    return relevance
+
+
+@dataclass
+class Propagated:
+    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D), each
+    block's attention relevance R_A (1, heads, T, T) and the target's gradient at each attention map."""
+
+    start: torch.Tensor
+    input: torch.Tensor
+    attention: list[torch.Tensor]
+    gradients: list[torch.Tensor]
+
+
+def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
+    """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input."""
+    model, layout = scorer.model, scorer.layout
+    out, maps, grads = _grad_pass(scorer)
+    states = [out["embedded"]] + list(out["hidden_states"])  # block i reads states[i]
+    with torch.no_grad():
+        start = relevance = _start_relevance(model, out, scorer, states[-1].detach())
+        rope = model.rope_angles(layout.grid)
+        heads = [None] * config.depth if scorer.head_mask is None else list(scorer.head_mask)
+        cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
+        for i in reversed(range(config.depth)):
+            block = model.blocks[i]
+            assert isinstance(block, Block)
+            bias = model.pos_scheme.attention_bias(block, config, layout.grid, layout.num_prefix_tokens)
+            relevance, cams[i] = lrp.block_relevance(block, states[i].detach(), relevance, rope=rope, bias=bias,
+                                                     num_prefix=layout.num_prefix_tokens, head_mask=heads[i])
+    return Propagated(start, relevance, cams, grads[:config.depth])
+
+
+def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    done = propagate(scorer, config)
+    readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
+    if config.pool == "gap":  # each token's relevance at the output weighs its row
+        readout = done.start.sum(dim=-1)  # (1, T)
+    return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
+
+
+def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    """Attention rollout from what the head reads, as the Attention view draws it (CaiT: through class attention)."""
+    with torch.inference_mode():
+        out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask,
+                       capture=["attentions", "class_attentions"], attn_rows=ALL)
+    query = query_for(scorer.layout, config.pool)
+    if query.class_attention and out.get("class_attentions"):
+        return attn.class_rollout(out["class_attentions"], out["attentions"], scorer.layout)[0]
+    return attn.rollout(out["attentions"], scorer.layout, query=list(query.rows))[0]
+
+
+def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    model = scorer.model
+    seen: list[torch.Tensor] = []
+    last = model.blocks[-1]
+    assert isinstance(last, Block)
+    handle = last.norm1.register_forward_hook(lambda module, args, output: seen.append(output))
+    try:
+        with torch.enable_grad():
+            out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
+            (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), seen[-1])
+    finally:
+        handle.remove()
+    return rel.gradcam(seen[-1].detach(), grad, scorer.layout)[0]
+
+
+def _ig_steps(scorer: Scorer, n_steps: int = 50) -> Iterator[int | torch.Tensor]:
+    """Integrated gradients on the normalised pixels from a zero baseline, summed per patch (yields progress)."""
+    def target(points: torch.Tensor) -> torch.Tensor:
+        mask = None if scorer.mask is None else scorer.mask.expand(points.shape[0], -1)
+        return target_logit(_forward(scorer.model, points, mask, scorer.head_mask), scorer.resolved)
+
+    with torch.enable_grad():
+        for step in rel.integrated_gradients(target, scorer.pixels, n_steps=n_steps, batch=BATCH):
+            yield step if isinstance(step, int) else rel.per_patch(step.detach(), scorer.layout.patch_size)[0]
+
+
+def _occlusion_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
+    """Each patch alone removed with the baseline: the drop of the target's score (yields progress)."""
+    n = scorer.layout.num_patches
+    base = scorer.scores(np.zeros((1, n), dtype=bool))[0]
+    removed = np.eye(n, dtype=bool)
+    for step in faith.scores(scorer.scores, removed, BATCH):
+        yield step if isinstance(step, int) else torch.from_numpy(base - step).reshape(scorer.layout.grid)
+
+
+# ---------------------------------------------------------------------------- one explanation
+@dataclass
+class Faithfulness:
+    baseline: str
+    positive: np.ndarray  # (10,) the target's score with 0, 10, ..., 90 % of the patches removed, most relevant first
+    negative: np.ndarray  # (10,) the same, least relevant first
+    deletion_fractions: np.ndarray
+    deletion: np.ndarray
+    insertion: np.ndarray
+    pointing: bool | None = None  # on an image whose object mask is known
+    iou: float | None = None
+
+    @property
+    def fractions(self) -> np.ndarray:
+        return np.asarray(faith.PERTURBATION_FRACTIONS)
+
+    @property
+    def positive_auc(self) -> float:
+        return faith.auc(self.positive, self.fractions)
+
+    @property
+    def negative_auc(self) -> float:
+        return faith.auc(self.negative, self.fractions)
+
+    @property
+    def deletion_auc(self) -> float:
+        return faith.auc(self.deletion, self.deletion_fractions)
+
+    @property
+    def insertion_auc(self) -> float:
+        return faith.auc(self.insertion, self.deletion_fractions)
+
+    @property
+    def gap(self) -> float:
+        """negative AUC - positive AUC: the larger, the more the map's order matters to the model."""
+        return self.negative_auc - self.positive_auc
+
+
+@dataclass
+class Explanation:
+    method: str
+    target: Resolved
+    layout: TokenLayout
+    relevance: np.ndarray  # (gh, gw) the method's raw values
+    display: np.ndarray  # (H, W, 3) uint8 the image as the model sees it
+    masked: np.ndarray | None  # (gh, gw) the user's [MASK] patches, or None
+    faithfulness: Faithfulness | None = None
+    seconds: float = 0.0
+    note: str = ""
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return self.layout.grid
+
+
+@dataclass
+class Session:
+    """What every method of one explanation shares: the model, the inputs' pixels and masks, the target."""
+
+    loaded: LoadedModel
+    inputs: Inputs
+    scorer: Scorer
+    display: np.ndarray
+
+    @property
+    def config(self) -> ViTConfig:
+        return self.loaded.config
+
+
+def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero") -> Session:
+    """Check the inputs, run the model once on them, and make the target concrete."""
+    check_inputs(inputs)
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    loaded = inputs.loaded
+    model = loaded.model
+    pixels = pixels_for(inputs)
+    device = pixels.device
+    mask = torch.from_numpy(inputs.mask.reshape(-1).astype(bool)).to(device) if inputs.mask.any() else None
+    head_mask = None
+    if (inputs.head_mask < 1).any():
+        head_mask = torch.from_numpy(inputs.head_mask.astype(np.float32)).to(device)
+    layout = model.layout((int(pixels.shape[-2]), int(pixels.shape[-1])))
+
+    def run() -> dict[str, Any]:
+        with torch.inference_mode():
+            return _forward(model, pixels, mask, head_mask)
+
+    def unmasked() -> torch.Tensor:
+        with torch.inference_mode():
+            return model(pixels)[0].float()
+
+    resolved = resolve_target(loaded, target or Target(), run, unmasked)
+    scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline)
+    return Session(loaded, inputs, scorer, loaded.preprocessing.to_image(pixels))
+
+
+def _check(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled")
+
+
+def _drive(steps: Iterator[int | torch.Tensor], total: int, report: Callable[[float], None],
+           cancel: threading.Event | None) -> torch.Tensor:
+    for step in steps:
+        _check(cancel)
+        if isinstance(step, int):
+            report(step / total)
+        else:
+            return step
+    raise RuntimeError("the method yielded no map")
+
+
+def relevance_map(session: Session, method: str, *, report: Callable[[float], None] = lambda share: None,
+                  cancel: threading.Event | None = None) -> np.ndarray:
+    """The (gh, gw) map of one method, its own raw values."""
+    config, scorer = session.config, session.scorer
+    check_method(method, config)
+    if method == "integrated-gradients":
+        result = _drive(_ig_steps(scorer), 50, report, cancel)
+    elif method == "occlusion":
+        result = _drive(_occlusion_steps(scorer), scorer.layout.num_patches, report, cancel)
+    else:
+        compute = {"rollout": rollout_map, "attention-gradient": attention_gradient_map,
+                   "transformer-attribution": transformer_attribution_map, "gradcam": gradcam_map}[method]
+        result = compute(scorer, config)
+    report(1.0)
+    return result.detach().float().cpu().numpy()
+
+
+def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.ndarray | None = None,
+                 report: Callable[[float], None] = lambda share: None, cancel: threading.Event | None = None
+                 ) -> Faithfulness:
+    """Positive / negative perturbation, deletion / insertion of one map with the session's baseline; with an
+    (H, W) bool `object_mask` of the input also the pointing game and the 60 %-mass IoU."""
+    scorer = session.scorer
+    n = scorer.layout.num_patches
+    fractions = faith.deletion_fractions(n)
+    masks = [faith.perturbation_masks(relevance, True), faith.perturbation_masks(relevance, False),
+             faith.deletion_masks(relevance, fractions), faith.insertion_masks(relevance, fractions)]
+    stacked = np.concatenate(masks)
+    scores = _drive((s if isinstance(s, int) else torch.from_numpy(s)
+                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked), report, cancel).numpy()
+    parts = np.split(scores, np.cumsum([len(m) for m in masks])[:-1])
+    pointing = iou = None
+    if object_mask is not None:
+        coverage = faith.patch_coverage(np.asarray(object_mask, dtype=bool), scorer.layout.patch_size)
+        pointing, iou = faith.pointing_hit(relevance, coverage), faith.mass_iou(relevance, coverage)
+    return Faithfulness(scorer.baseline, parts[0], parts[1], fractions, parts[2], parts[3], pointing, iou)
+
+
+def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None, baseline: str = "zero", *,
+            measure: bool = True, object_mask: np.ndarray | None = None, progress: Progress | None = None,
+            cancel: threading.Event | None = None) -> list[Explanation]:
+    """Every method's map on the inputs' image for one target, each with its faithfulness (`measure`), ranked as
+    given. progress(share, what) is called between batches; a set `cancel` stops with Cancelled."""
+    target = target or Target()
+    if not methods:
+        raise ValueError(f"no method chosen; choose from {', '.join(METHODS)}")
+    for name in methods:
+        check_method(name, inputs.loaded.config)
+    session = prepare(inputs, target, baseline)
+    say = progress or (lambda share, what: None)
+    results = []
+    parts = len(methods) * (2 if measure else 1)
+    for i, name in enumerate(methods):
+        start = time.perf_counter()
+        done = i * (2 if measure else 1)
+        relevance = relevance_map(session, name, report=_share(say, done, parts, name), cancel=cancel)
+        measured = None
+        if measure:
+            measured = faithfulness(session, relevance, object_mask=object_mask, cancel=cancel,
+                                    report=_share(say, done + 1, parts, f"{name}: faithfulness"))
+        note = ""
+        if session.scorer.resolved.kind == "similarity" and METHODS[name].gradient and not inputs.mask.any() and \
+                target.reference is None:
+            note = ("the similarity of an image to itself is 1 whatever small change is made, so its gradient is "
+                    "zero: choose a reference image or paint [MASK] patches")
+        results.append(Explanation(name, session.scorer.resolved, session.scorer.layout, relevance, session.display,
+                                   inputs.mask if inputs.mask.any() else None, measured,
+                                   time.perf_counter() - start, note))
+    return results
+
+
+def _share(say: Progress, done: int, parts: int, what: str) -> Callable[[float], None]:
+    """A part's progress (0..1) as the whole run's share, with what is being done."""
+    return lambda share: say((done + share) / parts, what)
+
+
+def ranked(explanations: Sequence[Explanation]) -> list[Explanation]:
+    """Which map to believe for this image: by the gap between the negative and the positive AUC, largest first
+    (unmeasured ones last, in their order)."""
+    return sorted(explanations, key=lambda e: -e.faithfulness.gap if e.faithfulness is not None else math.inf)
+
+
+def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]:
+    """The CLI's JSON object of one method (non-finite numbers as null)."""
+    def num(value: float) -> float | None:
+        return float(value) if math.isfinite(float(value)) else None
+
+    def curve(values: np.ndarray) -> list[float | None]:
+        return [num(v) for v in values]
+
+    t = explanation.target
+    f = explanation.faithfulness
+    faithful = None
+    if f is not None:
+        faithful = {"positive_auc": num(f.positive_auc), "negative_auc": num(f.negative_auc),
+                    "deletion_auc": num(f.deletion_auc), "insertion_auc": num(f.insertion_auc),
+                    "baseline": f.baseline,
+                    "curves": {"positive": curve(f.positive), "negative": curve(f.negative),
+                               "deletion": curve(f.deletion), "insertion": curve(f.insertion),
+                               "deletion_fractions": curve(f.deletion_fractions)}}
+        if f.pointing is not None:
+            faithful.update(pointing=f.pointing, iou=num(f.iou or 0.0))
+    return {"source": source, "image": image, "method": explanation.method,
+            "target": {"index": t.index, "label": t.label, "head": t.head},
+            "grid": list(explanation.grid), "relevance": [[num(v) for v in row] for row in explanation.relevance],
+            "faithfulness": faithful}
+
+
+# ---------------------------------------------------------------------------- the pictures
+def summary_text(explanation: Explanation) -> str:
+    """The faithfulness numbers of a map in one line (with the baseline they were measured with)."""
+    f = explanation.faithfulness
+    if f is None:
+        return "faithfulness not measured"
+    text = (f"positive AUC {f.positive_auc:.3f} · negative AUC {f.negative_auc:.3f} · deletion {f.deletion_auc:.3f}"
+            f" · insertion {f.insertion_auc:.3f} ({f.baseline} baseline)")
+    if f.pointing is not None:
+        text += f" · pointing {'hit' if f.pointing else 'miss'} · IoU {f.iou:.2f}"
+    return text
+
+
+def map_figure(explanation: Explanation, *, image: bool = True, opacity: float = 0.6) -> MapsFigure:
+    """One method's map over the image, as the Attention view draws a map, titled with the target."""
+    m = METHODS[explanation.method]
+    title = f"{m.label} · {explanation.target.title}"
+    return MapsFigure("", explanation.relevance[None].astype(np.float64), (title,),
+                      explanation.display if image else None, explanation.grid, colorbar_label="relevance (raw)",
+                      masked=explanation.masked, opacity=opacity)
+
+
+def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True, only: Sequence[str] | None = None
+                   ) -> MapsFigure:
+    """Every method side by side, ranked by the gap of their negative and positive AUCs ("which map to believe
+    for this image"), each scaled to its own maximum (their raw units differ); `only` draws those methods alone,
+    still numbered by their rank among all."""
+    order = ranked(explanations)
+    drawn = [(i, e) for i, e in enumerate(order) if only is None or e.method in only]
+    if not drawn:
+        raise ValueError("no explanation to draw")
+    titles = tuple(f"{i + 1}. {METHODS[e.method].short} · {e.faithfulness.gap:+.3f}" if e.faithfulness else
+                   METHODS[e.method].short for i, e in drawn)  # the gap: negative - positive AUC; unmeasured: no rank
+    maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for _, e in drawn])
+    first = order[0].faithfulness
+    heading = f"{order[0].target.title} · " + (
+        f"ranked by negative − positive AUC ({first.baseline} baseline)" if first else "faithfulness not measured")
+    return MapsFigure(heading, maps.astype(np.float64), titles, order[0].display if image else None, order[0].grid,
+                      colorbar_label="share of the map's maximum", scale="each", masked=order[0].masked)
+
+
+def rollout_and_best(explanations: Sequence[Explanation]) -> list[str]:
+    """Rollout (if computed) and the best-ranked class-specific method: the pair a lesson sets side by side."""
+    order = ranked(explanations)
+    best = [e.method for e in order if e.method != "rollout"][:1]
+    return [e.method for e in order if e.method == "rollout"] + best
+
+
+def perturbation_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """Positive (most relevant removed first; lower is better) and negative (least first; higher is better)
+    curves of every measured map, at 0, 10, ..., 90 % of the patches removed."""
+    measured = [e for e in explanations if e.faithfulness is not None]
+    if not measured:
+        raise ValueError("no map's faithfulness was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        assert e.faithfulness is not None
+        name = "" if len(measured) == 1 else f"{e.method} "  # one map: its name is in the title
+        series[f"{name}positive"] = e.faithfulness.positive
+        series[f"{name}negative"] = e.faithfulness.negative
+    kind = "similarity" if measured[0].target.kind == "similarity" else "probability"
+    first = measured[0].faithfulness
+    assert first is not None
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}perturbation", np.asarray(faith.PERTURBATION_FRACTIONS),
+                       series, "share of patches removed", f"target {kind}")
+
+
+def deletion_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """Deletion and insertion curves (Petsiuk et al.) of every measured map."""
+    measured = [e for e in explanations if e.faithfulness is not None]
+    if not measured:
+        raise ValueError("no map's faithfulness was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        assert e.faithfulness is not None
+        name = "" if len(measured) == 1 else f"{e.method} "
+        series[f"{name}deletion"] = e.faithfulness.deletion
+        series[f"{name}insertion"] = e.faithfulness.insertion
+    first = measured[0].faithfulness
+    assert first is not None
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}deletion, insertion",
+                       first.deletion_fractions, series, "share of patches deleted / inserted", "target score")
+
+
+def csv_rows(explanations: Sequence[Explanation]) -> list[dict[str, object]]:
+    """One row per method for the CLI's CSV: the target, the AUCs, the baseline, the pointing game and IoU."""
+    rows = []
+    for rank, e in enumerate(ranked(explanations), start=1):
+        f = e.faithfulness
+        rows.append({"rank": rank, "method": e.method, "target_index": e.target.index, "target_label": e.target.label,
+                     "head": e.target.head, "baseline": f.baseline if f else "",
+                     "positive_auc": f.positive_auc if f else "", "negative_auc": f.negative_auc if f else "",
+                     "deletion_auc": f.deletion_auc if f else "", "insertion_auc": f.insertion_auc if f else "",
+                     "pointing": "" if f is None or f.pointing is None else int(f.pointing),
+                     "iou": "" if f is None or f.iou is None else f.iou, "seconds": round(e.seconds, 3)})
+    return rows
+
+
+# ---------------------------------------------------------------------------- built-in data, whose objects are known
+@dataclass(frozen=True)
+class Localisation:
+    """How often each method's map finds the object on built-in images: the pointing game's hit rate and the
+    mean IoU of the 60 %-mass region with the shape's patches, over `images` images explaining their label."""
+
+    variant: str
+    images: int
+    pointing: dict[str, float]
+    iou: dict[str, float]
+
+
+def localisation(loaded: LoadedModel, methods: Sequence[str], *, variant: str = "shapes", n: int = 8, seed: int = 0,
+                 cancel: threading.Event | None = None) -> Localisation:
+    """Explain the true class of the first n validation images of a built-in dataset (`data.synthetic`, whose
+    masks are known exactly) with each method, and score where the maps point."""
+    from ..data.synthetic import generate, object_masks
+
+    size = loaded.preprocessing.size
+    if size[0] != size[1]:
+        raise ValueError(f"the built-in datasets are square; this model takes {size[0]}x{size[1]}")
+    images, labels = generate(n, seed=seed, size=int(size[0]), variant=variant, split="val")
+    masks = object_masks(n, seed=seed, size=int(size[0]), variant=variant, split="val").numpy()
+    cfg = loaded.config
+    hits = {m: 0.0 for m in methods}
+    ious = {m: 0.0 for m in methods}
+    grid = loaded.model.check_image_size(*size)
+    for image, label, mask in zip(images, labels, masks, strict=True):
+        picture = Image.fromarray(image.permute(1, 2, 0).numpy())
+        inputs = Inputs(loaded, picture, (int(size[0]), int(size[1])), np.zeros(grid, bool),
+                        np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32))
+        session = prepare(inputs, Target(index=int(label)))
+        coverage = faith.patch_coverage(mask, session.scorer.layout.patch_size)
+        for name in methods:
+            relevance = relevance_map(session, name, cancel=cancel)
+            hits[name] += faith.pointing_hit(relevance, coverage) / n
+            ious[name] += faith.mass_iou(relevance, coverage) / n
+    return Localisation(variant, n, hits, ious)

@@ -1,0 +1,322 @@
+"""Explain: why the model decides. Every chosen relevance method on the current image side by side, each with
+its faithfulness numbers and ranked by them ("which map to believe for this image"); a click on a map draws
+its perturbation and deletion / insertion curves below. The maps come from `explore.relevance`, computed in a
+worker with progress (cancellable); the image panel's [MASK] patches and the heads switched off apply."""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import replace
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
+
+from ...explore import lessons
+from ...explore import relevance as rel
+from ...explore.figures import small_multiples_shape
+from ...explore.relevance import Explanation
+from .. import figures
+from ..session import Session
+from .base import Table, View
+
+TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
+DEFAULT_METHODS = ("rollout", "attention-gradient", "transformer-attribution", "gradcam", "integrated-gradients",
+                   "occlusion")
+
+
+class _Progress(QObject):
+    """Carries a worker's progress to the GUI thread (a signal emitted from another thread is queued)."""
+
+    changed = Signal(float, str)
+
+
+class ExplainView(View):
+    title = "Explain"
+    PANELS = lessons.PANELS["Explain"]  # a lesson step may show rollout and the best map alone, larger
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.explanations: list[Explanation] = []
+        self.chosen: str | None = None  # the method whose curves are drawn
+        self._drawn: figures.MapsPlot | None = None
+        self._drawn_chars = 0  # the title width the maps were drawn for
+        self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
+        self.heading_text = ""  # over the maps: what is explained, how the maps are ranked
+        self._order: list[Explanation] = []
+        self.methods_button = QToolButton()
+        self.methods_button.setText("Methods")
+        self.methods_button.setToolTip("The relevance methods to compute and compare (a method the model does not "
+                                       "support is greyed out, its reason in the tooltip).")
+        self.methods_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.methods_menu = QMenu(self.methods_button)
+        self.method_actions = {}
+        for name in rel.METHODS:
+            action = self.methods_menu.addAction(rel.METHODS[name].label)
+            action.setCheckable(True)
+            action.setChecked(name in DEFAULT_METHODS)
+            action.toggled.connect(self.schedule)
+            self.method_actions[name] = action
+        self.methods_button.setMenu(self.methods_menu)
+        self.target = QComboBox()
+        self.target.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.target.setMinimumContentsLength(16)  # "12: label (34.5%)" readable
+        self.target.setToolTip("The class to explain (the most likely ones of the current prediction); a model "
+                               "without a classifier explains the similarity of its embedding to the unmasked image.")
+        self.target.activated.connect(self.schedule)
+        self.head = QComboBox()
+        self.head.addItems(rel.HEADS)
+        self.head.setToolTip("DeiT distilled: explain the average of both heads, the class head or the "
+                             "distillation head.")
+        self.head.activated.connect(self.schedule)
+        self.baseline = QComboBox()
+        self.baseline.addItems(rel.BASELINES)
+        self.baseline.setToolTip("What a removed patch becomes when faithfulness is measured: 0 in the normalised "
+                                 "input, the [MASK] token, or a blur of the image.")
+        self.baseline.activated.connect(self.schedule)
+        self.curve_kind = QComboBox()
+        self.curve_kind.addItems(["perturbation curves", "deletion / insertion"])
+        self.curve_kind.setToolTip("The curves drawn under the maps for the map clicked: Chefer et al.'s positive "
+                                   "and negative perturbation, or Petsiuk et al.'s deletion and insertion.")
+        self.curve_kind.activated.connect(self._draw_curves)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop computing the maps.")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setMaximumWidth(220)
+        self.progress.setFormat("%p%")
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.progress,
+                       self.cancel_button):
+            self.controls.addWidget(widget)
+        self._set_busy(False)
+        self.plots = pg.GraphicsLayoutWidget()
+        self.curves = pg.GraphicsLayoutWidget()
+        self.heading = QLabel("")  # what is explained and how the maps are ranked: one line over the maps
+        self.heading.setWordWrap(True)
+        self.curves.setToolTip("Positive: the most relevant patches removed first (lower is better); negative: the "
+                               "least relevant first (higher is better). Deletion and insertion (Petsiuk et al.): "
+                               "patches deleted from the image, or put back into the removed image, most relevant "
+                               "first.")
+        self.body.addWidget(self.heading)
+        self.body.addWidget(self.plots, 3)
+        self.body.addWidget(self.curves, 2)
+        self.plots.scene().sigMouseClicked.connect(self._clicked)
+        self.reporter = _Progress(self)
+        self.reporter.changed.connect(self._progressed)
+        self.listen(session.result_ready, self.schedule_soon)
+        self.listen(session.model_changed, self._model_changed)
+        self._model_changed()
+
+    def picture(self) -> QWidget:
+        return self.plots
+
+    def export_info(self) -> dict[str, str]:
+        info = {**super().export_info(), "methods": ", ".join(e.method for e in self._order)}
+        if self.explanations:
+            info["target"] = self.explanations[0].target.title
+            info["baseline"] = self.baseline.currentText()
+        info["masked patches"] = str(int(self.session.mask.sum()))
+        info["heads off"] = str(int((self.session.head_mask < 1).sum()))
+        return info
+
+    # ------------------------------------------------------------------ inputs
+    def _model_changed(self) -> None:
+        loaded = self.session.loaded
+        self.explanations, self._order, self.chosen, self._request = [], [], None, ()
+        self.plots.ci.clear()
+        self.curves.ci.clear()
+        if loaded is None:
+            return
+        for name, action in self.method_actions.items():
+            reason = rel.METHODS[name].reason(loaded.config)
+            action.setEnabled(reason is None)
+            method = rel.METHODS[name]
+            action.setToolTip(reason or f"{method.needs} ({method.reference})")
+        self.methods_menu.setToolTipsVisible(True)
+        self.head.setVisible(bool(loaded.config.distilled and loaded.config.dist_head))
+        self._fill_targets()
+        self.schedule()
+
+    def _fill_targets(self) -> None:
+        """'top class' and the most likely classes of the current prediction, keeping the chosen one."""
+        result, loaded = self.session.result, self.session.loaded
+        kept = self.target.currentData()
+        self.target.blockSignals(True)
+        self.target.clear()
+        if loaded is not None and not rel.has_classifier(loaded.config):
+            self.target.addItem("similarity to the unmasked image", None)
+        else:
+            self.target.addItem("top class", None)
+            if result is not None and result.inputs.loaded is loaded:
+                for i in np.argsort(-result.probs)[:TARGET_CHOICES]:
+                    self.target.addItem(f"{int(i)}: {loaded.label(int(i))} ({result.probs[i]:.1%})", int(i))
+            if kept is not None and self.target.findData(kept) < 0:
+                self.target.addItem(f"{kept}: {loaded.label(kept) if loaded else kept}", kept)
+        index = self.target.findData(kept)
+        self.target.setCurrentIndex(max(index, 0))
+        self.target.blockSignals(False)
+
+    def methods(self) -> list[str]:
+        return [name for name, action in self.method_actions.items() if action.isChecked() and action.isEnabled()]
+
+    def choose(self, *, methods: list[str] | None = None, target: int | str | None = None,
+               baseline: str | None = None) -> None:
+        """Set the controls (tests, lessons) and recompute; `target` by index or label (ValueError for a label this
+        model does not have)."""
+        loaded = self.session.loaded
+        if isinstance(target, str):
+            if loaded is None or target not in loaded.labels:
+                raise ValueError(f"{target!r} is not one of this model's labels")
+            target = loaded.labels.index(target)
+        if methods is not None:
+            for name, action in self.method_actions.items():
+                action.blockSignals(True)
+                action.setChecked(name in methods)
+                action.blockSignals(False)
+        if target is not None:
+            if self.target.findData(target) < 0:
+                self.target.addItem(f"{target}: {loaded.label(target) if loaded else target}", target)
+            self.target.setCurrentIndex(self.target.findData(target))
+        if baseline is not None:
+            self.baseline.setCurrentText(baseline)
+        self.schedule()
+
+    # ------------------------------------------------------------------ work
+    def refresh(self, *_: object) -> None:
+        inputs = self.session.inputs()
+        methods = self.methods()
+        if inputs is None or self.session.result is None:
+            self.note.setText("No model or image yet.")
+            return
+        if not methods:
+            self.note.setText("Choose one or more methods (Methods menu).")
+            return
+        self._fill_targets()
+        loaded = inputs.loaded
+        head = self.head.currentText() if not self.head.isHidden() else "average"
+        target = rel.Target(self.target.currentData(), head)
+        baseline = self.baseline.currentText()
+        reporter = self.reporter
+
+        def job(cancel: threading.Event) -> list[Explanation]:
+            return rel.explain(inputs, methods, target, baseline, cancel=cancel,
+                               progress=lambda share, what: reporter.changed.emit(share, what))
+
+        request = (tuple(methods), target.index, head, baseline)
+        if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
+            self._request = request
+            self.explanations, self._order = [], []
+            self.restyle()
+        self._set_busy(True)
+        self.note.setText(f"computing {len(methods)} maps on {loaded.source or 'the model'}…")
+        self.run_for_model(inputs.model_id, "explain", job, self._done, self._failed)
+
+    def cancel(self) -> None:
+        self.session.cancel("explain")
+        self._set_busy(False)
+        self.note.setText("cancelled: change a setting or the image to compute again")
+
+    def _set_busy(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        if busy:
+            self.progress.setValue(0)
+
+    def _progressed(self, share: float, what: str) -> None:
+        self.progress.setValue(int(share * 1000))
+        self.note.setText(f"computing: {what}…")
+
+    def _failed(self, message: str) -> None:
+        self._set_busy(False)
+        self.note.setText("cancelled" if message.startswith("Cancelled") else f"could not explain: {message}")
+
+    def _done(self, explanations: list[Explanation]) -> None:
+        self._set_busy(False)
+        self.explanations = explanations
+        notes = sorted({f"{e.method}: {e.note}" for e in explanations if e.note})
+        self.note.setText(" · ".join(notes))
+        if self.chosen not in [e.method for e in explanations]:
+            self.chosen = rel.ranked(explanations)[0].method if explanations else None
+        self.restyle()
+
+    # ------------------------------------------------------------------ drawing
+    def restyle(self) -> None:
+        self.plots.ci.clear()
+        self.curves.ci.clear()
+        self._drawn = None
+        self.heading.setText("")
+        if not self.explanations:
+            return
+        only = None if self.shows("maps") else rel.rollout_and_best(self.explanations)
+        figure = rel.ranking_figure(self.explanations, only=only)
+        self.heading_text = figure.heading + (" · click a map for its curves" if self.shows("curves") else "")
+        self.heading.setText(self.heading_text)
+        figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
+        self._order = [e for e in rel.ranked(self.explanations) if only is None or e.method in only]
+        self._drawn_chars = self._title_chars()
+        with figures.title_width(self._drawn_chars):
+            self._drawn = figures.MapsPlot(self.plots.ci, figure)
+        self._draw_curves()
+
+    def _title_chars(self) -> int:
+        """Characters per title line that fit one map's column at text scale 1 (about 11 px each): wider titles
+        would make the columns wider than the view."""
+        columns = small_multiples_shape(max(len(self._order), 1))[1]  # the maps drawn
+        return max(14, min(60, int((self.plots.width() - 120) / columns / 11)))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self.explanations and self._title_chars() != self._drawn_chars:
+            self.restyle()
+        elif self.explanations:
+            QTimer.singleShot(0, self, self._fit_height)
+
+    def _draw_curves(self, *_: object) -> None:
+        self.curves.ci.clear()
+        self.curves.setVisible(self.shows("curves"))
+        chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
+        if not chosen:
+            return
+        name = rel.METHODS[chosen[0].method].short
+        # one-line titles: the curves keep the height of a short view
+        if self.curve_kind.currentIndex() == 0:  # one chart at a time: two side by side do not fit a small screen
+            figure = replace(rel.perturbation_figure(chosen), title=f"{name}: positive and negative perturbation")
+        else:
+            figure = replace(rel.deletion_figure(chosen), title=f"{name}: deletion and insertion")
+        figures.draw(self.curves.ci, figure)
+        QTimer.singleShot(0, self, self._fit_height)  # once the plots' items know their sizes
+
+    def _fit_height(self) -> None:
+        """The curves at least as tall as their titles, axes and legends need (larger text needs more), taken
+        from the maps above; where both do not fit (a small screen with large text) the curves give way."""
+        if not self.shows("curves") or not self.explanations:
+            return
+        maps = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        curves = self.curves.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
+        room = self.plots.height() + (self.curves.height() + self.body.spacing() if self.curves.isVisible() else 0)
+        fits = maps + curves + self.body.spacing() <= room
+        self.curves.setMinimumHeight(math.ceil(curves) + 2 if fits else 0)
+        self.curves.setVisible(fits)
+        self.heading.setText(self.heading_text + ("" if fits else " · no room for the curves: enlarge the window"))
+
+    def _clicked(self, event: object) -> None:
+        """A click on a map draws that method's curves."""
+        if self._drawn is None:
+            return
+        pos = event.scenePos()
+        for explanation, plot in zip(self._order, self._drawn.plots, strict=False):
+            if plot.sceneBoundingRect().contains(pos):
+                self.chosen = explanation.method
+                self._draw_curves()
+                return
+
+    def table(self) -> Table | None:
+        if not self.explanations:
+            return None
+        rows = rel.csv_rows(self.explanations)
+        header = list(rows[0])
+        return header, [[row[key] for key in header] for row in rows]
