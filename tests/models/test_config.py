@@ -22,7 +22,7 @@ INVALID = [
     (dict(image_size=(16, 16, 3)), "image_size must be (H, W)"),
     (dict(stem="resnet"), "stem must be one of ('patchify', 'conv')"),
     (dict(prefix_tokens="dist"), "prefix_tokens must be one of"),
-    (dict(pool="max"), "pool must be one of ('cls', 'gap', 'map')"),
+    (dict(pool="max"), "pool must be one of ('cls', 'gap', 'map'"),
     (dict(mlp="relu"), "mlp must be one of"),
     (dict(fc_norm=True), "it needs pool='gap'"),
     (dict(pool="map", mlp="swiglu"), "choose mlp='gelu'"),

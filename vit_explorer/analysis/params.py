@@ -124,7 +124,7 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
         macs["class attention"] = config.class_attn_depth * ca
 
     heads = 2 if config.distilled and config.dist_head else 1
-    macs["head"] = heads * d * config.num_classes + d * config.proj_dim
+    macs["head"] = heads * config.pooled_dim * config.num_classes + config.pooled_dim * config.proj_dim
     if config.pool == "map":  # the latent's query, keys and values of the patches, attention, proj, MLP
         macs["head"] += d * d + 2 * n * d * d + 2 * n * d + d * d + 2 * d * hidden
     return {stage: 2 * m for stage, m in macs.items()}

@@ -22,7 +22,8 @@ from .errors import CheckpointError
 
 # where a model's backbone keys start (a task model wraps the backbone: vit., deit., beit., dinov2.);
 # CLIP's and SigLIP's towers, alone or inside the two-tower model, sit under vision_model.
-BACKBONES = ("vit.", "deit.", "beit.", "dinov2.", "vision_model.")
+# (DINOv2 with registers' and I-JEPA's classifiers wrap theirs as dinov2_with_registers. and ijepa.)
+BACKBONES = ("vit.", "deit.", "beit.", "dinov2.", "vision_model.", "dinov2_with_registers.", "ijepa.")
 # keys of a two-tower CLIP / SigLIP model or an MAE pre-training model that are not the image encoder
 NOT_THE_ENCODER = re.compile(r"(text_model\.|text_projection\.|logit_scale$|logit_bias$|decoder\.)")
 

@@ -15,7 +15,9 @@ STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 # what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS = ("cls", "gap", "map")
+POOLS: tuple[str, ...] = ("cls", "gap", "map")
+# transformers' DINOv2 classifiers: the head reads [CLS] concatenated with the mean of the patch tokens (2D wide)
+POOLS += ("cls+mean",)
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -30,6 +32,8 @@ TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
                                                    pos_embed_prefix=False),
     "[CLS] + 4 registers (DINOv2)": dict(prefix_tokens="cls", pool="cls", class_attn_depth=0, reg_tokens=4),
     "none, attention-pool head (SigLIP)": dict(prefix_tokens="none", pool="map", class_attn_depth=0),
+    "[CLS] and the mean of patches (DINOv2 classifier)": dict(prefix_tokens="cls", pool="cls+mean",
+                                                              class_attn_depth=0),
 }
 POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
 
@@ -199,8 +203,9 @@ class ViTConfig:
 
     def _validate_tokens(self) -> None:
         """The prefix tokens, what the head reads and CaiT's late [CLS] fit together."""
-        if self.pool == "cls":
-            _need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
+        if self.pool in ("cls", "cls+mean"):
+            _need(self.prefix_tokens != "none",
+                  f"pool={self.pool!r} needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
         if self.prefix_tokens == "cls+dist":
             _need(self.pool == "cls",
                  "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
@@ -272,6 +277,11 @@ class ViTConfig:
         return int(self.embed_dim * self.mlp_ratio)
 
     @property
+    def pooled_dim(self) -> int:
+        """The width of what the head reads: D, or 2D for [CLS] beside the mean of the patches."""
+        return 2 * self.embed_dim if self.pool == "cls+mean" else self.embed_dim
+
+    @property
     def distilled(self) -> bool:
         return self.prefix_tokens == "cls+dist"
 
@@ -320,10 +330,10 @@ class ViTConfig:
         if self.pool == "map":  # latent query, q, kv, proj, norm, a plain MLP
             h = self.mlp_hidden
             n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + 2 * d + (2 * d * h + h + d)
-        n += d * self.proj_dim
+        n += self.pooled_dim * self.proj_dim
         heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:
-            n += heads * (d * self.num_classes + self.num_classes)
+            n += heads * (self.pooled_dim * self.num_classes + self.num_classes)
         return n
 
     def _mlp_parameters(self, hidden: int) -> int:

@@ -27,6 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                             **_DINOV2),
     "dinov2-g14": dict(image_size=518, patch_size=14, num_classes=0, embed_dim=1536, depth=40, num_heads=24,
                        mlp="swiglu", mlp_ratio=4096 / 1536, layer_scale_init=1e-5),
+    # transformers' Dinov2ForImageClassification (facebook/dinov2-small-imagenet1k-1-layer): [CLS] + mean of patches
+    "dinov2-s14-in1k": dict(image_size=224, patch_size=14, num_classes=1000, pool="cls+mean", **_DINOV2),
     # timm's CLIP tower: the projection to the 512-d joint space is its head (with a zero bias)
     "clip-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=512, pre_norm=True, mlp="quick_gelu",
                      layer_norm_eps=1e-5),

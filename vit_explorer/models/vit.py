@@ -79,9 +79,9 @@ class VisionTransformer(nn.Module):
         if config.pool == "map":
             self.attn_pool = AttentionPool(config)
         if config.proj_dim:
-            self.proj = nn.Linear(d, config.proj_dim, bias=False)
+            self.proj = nn.Linear(config.pooled_dim, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
-        self.head = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
+        self.head = nn.Linear(config.pooled_dim, config.num_classes) if config.num_classes else nn.Identity()
         if config.distilled and config.dist_head:
             self.head_dist = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
         self.init_weights()
@@ -315,6 +315,8 @@ class VisionTransformer(nn.Module):
         elif cfg.pool == "map":
             pooled, probs = self.attn_pool(x[:, layout.num_prefix_tokens:], "pool_attention" in out.want)
             out.keep("pool_attention", probs)  # (B, heads, 1, N): the latent query over the patches
+        elif cfg.pool == "cls+mean":  # transformers' DINOv2 classifiers
+            pooled = torch.cat([x[:, 0], x[:, layout.num_prefix_tokens:].mean(dim=1)], dim=-1)  # (B, 2D)
         else:
             pooled = x[:, 0]
         out.keep("pre_logits", pooled)
