@@ -204,7 +204,7 @@ def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dic
         heads = features.cls_heads_figure(result)
         figures["cls_attention_heads.png"] = (heads, _multiples_size(len(heads.maps)))
     if not loaded.config.num_classes:
-        figures["embedding.png"] = (features.embedding_figure(result.features), (900, 600))
+        figures["embedding.png"] = (features.embedding_figure(result), (900, 600))
     return figures, names, skipped
 
 
