@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..models.config import ViTConfig
+from ..models.stems import HYBRID_WIDTHS, hybrid_multiply_adds
 
 STAGES = ("embeddings", "encoder", "class attention", "head")
 _EMBED_LAYERS = {  # first name component -> layer name in the embedding stage (the seed article's breakdown)
@@ -101,6 +102,10 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
 
     if config.stem == "patchify":
         macs["embeddings"] = n * d * config.in_chans * p * p
+    elif config.stem == "hybrid":  # the ResNet, then the 1x1 projection of its last stage
+        layers = config.hybrid_plan()
+        macs["embeddings"] = hybrid_multiply_adds(config.in_chans, layers, (h, w))
+        macs["embeddings"] += n * HYBRID_WIDTHS[len(layers) - 1] * d
     else:
         stem, c_in, size = 0, config.in_chans, (h, w)
         for c_out, stride in config.conv_stem_plan():

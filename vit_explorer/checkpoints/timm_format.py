@@ -80,6 +80,7 @@ class TimmName:
     args: dict[str, Any] = field(default_factory=dict)
     distilled: bool = False
     eps: float = 1e-6
+    stem: str = "patchify"  # ViTConfig.stem: timm builds a hybrid's ResNet from the name, not from an argument
 
     @property
     def embed_dim(self) -> int:
@@ -140,6 +141,13 @@ def _eva02(m: re.Match[str]) -> TimmName:
     return TimmName("eva02", "Eva", args)
 
 
+def _hybrid(m: re.Match[str]) -> TimmName:
+    """The ViT paper's R50+ViT: the ResNet's stride is the patch size (timm's own patch_size, the kernel of the
+    1x1 projection after it, stays 1)."""
+    args = dict(VIT_SIZES[m["size"]], patch_size=int(m["stride"]), img_size=int(m["res"]))
+    return TimmName("vit_hybrid", "VisionTransformer", args, stem="hybrid")
+
+
 def _cait(m: re.Match[str]) -> TimmName:
     args = dict(CAIT_SIZES[m["size"]], depth=int(m["depth"]), patch_size=16, img_size=int(m["res"]), init_values=1e-5)
     return TimmName("cait", "Cait", args)
@@ -156,18 +164,20 @@ FAMILIES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], TimmName]], ...
     (re.compile(rf"beit(?P<v2>v2)?_(?P<size>base|large)_patch16_{_R}"), _beit),
     (re.compile(rf"eva02_(?P<size>tiny|small|base|large)_{_P}_{_R}"), _eva02),
     (re.compile(rf"cait_(?P<size>xxs|xs|s|m)(?P<depth>\d{{1,4}})_{_R}"), _cait),
+    (re.compile(rf"vit_(?P<size>base|large)_r50_s(?P<stride>16|32)_{_R}"), _hybrid),
 )
 SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,base}[_distilled]_patch{P}_{res}, "
              "deit3_{small,medium,base,large,huge}_patch{P}_{res}, vit_{small,base,large,giant}_patch14[_reg4]_dinov2, "
              "vit_{base,large,huge}_patch{P}_clip[_quickgelu]_{res}, "
              "vit_{base,large,so400m}_patch{P}_siglip[_gap]_{res}, beit[v2]_{base,large}_patch16_{res}, "
-             "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res} (an optional .tag after "
-             "the name)")
+             "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res}, "
+             "vit_{base,large}_r50_s{16,32}_{res} (an optional .tag after the name)")
 # eval preprocessing when no pretrained_cfg says it: (mean, std, crop_pct) per family, timm's defaults
 FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_STD, 0.875),
                      "deit3": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "cait": (IMAGENET_MEAN, IMAGENET_STD, 1.0),
                      "dinov2": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "clip": (CLIP_MEAN, CLIP_STD, 1.0),
-                     "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9)}
+                     "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9),
+                     "vit_hybrid": (HALF, HALF, 0.9)}
 TAG_STATISTICS = {"mae": (IMAGENET_MEAN, IMAGENET_STD)}  # tags whose weights were trained on other statistics
 # names of our dimensions in timm's model_args, for messages
 TIMM_NAMES = {"width": "embed_dim", "depth": "depth", "mlp_width": "MLP width (embed_dim x mlp_ratio)",
@@ -265,6 +275,11 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
         raise CheckpointError(f"{where}: model_args {', '.join(foreign)} are not arguments of timm's "
                               f"{parsed.model_class} ({name!r}); vit-explorer reads "
                               f"{', '.join(sorted(CLASS_ARGS[parsed.model_class]))}")
+    if parsed.stem == "hybrid" and model_args.get("patch_size", 1) != 1:
+        raise CheckpointError(f"{where}: model_args patch_size={model_args['patch_size']} for the hybrid {name!r}: "
+                              "its patches are the ResNet's feature map (stride from the name), and vit-explorer "
+                              "reads only timm's default 1x1 projection after it (patch_size 1)")
+    model_args = {k: v for k, v in model_args.items() if not (parsed.stem == "hybrid" and k == "patch_size")}
     args = {**CLASS_DEFAULTS.get(parsed.model_class, {}), **parsed.args, **model_args}
     d, heads = args["embed_dim"], args["num_heads"]
     if heads != parsed.num_heads and d == parsed.embed_dim:
@@ -288,6 +303,7 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
         return ViTConfig(
             image_size=args["img_size"],
             patch_size=args["patch_size"],
+            stem=parsed.stem,
             in_chans=args.get("in_chans", 3),
             num_classes=classes,
             embed_dim=d,

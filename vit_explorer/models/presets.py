@@ -19,6 +19,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vit-l16": dict(embed_dim=1024, depth=24, num_heads=16),
     "deit-s-distilled": dict(embed_dim=384, depth=12, num_heads=6, prefix_tokens="cls+dist"),
     "deit-b-distilled": dict(embed_dim=768, depth=12, num_heads=12, prefix_tokens="cls+dist"),
+    # the ViT paper's hybrid R50+ViT-B/16: a ResNet-50's first three stages, their feature map the patch grid
+    # (timm's default weights for 224 are the in21k features, without a classifier)
+    "vit-b16-r50": dict(embed_dim=768, depth=12, num_heads=12, num_classes=0, stem="hybrid"),
+    "vit-b16-r50-384": dict(image_size=384, embed_dim=768, depth=12, num_heads=12, stem="hybrid"),
     "cait-xxs24": dict(embed_dim=192, depth=24, num_heads=4, **_CAIT),
     "cait-s24": dict(embed_dim=384, depth=24, num_heads=8, **_CAIT),
     # modern families (features-only where the reference checkpoints have no classifier)
@@ -66,6 +70,8 @@ TIMM_NAMES: dict[str, str] = {
     "deit_base_patch16_224": "vit-b16",
     "deit_small_distilled_patch16_224": "deit-s-distilled",
     "deit_base_distilled_patch16_224": "deit-b-distilled",
+    "vit_base_r50_s16_224": "vit-b16-r50",
+    "vit_base_r50_s16_384": "vit-b16-r50-384",
     "cait_xxs24_224": "cait-xxs24",
     "cait_s24_224": "cait-s24",
     "vit_small_patch14_dinov2": "dinov2-s14",
