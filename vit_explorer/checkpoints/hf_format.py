@@ -7,6 +7,9 @@ DeiTForImageClassification keeps the distillation token but classifies from [CLS
 Features-only models (ViTModel, Dinov2Model, CLIPVisionModel, ViTMAEModel, ...) give their pooled
 output: the normed [CLS] (ViT's pooler layer aside), CLIP's projected embedding, SigLIP's pooling head.
 
+Dinov2(WithRegisters)ForImageClassification: a linear head over [CLS] beside the mean of the patches.
+I-JEPA (IJepaModel, IJepaForImageClassification) has no [CLS]: its features are the mean of the normed patches.
+
 Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
 imports transformers.
 """
@@ -39,7 +42,7 @@ def processor_defaults(model_type: str, size: tuple[int, int]) -> dict[str, Any]
     to 256/224 of it, then crop; DINOv2 and CLIP resize the shortest edge (DINOv2: to 256/224), then crop."""
     h, w = size
     half = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    if model_type in ("vit", "vit_mae"):
+    if model_type in ("vit", "vit_mae", "ijepa"):  # I-JEPA's processor is ViT's
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
@@ -82,6 +85,8 @@ HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "
 CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",
                "BeitForImageClassification")
 DINOV2_CLASSIFIERS = ("Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification")
+IJEPA_CLASSIFIER = "IJepaForImageClassification"  # a linear head on the mean of the normed patch tokens
+NO_CLS = ("siglip_vision_model", "ijepa")  # model types whose tokens are the patches alone
 WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
 ANTIALIASED = ("dinov2_with_registers",)
@@ -97,7 +102,7 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
     # another model); without one, the weights do.
     if hf.architecture:
         one_head = hf.architecture == "DeiTForImageClassification"
-        head = hf.architecture in CLASSIFIERS + DINOV2_CLASSIFIERS
+        head = hf.architecture in CLASSIFIERS + DINOV2_CLASSIFIERS + (IJEPA_CLASSIFIER,)
         if head and "head.weight" not in state:
             raise CheckpointError(f"{where} declares {hf.architecture}, a classifier, but the weights have none "
                                   f"(no {'cls_' if 'WithTeacher' in hf.architecture else ''}classifier.weight)")
@@ -127,7 +132,7 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             qkv_bias=hf.qkv_bias,
             k_bias=kind != "beit",  # BEiT's keys have no bias
             pre_norm=kind == "clip_vision_model",
-            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind == "siglip_vision_model" else "cls",
+            prefix_tokens="cls+dist" if kind == "deit" else "none" if kind in NO_CLS else "cls",
             dist_head=not (kind == "deit" and one_head),  # DeiTModel always has both tokens
             reg_tokens=hf.register_tokens,
             pool="cls+mean" if cls_mean else hf.pool,

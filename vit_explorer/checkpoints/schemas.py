@@ -59,7 +59,8 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "clip": ("CLIPModel",),
                     "siglip_vision_model": ("SiglipVisionModel",),
                     "siglip": ("SiglipModel",),
-                    "beit": ("BeitForImageClassification", "BeitModel")}
+                    "beit": ("BeitForImageClassification", "BeitModel"),
+                    "ijepa": ("IJepaModel", "IJepaForImageClassification")}
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}  # two-tower models: their image tower
 # transformers' activation names -> ours (ViTConfig.mlp), per tower type; "gelu" is the exact one
 HF_ACTIVATIONS = {"gelu": "gelu", "quick_gelu": "quick_gelu", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -116,7 +117,7 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
         num_channels=tower.integer("num_channels", 3, high=64),
         qkv_bias=tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2",
-                                                           "dinov2_with_registers") else True,
+                                                           "dinov2_with_registers", "ijepa") else True,
         layer_norm_eps=tower.number("layer_norm_eps", HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0,
                                     low_open=True),
         id2label=index_labels(f, "id2label"),
@@ -140,6 +141,8 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
     fields: dict[str, Any] = dict(intermediate_size=f.integer("intermediate_size", high=64 * MAX_WIDTH))
     if kind == "siglip_vision_model":
         fields["pool"] = "map" if f.flag("vision_use_head", True) else "gap"
+    if kind == "ijepa":  # no [CLS]: the classifier (and so the features) read the mean of the normed patches
+        fields["pool"] = "gap"
     if kind == "beit":
         if f.flag("use_shared_relative_position_bias", False):
             f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "

@@ -33,6 +33,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                        mlp="swiglu", mlp_ratio=4096 / 1536, layer_scale_init=1e-5),
     # transformers' Dinov2ForImageClassification (facebook/dinov2-small-imagenet1k-1-layer): [CLS] + mean of patches
     "dinov2-s14-in1k": dict(image_size=224, patch_size=14, num_classes=1000, pool="cls+mean", **_DINOV2),
+    # I-JEPA (transformers ijepa, facebook/ijepa_vith14_1k): no [CLS], features the mean of the normed patches
+    "ijepa-h14": dict(patch_size=14, embed_dim=1280, depth=32, num_heads=16, num_classes=0, prefix_tokens="none",
+                      pool="gap", layer_norm_eps=1e-6),
     # timm's CLIP tower: the projection to the 512-d joint space is its head (with a zero bias)
     "clip-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=512, pre_norm=True, mlp="quick_gelu",
                      layer_norm_eps=1e-5),
