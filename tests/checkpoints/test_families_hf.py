@@ -199,9 +199,9 @@ def test_converts_back_to_hf(saved, tmp_path: Path, case: str) -> None:
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         out = again(x)
-        ref = out.logits if case.endswith("classifier") else out.pooler_output
-        assert_close(getattr(out, "image_embeds", None) if case.startswith("clip") else ref,
-                     loaded.model(x), "features after convert --to hf")
+        ref = out.image_embeds if case.startswith("clip") else out.logits if case.endswith("classifier") else \
+            out.pooler_output
+        assert_close(ref, loaded.model(x), "features after convert --to hf")
 
 
 def test_timm_dinov2_with_registers_converts_to_hf(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import TimmConfig, parse_timm_config, timm_preprocess
 from .source import Checkpoint, Declared, Source
-from .weights import check_weights_file, find_weights
+from .weights import check_weights_file, find_weights, release
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's, also EVA-02's
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -227,7 +227,9 @@ def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         parts = [f"{block}.{p}_proj.weight" for p in "qkv"]
         if not all(p in state for p in parts):
             continue  # incomplete: left for the architecture check to name
-        state[f"{block}.qkv.weight"] = torch.cat([state.pop(p) for p in parts])
+        separate = [state.pop(p) for p in parts]
+        state[f"{block}.qkv.weight"] = torch.cat(separate)
+        release(*separate)  # their mapped pages: the fused copy replaces them
         for p in "qv":
             if f"{block}.{p}_proj.bias" in state:
                 state[f"{block}.{p}_bias"] = state.pop(f"{block}.{p}_proj.bias")

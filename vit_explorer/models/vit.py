@@ -211,6 +211,10 @@ class VisionTransformer(nn.Module):
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
+        # a bf16 model runs in bf16: float32 inputs (pixels, head masks) would promote everything they touch
+        pixel_values = pixel_values.to(self.patch_embed.proj.weight.dtype)
+        if head_mask is not None:
+            head_mask = head_mask.to(pixel_values.dtype)
         rows = None
         if "attentions" in out.want or attention_hook is not None:
             rows = attn_rows if attn_rows == ALL else self._check_rows(attn_rows, layout.num_tokens)
