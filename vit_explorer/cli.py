@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -54,6 +54,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    report.add_dtype_argument(p)
 
     p = sub.add_parser("inspect", help="write a report (PNG/CSV/JSON) of a checkpoint's learned structure")
     report.add_arguments(p)
@@ -66,6 +67,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    report.add_dtype_argument(p)
     return parser
 
 
@@ -98,6 +100,19 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _loading(command: str, after: float = 3.0) -> Callable[[float, str], None]:
+    """A load's progress on stderr, once it has taken more than `after` seconds (a large model's)."""
+    import time
+
+    start = time.perf_counter()
+
+    def say(fraction: float, stage: str) -> None:
+        if time.perf_counter() - start > after:
+            print(f"vit-explorer {command}: loading: {stage} ({fraction:.0%})", file=sys.stderr)
+
+    return say
+
+
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
@@ -106,7 +121,7 @@ def _predict(args: argparse.Namespace) -> int:
     from .explore.forward import nonfinite_outputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("predict"))
     if not loaded.config.num_classes:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(image)
@@ -134,18 +149,19 @@ def _inspect(args: argparse.Namespace) -> int:
 
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
     report.check_out(Path(args.out), args.overwrite)  # before the (slower) load: a folder in the way fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("inspect"))
     image, image_info = report.choose_image(args.image)
     built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
     report.write_report(built, args.out, render_png, progress=True, overwrite=args.overwrite)
-    print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out}")
+    print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out} (the model ran in "
+          f"{str(loaded.dtype).removeprefix('torch.')})")
     return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
     from .checkpoints import convert, load
 
-    loaded = load(args.source, device="cpu", arch=args.arch)
+    loaded = load(args.source, device="cpu", arch=args.arch, dtype=args.dtype, progress=_loading("convert"))
     path = convert(loaded, to=args.to, out_dir=args.out)
     print(f"wrote {args.to} checkpoint to {path}")
     return 0

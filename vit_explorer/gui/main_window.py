@@ -212,6 +212,7 @@ class MainWindow(QMainWindow):
         self.session.notice.connect(lambda message: self.statusBar().showMessage(message, 10000))
         self.session.result_ready.connect(self._result)
         self.session.loading.connect(self._loading)
+        self.session.load_progress.connect(self._load_progress)
         self.session.model_changed.connect(self._model_changed)
         # once the views have let go of the old model: its garbage may have been frozen (collector.py)
         self.session.model_changed.connect(lambda: QTimer.singleShot(1000, collect_everything))
@@ -463,7 +464,14 @@ class MainWindow(QMainWindow):
             follow_palette(self, self.palette())
         super().changeEvent(event)
 
+    def _load_progress(self, fraction: float, stage: str) -> None:
+        self.progress.setRange(0, 100)
+        self.progress.setValue(round(100 * fraction))
+        self.progress.setFormat(stage)
+        self.statusBar().showMessage(f"loading: {stage}…")
+
     def _loading(self, source: str) -> None:
+        self.progress.setRange(0, 0)  # busy until the load says how far it is
         self.progress.setVisible(bool(source))
         self.load_button.setEnabled(not source)
         if source:
@@ -482,7 +490,9 @@ class MainWindow(QMainWindow):
         name = Path(loaded.source).name if loaded.source else self.shown_source()
         self.setWindowTitle(f"vit-explorer — {name}")
         self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
-        self.device_label.setText(f"device: {loaded.device}")
+        self.device_label.setText(f"device: {loaded.device} · {str(loaded.dtype).removeprefix('torch.')}")
+        self.device_label.setToolTip("Where the model runs, and in which dtype: bf16 / fp16 weights run as they are "
+                                     "stored; the views draw float32 copies of what they show.")
 
     def _result(self, result: Any) -> None:
         if self.first_prediction_s is None:

@@ -90,6 +90,7 @@ class Session(QObject):
     notice = Signal(str)  # something done that the user should see confirmed (a file saved)
     busy = Signal(bool)  # a forward pass is running
     loading = Signal(str)  # a load started ("" when it ended)
+    load_progress = Signal(float, str)  # (fraction, stage) of the load running (sent from its worker)
     attention_changed = Signal()  # the attention settings
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
@@ -163,7 +164,8 @@ class Session(QObject):
             if on_error is not None:
                 on_error(message)
 
-        self.run("load", lambda: load(source, device=preferred_device()), done, failed, io=True)
+        self.run("load", lambda: load(source, device=preferred_device(), progress=self.load_progress.emit), done, failed,
+                 io=True)
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Make `loaded` current: reset masks and selection to fit it, then run it."""
