@@ -308,7 +308,9 @@ def nonfinite_warning(state: dict[str, torch.Tensor], where: str, limit: int = 5
     """A warning naming the tensors that hold NaN or infinite values, or None if all are finite."""
     bad = []
     for name, t in state.items():
-        if t.is_floating_point():
+        # one pass without allocating: a NaN or an infinity makes the sum non-finite (so, rarely, does an
+        # overflow of finite values); only then is the tensor counted element by element
+        if t.is_floating_point() and not math.isfinite(float(t.sum())):
             finite = torch.isfinite(t)
             if not bool(finite.all()):
                 nan = int(torch.isnan(t).sum())

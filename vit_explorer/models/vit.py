@@ -89,6 +89,8 @@ class VisionTransformer(nn.Module):
     # ------------------------------------------------------------------ setup
     def init_weights(self) -> None:
         """timm-style init: truncated normal (std 0.02) for tokens, tables and Linear weights."""
+        if self.patch_embed.proj.weight.is_meta:  # shapes only, for a checkpoint's weights (init on meta is slow)
+            return
         for name, p in self.named_parameters():
             if name in ("cls_token", "dist_token", "reg_token", "mask_token", "attn_pool.latent") or \
                     name.startswith("pos_embed") or name.endswith("relative_position_bias_table"):
