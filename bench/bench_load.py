@@ -133,7 +133,8 @@ def main() -> None:
                      for who in ("ours", REFERENCE[layout]))
         print(f"| {layout} | {dtype} | {ours['file_mib']:.0f} | {ours['load_s']:.2f} | {ref['load_s']:.2f} "
               f"({REFERENCE[layout]}) | {ours['load_s'] / ref['load_s']:.2f} | "
-              f"{(ours['load_s'] + ours['forward_s']) / (ref['load_s'] + ref['forward_s']):.2f} | {ours['peak_mib']:.0f} | "
+              f"{(ours['load_s'] + ours['forward_s']) / (ref['load_s'] + ref['forward_s']):.2f} | "
+              f"{ours['peak_mib']:.0f} | "
               f"{ref['peak_mib']:.0f} | {ours['peak_mib'] / ref['peak_mib']:.3f} | "
               f"{ours['kept_dtype']} / {ref['kept_dtype']} |")
     if args.json:

@@ -120,7 +120,8 @@ CASES: dict[str, Callable[[], torch.nn.Module]] = {
     "clip": _clip, "clip_model": _clip_model, "siglip": _siglip, "siglip_model": _siglip_model, "mae": _mae,
     "mae_pretraining": _mae_pretraining, "beit": _beit,
 }
-CASES.update(dinov2_classifier=lambda: _dinov2_classifier(False), dinov2_reg_classifier=lambda: _dinov2_classifier(True))
+CASES.update(dinov2_classifier=lambda: _dinov2_classifier(False),
+             dinov2_reg_classifier=lambda: _dinov2_classifier(True))
 
 
 @pytest.fixture(scope="module")

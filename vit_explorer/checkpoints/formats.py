@@ -25,7 +25,6 @@ from .memory import check_fits, check_model_fits
 from .source import Checkpoint, Declared, Source, T
 from .weights import nonfinite_warning, read_weights
 
-
 Progress = Callable[[float, str], None]  # (fraction done, the stage now running)
 
 

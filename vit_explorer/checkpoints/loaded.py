@@ -45,4 +45,4 @@ class LoadedModel:
     @property
     def dtype(self) -> torch.dtype:
         """The dtype the model runs in: its weights' own (bf16 stays bf16) unless loaded with another."""
-        return next(self.model.parameters()).dtype
+        return self.model.dtype

@@ -4,9 +4,10 @@ preset built in a lesson or the builder, a new input size in the app, a lesson s
 
 Patches and multiply-adds are bounded so that one interactive pass ends in seconds; a model's own input
 size is always within them (the bounds are at least what the config itself asks for). The memory
-estimate is the parameters in the dtype they run in (float32 unless the weights are kept in bf16 / fp16) plus
-the largest activation of one forward pass at the requested size (counted in float32): the attention scores and probabilities of one block, (B, heads, T, T) twice,
-or the MLP's hidden activations, whichever is larger, plus a few copies of the token stream.
+estimate is the parameters in the dtype they run in (float32 unless the weights are kept in bf16 / fp16)
+plus the largest activation of one forward pass at the requested size (counted in float32): the attention
+scores and probabilities of one block, (B, heads, T, T) twice, or the MLP's hidden activations, whichever
+is larger, plus a few copies of the token stream.
 With `captures` every block's attention and hidden states are kept, as the report and the app do.
 """
 
@@ -99,7 +100,8 @@ def check_model_fits(config: ViTConfig, device: torch.device, where: str, image_
     `image_size`, plus `extra` bytes, would not fit on `device`."""
     h, w = image_size or config.image_size
     itemsize = torch.empty((), dtype=dtype).element_size()
-    needed = estimate_bytes(config, image_size, batch, captures, parameters=not loaded, parameter_bytes=itemsize) + extra
+    needed = extra + estimate_bytes(config, image_size, batch, captures, parameters=not loaded,
+                                    parameter_bytes=itemsize)
     what = (f"this model ({config.estimate_parameters():,} parameters in {str(dtype).removeprefix('torch.')}) on "
             f"{batch} image(s) of {h}x{w}" + (" with every attention map kept" if captures else ""))
     check_fits(needed, device, what, where, way_out)

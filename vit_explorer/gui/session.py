@@ -164,8 +164,8 @@ class Session(QObject):
             if on_error is not None:
                 on_error(message)
 
-        self.run("load", lambda: load(source, device=preferred_device(), progress=self.load_progress.emit), done, failed,
-                 io=True)
+        self.run("load", lambda: load(source, device=preferred_device(), progress=self.load_progress.emit), done,
+                 failed, io=True)
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Make `loaded` current: reset masks and selection to fit it, then run it."""

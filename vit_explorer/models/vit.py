@@ -89,7 +89,7 @@ class VisionTransformer(nn.Module):
     # ------------------------------------------------------------------ setup
     def init_weights(self) -> None:
         """timm-style init: truncated normal (std 0.02) for tokens, tables and Linear weights."""
-        if self.patch_embed.proj.weight.is_meta:  # shapes only, for a checkpoint's weights (init on meta is slow)
+        if next(self.parameters()).is_meta:  # shapes only, for a checkpoint's weights (init on meta is slow)
             return
         for name, p in self.named_parameters():
             if name in ("cls_token", "dist_token", "reg_token", "mask_token", "attn_pool.latent") or \
@@ -105,6 +105,11 @@ class VisionTransformer(nn.Module):
                 for lin in (block.attn.proj_l, block.attn.proj_w):
                     nn.init.eye_(lin.weight)
                     nn.init.zeros_(lin.bias)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model runs in: its weights' (a bf16 checkpoint's stay bf16)."""
+        return next(self.parameters()).dtype
 
     @property
     def prefix_names(self) -> tuple[str, ...]:
@@ -214,7 +219,7 @@ class VisionTransformer(nn.Module):
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
         # a bf16 model runs in bf16: float32 inputs (pixels, head masks) would promote everything they touch
-        pixel_values = pixel_values.to(self.patch_embed.proj.weight.dtype)
+        pixel_values = pixel_values.to(self.dtype)
         if head_mask is not None:
             head_mask = head_mask.to(pixel_values.dtype)
         rows = None

@@ -27,9 +27,10 @@ from .base import Table, View
 PE_SCHEMES = [(scheme.label, name) for name, scheme in SCHEMES.items()]
 STEM_CHOICES = [(stem.label, name) for name, stem in STEMS.items()]
 PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none", "none")]
+# what the classifier (or features-only output) reads
 POOLING = {"cls": "output from [CLS]", "gap": "output from the mean of the patches",
            "map": "output from an attention pool of the patches",
-           "cls+mean": "output from [CLS] beside the mean of the patches"}  # what the classifier (or features-only output) reads
+           "cls+mean": "output from [CLS] beside the mean of the patches"}
 
 
 DEFAULT_LAYER_SCALE = 1e-5  # CaiT's LayerScale init

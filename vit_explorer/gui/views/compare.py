@@ -8,8 +8,8 @@ import pyqtgraph as pg
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
-from ...explore import lessons
 from ...checkpoints import LoadedModel
+from ...explore import lessons
 from ...explore.compare import PRESETS, Side, joint_prediction, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
