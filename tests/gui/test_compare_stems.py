@@ -13,7 +13,7 @@ from .conftest import wait_result
 def test_stem_models_share_the_transformer_and_differ_in_the_stem() -> None:
     (_, patchify), (_, conv), (hybrid_name, hybrid) = stem_models()
     assert [m.config.stem for m in (patchify, conv, hybrid)] == ["patchify", "conv", "hybrid"]
-    assert f"{hybrid.config.stem_parameters():,} stem params" in hybrid_name and "untrained" in hybrid_name
+    assert hybrid_name == f"hybrid stem: {hybrid.config.stem_parameters():,} params, untrained"
     mine, theirs = hybrid.model.state_dict(), conv.model.state_dict()
     assert all(torch.equal(v, theirs[k]) for k, v in mine.items() if not k.startswith("patch_embed."))
     x = torch.randn(1, 3, 32, 32)
@@ -32,7 +32,8 @@ def test_the_preset_shows_three_columns(qtbot, window) -> None:
     view.compare_with(f"preset:{name}")
     qtbot.waitUntil(lambda: view.sides is not None and len(view.sides) == 3, timeout=30000)
     view.bring_up_to_date()
-    assert [s.name.split(" (")[0] for s in view.sides] == ["patchify", "conv stem", "hybrid stem"]
+    assert [s.name.split(":")[0] for s in view.sides] == ["patchify stem", "conv stem", "hybrid stem"]
     assert all(s.result.inputs.image is window.session.image for s in view.sides)
     assert all(s.rollout.maps.shape == (1, 8, 8) and s.prediction is not None for s in view.sides)
     assert len(view.table()[1]) == 3 * 3  # each side's top classes
+    assert "PE similarity is shown for two models" in view.note.text()

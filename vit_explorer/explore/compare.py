@@ -97,9 +97,8 @@ def stem_models() -> list[tuple[str, LoadedModel]]:
     model.load_state_dict({**model.state_dict(), **blocks})  # strict: the same transformer, only the stem differs
     hybrid = LoadedModel(model.eval(), config, conv.labels, conv.preprocessing, "hybrid stem", "built",
                          {"config": config.to_dict()})
-    named = [("patchify", patchify, "trained"), ("conv stem", conv, "trained"),
-             ("hybrid stem", hybrid, "untrained stem")]
-    return [(f"{name} ({loaded.config.stem_parameters():,} stem params, {state})", loaded)
+    named = [("patchify", patchify, ""), ("conv", conv, ""), ("hybrid", hybrid, ", untrained")]
+    return [(f"{name} stem: {loaded.config.stem_parameters():,} params{state}", loaded)
             for name, loaded, state in named]
 
 

@@ -113,22 +113,31 @@ class CompareView(View):
     def _draw(self, sides: tuple[Side, ...]) -> None:
         self.sides = sides
         self.plots.ci.clear()
-        self.note.setText("; ".join(f"{s.name}: {s.note}" for s in sides if s.note))
+        notes: dict[str, list[str]] = {}  # the same note for several sides is said once, naming them all
+        for one in sides:
+            if one.note:
+                notes.setdefault(one.note, []).append(one.name.split(":")[0])
+        if len(sides) > 2:  # a row each leaves no room for a third panel
+            notes.setdefault("PE similarity is shown for two models (choose a second model above)", [])
+        self.note.setText("; ".join(f"{', '.join(names)}: {note}" if names else note for note, names in notes.items()))
+        if len(sides) > 2:
+            self._draw_rows(sides)
+            return
         # both predictions in one chart across the view when the models share their classes
-        joint = joint_prediction(*sides, TOP_K) if self.shows("prediction") and len(sides) == 2 else None
+        joint = joint_prediction(sides[0], sides[1], TOP_K) if self.shows("prediction") else None
         if joint is not None:
             figures.BarsPlot(self.plots.ci.addLayout(row=0, col=0, colspan=2), joint)
         columns = []
         if [name for name in self.panels if name != "prediction"] or joint is None:
-            columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(len(sides))]
-        for i in range(len(sides)):  # equal columns
+            columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(2)]
+        for i in range(2):  # two equal columns
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
         self._drawn_chars = self._title_chars()
         with figures.title_width(self._drawn_chars):
             for column, one in zip(columns, sides if columns else (), strict=True):
                 last = one is sides[-1]
-                levels = [other.similarity.levels if other.similarity is not None else None for other in sides]
-                same_scale = levels[0] is not None and all(level == levels[0] for level in levels)
+                same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
+                    sides[0].similarity.levels == sides[1].similarity.levels is not None)
                 bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
                 if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
                     figures.add_title(column, one.name)
@@ -147,11 +156,24 @@ class CompareView(View):
                         column.nextRow()
                     figures.SimilarityPlot(column, one.similarity, colorbar=bar)
 
+    def _draw_rows(self, sides: tuple[Side, ...]) -> None:
+        """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
+        three columns would be too narrow for either."""
+        self._drawn_chars = self._title_chars()
+        with figures.title_width(self._drawn_chars):
+            for i, one in enumerate(sides):
+                row = self.plots.ci.addLayout(row=i, col=0)
+                if one.prediction is not None and self.shows("prediction"):
+                    figures.BarsPlot(row, one.prediction)
+                else:
+                    figures.add_title(row, one.name)
+                if self.shows("rollout"):
+                    figures.MapsPlot(row, one.rollout)
+
     def _title_chars(self) -> int:
-        """Characters per title line that fit one column (half the view, a third for three) at text scale 1:
-        about 11 px each, beside a colour bar. Wider titles would make the columns wider than the view."""
-        columns = len(self.sides) if self.sides is not None else 2
-        return max(14, min(44, int((self.plots.width() / columns - 140) / 11)))
+        """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,
+        beside a colour bar. Wider titles would make the columns wider than the view."""
+        return max(14, min(44, int((self.plots.width() / 2 - 140) / 11)))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
