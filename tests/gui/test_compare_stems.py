@@ -37,3 +37,17 @@ def test_the_preset_shows_three_columns(qtbot, window) -> None:
     assert all(s.rollout.maps.shape == (1, 8, 8) and s.prediction is not None for s in view.sides)
     assert len(view.table()[1]) == 3 * 3  # each side's top classes
     assert "PE similarity is shown for two models" in view.note.text()
+
+
+def test_the_builder_offers_the_hybrid_stem_with_its_parameter_count(qtbot, window) -> None:
+    from vit_explorer.models import preset
+
+    window.docks["Model builder"].raise_()
+    view = window.views["Model builder"]
+    view.set_config(preset("classroom"))
+    view.stem.setCurrentIndex(view.stem.findData("hybrid"))
+    cfg = view.config()
+    assert cfg.stem == "hybrid" and cfg.hybrid_plan() == (3,)  # patch 4: the ResNet's first stage
+    assert f"{cfg.estimate_parameters():,} parameters (stem {cfg.stem_parameters():,})" in view.estimate.text()
+    view.patch.setValue(2)  # 32 px is a multiple of 2, but no ResNet has that stride
+    assert "stride of 4, 8, 16 or 32" in view.estimate.text() and not view.build_button.isEnabled()
