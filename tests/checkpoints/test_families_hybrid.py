@@ -77,3 +77,20 @@ def test_a_hybrid_projection_wider_than_one_position_is_refused(tmp_path: Path) 
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="model_args patch_size=2 for the hybrid .*feature map"):
         load(folder)
+
+
+@pytest.mark.parametrize("name", ["vit_base_r50_s16_224", "vit_base_r50_s16_384", "vit_large_r50_s32_224",
+                                  "vit_large_r50_s32_384"])
+def test_each_hybrid_name_has_timms_keys_and_shapes(name: str) -> None:
+    """Full size, on the meta device: the config the name gives has timm's every key, shape and count."""
+    import timm
+
+    from vit_explorer.checkpoints.timm_format import config_from_timm
+    from vit_explorer.models import VisionTransformer
+
+    with torch.device("meta"):
+        reference = timm.create_model(name)
+        theirs = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+        ours = VisionTransformer(config_from_timm(name, reference.state_dict(), {}, "test"))
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == theirs
+    assert ours.config.estimate_parameters() == sum(p.numel() for p in reference.parameters())
