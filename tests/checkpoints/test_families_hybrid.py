@@ -54,8 +54,8 @@ def test_hybrid_parity_with_timm(hub, size: tuple[int, int]) -> None:
         assert_close(ours["stem"], model.patch_embed.proj(grid), "the projected feature map")
 
 
-def test_a_bare_hybrid_state_dict_with_arch(tmp_path: Path) -> None:
-    """A bare .pth of vit_base_r50_s16_384's layout, named with --arch: every size comes from the name."""
+def test_a_bare_hybrid_state_dict_of_other_sizes_is_refused_with_arch(tmp_path: Path) -> None:
+    """A bare .pth named with --arch: every size comes from the name, so a narrower model says what differs."""
     model = build("vit_base_r50_s16_384")
     torch.save(model.state_dict(), tmp_path / "weights.pth")
     with pytest.raises(CheckpointError, match="embed_dim 768 but the weights have 48"):
@@ -65,6 +65,20 @@ def test_a_bare_hybrid_state_dict_with_arch(tmp_path: Path) -> None:
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         assert_close(loaded.model(x), model(x), "logits")
+
+
+@pytest.mark.slow
+def test_a_bare_full_size_hybrid_state_dict_with_arch(tmp_path: Path) -> None:
+    """timm's vit_base_r50_s16_224 at full size (98M parameters) as a bare state dict with --arch."""
+    import timm
+
+    model = randomize(timm.create_model("vit_base_r50_s16_224", pretrained=False))
+    torch.save(model.state_dict(), tmp_path / "weights.pth")
+    loaded = load(tmp_path / "weights.pth", arch="vit_base_r50_s16_224")
+    assert loaded.config.estimate_parameters() == 97_890_112 and loaded.preprocessing.size == (224, 224)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert_close(loaded.model(x), model(x), "features")
 
 
 def test_a_hybrid_projection_wider_than_one_position_is_refused(tmp_path: Path) -> None:
