@@ -37,6 +37,9 @@ def _app_parser() -> argparse.ArgumentParser:
         + " (run 'vit-explorer COMMAND --help').",
     )
     parser.add_argument("source", nargs="?", help="hub id, folder or file to open (default: the bundled model)")
+    # no choices here: naming them would import torch before the window paints; the loader checks the name
+    parser.add_argument("--dtype", default=None, help="run the models opened in this dtype, e.g. float32 to upcast "
+                        "bf16/fp16 weights (default: the weights' own)")
     return parser
 
 
@@ -178,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _app_parser().parse_args(argv)
         from .gui.app import run_app
 
-        return run_app(args.source)
+        return run_app(args.source, args.dtype)
 
     args, unknown = _command_parser().parse_known_args(argv)
     from .checkpoints.errors import CheckpointError, CheckpointWarning

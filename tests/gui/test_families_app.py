@@ -50,3 +50,18 @@ def test_every_view_draws_for_the_family(qtbot, window, tmp_path: Path, family: 
         png = view.export_png(tmp_path / f"{title}.png")
         assert png.stat().st_size > 1000, title
     assert not errors, errors
+
+
+def test_the_app_upcasts_with_dtype(qtbot, tmp_path: Path) -> None:
+    """`vit-explorer SOURCE --dtype float32`: a bf16 checkpoint opens in float32, and the status bar says so."""
+    from vit_explorer.gui.app import make_app
+    from vit_explorer.gui.main_window import MainWindow
+
+    source = _dinov2_classifier(tmp_path / "bf16", torch.bfloat16)
+    make_app()
+    win = MainWindow(str(source), "float32")
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: win.session is not None and win.session.result is not None, timeout=30000)
+    assert win.session.loaded.dtype == torch.float32 and win.device_label.text() == "device: cpu · float32"
+    win.close()

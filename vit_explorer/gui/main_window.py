@@ -59,8 +59,9 @@ class MainWindow(QMainWindow):
     core_ready = Signal(str)  # "" when torch and the model code imported, else an error message
     ready = Signal()  # views built; the first load has been started
 
-    def __init__(self, source: str | None = None) -> None:
+    def __init__(self, source: str | None = None, dtype: str | None = None) -> None:
         super().__init__()
+        self.dtype = dtype  # what the models opened run in (None: their weights' own)
         self.setWindowTitle("vit-explorer")
         self.fit_screen()
         self.setAcceptDrops(True)
@@ -208,6 +209,7 @@ class MainWindow(QMainWindow):
         from .session import Session
 
         self.session = Session(self)
+        self.session.dtype = self.dtype
         self.session.error.connect(self.show_error)
         self.session.notice.connect(lambda message: self.statusBar().showMessage(message, 10000))
         self.session.result_ready.connect(self._result)
@@ -492,7 +494,8 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
         self.device_label.setText(f"device: {loaded.device} · {str(loaded.dtype).removeprefix('torch.')}")
         self.device_label.setToolTip("Where the model runs, and in which dtype: bf16 / fp16 weights run as they are "
-                                     "stored; the views draw float32 copies of what they show.")
+                                     "stored (`vit-explorer SOURCE --dtype float32` upcasts); the views draw "
+                                     "float32 copies of what they show.")
 
     def _result(self, result: Any) -> None:
         if self.first_prediction_s is None:
