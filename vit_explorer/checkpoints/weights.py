@@ -115,6 +115,8 @@ def release(*tensors: torch.Tensor) -> None:
     must not use these tensors again (their pages would be read from the file anew). Tensors that are not
     views of a mapped weights file are left alone."""
     page = mmap.PAGESIZE
+    if not hasattr(mmap, "MADV_DONTNEED"):  # Windows: no madvise; the pages go when the map does
+        return
     for t in tensors:
         ptr, n = t.data_ptr(), t.numel() * t.element_size()
         for base, length, ref in _MAPS:
