@@ -123,3 +123,28 @@ def test_the_views_draw_float32_copies(tmp_path: Path) -> None:
     assert all(m.dtype == torch.float32 for m in result.maps.values())
     assert all(t.dtype == torch.float32 for t in result.tokens.values()) and result.with_pos.dtype == torch.float32
     assert loaded.dtype == torch.bfloat16  # the model itself was not converted
+
+
+def test_released_pages_leave_memory(tmp_path: Path) -> None:
+    """A mapped tensor's pages are resident once read, and gone once released (what keeps a fused q/k/v or an
+    upcast from holding the originals beside the new copies); the values are still the file's if read again."""
+    import resource
+
+    from safetensors.torch import save_file
+
+    from vit_explorer.checkpoints.weights import read_safetensors, release
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+
+    big = torch.arange(32 * 2**20, dtype=torch.float32).reshape(-1, 1024)  # 128 MiB
+    save_file({"big": big}, str(tmp_path / "w.safetensors"))
+    mapped_big = read_safetensors(tmp_path / "w.safetensors")["big"]
+    before = resident()
+    assert float(mapped_big[-1, -1]) == float(big[-1, -1]) and mapped_big.sum() > 0  # every page read
+    touched = resident()
+    release(mapped_big)
+    after = resident()
+    assert touched - before > 100 * 2**20 and touched - after > 100 * 2**20, (before, touched, after)
+    assert torch.equal(mapped_big[:4], big[:4])
