@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,6 +37,9 @@ def _app_parser() -> argparse.ArgumentParser:
         + " (run 'vit-explorer COMMAND --help').",
     )
     parser.add_argument("source", nargs="?", help="hub id, folder or file to open (default: the bundled model)")
+    # no choices here: naming them would import torch before the window paints; the loader checks the name
+    parser.add_argument("--dtype", default=None, help="run the models opened in this dtype, e.g. float32 to upcast "
+                        "bf16/fp16 weights (default: the weights' own)")
     return parser
 
 
@@ -55,6 +58,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    report.add_dtype_argument(p)
 
     p = sub.add_parser("inspect", help="write a report (PNG/CSV/JSON) of a checkpoint's learned structure")
     report.add_arguments(p)
@@ -67,6 +71,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    report.add_dtype_argument(p)
 
     explain.add_arguments(sub.add_parser("explain", help="relevance maps of an image, each with its faithfulness"))
     components_command.add_arguments(sub)
@@ -102,6 +107,19 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _loading(command: str, after: float = 3.0) -> Callable[[float, str], None]:
+    """A load's progress on stderr, once it has taken more than `after` seconds (a large model's)."""
+    import time
+
+    start = time.perf_counter()
+
+    def say(fraction: float, stage: str) -> None:
+        if time.perf_counter() - start > after:
+            print(f"vit-explorer {command}: loading: {stage} ({fraction:.0%})", file=sys.stderr)
+
+    return say
+
+
 def _predict(args: argparse.Namespace) -> int:
     import torch
 
@@ -110,7 +128,7 @@ def _predict(args: argparse.Namespace) -> int:
     from .explore.forward import nonfinite_outputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("predict"))
     if not loaded.config.num_classes:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(image)
@@ -138,18 +156,19 @@ def _inspect(args: argparse.Namespace) -> int:
 
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
     report.check_out(Path(args.out), args.overwrite)  # before the (slower) load: a folder in the way fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("inspect"))
     image, image_info = report.choose_image(args.image)
     built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
     report.write_report(built, args.out, render_png, progress=True, overwrite=args.overwrite)
-    print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out}")
+    print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out} (the model ran in "
+          f"{str(loaded.dtype).removeprefix('torch.')})")
     return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
     from .checkpoints import convert, load
 
-    loaded = load(args.source, device="cpu", arch=args.arch)
+    loaded = load(args.source, device="cpu", arch=args.arch, dtype=args.dtype, progress=_loading("convert"))
     path = convert(loaded, to=args.to, out_dir=args.out)
     print(f"wrote {args.to} checkpoint to {path}")
     return 0
@@ -166,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _app_parser().parse_args(argv)
         from .gui.app import run_app
 
-        return run_app(args.source)
+        return run_app(args.source, args.dtype)
 
     args, unknown = _command_parser().parse_known_args(argv)
     from .checkpoints.errors import CheckpointError, CheckpointWarning

@@ -54,6 +54,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
     parser.add_argument("--arch", default=None,
                         help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    add_dtype_argument(parser)
+
+
+def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
+    """--dtype, for the commands that load a model (predict, inspect, convert)."""
+    from .checkpoints.build import DTYPES
+
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                        help="run in this dtype, e.g. float32 to upcast bf16/fp16 weights (default: the weights' own)")
 
 
 def parse_resolution(text: str) -> tuple[int, int]:
@@ -217,7 +226,7 @@ def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dic
         heads = features.cls_heads_figure(result)
         figures["cls_attention_heads.png"] = (heads, _multiples_size(len(heads.maps)))
     if not loaded.config.num_classes:
-        figures["embedding.png"] = (features.embedding_figure(result.features), (900, 600))
+        figures["embedding.png"] = (features.embedding_figure(result), (900, 600))
     return figures, names, skipped
 
 
@@ -269,6 +278,7 @@ def _summary(loaded: LoadedModel, result: ForwardResult, tables: ModelTables, sc
     summary: dict[str, Any] = {
         "source": loaded.source,
         "kind": loaded.kind,
+        "dtype": str(loaded.dtype).removeprefix("torch."),  # what the model ran in (bf16 weights stay bf16)
         "warnings": list(loaded.warnings),
         "details": loaded.details,
         "architecture": loaded.config.to_dict(),

@@ -211,11 +211,12 @@ def test_cached_hub_ids_load_offline(hf_folder, timm_hub, tmp_path: Path, monkey
         assert (timm.model(x) - timm_model(x)).abs().max() < 1e-4
 
 
-def test_fp16_weights_load_as_float32(hf_folder, tmp_path: Path) -> None:
+def test_fp16_weights_stay_fp16_unless_upcast(hf_folder, tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     _, folder = hf_folder("vit")
     half = copy_folder(folder, tmp_path / "half")
     save_file({k: v.half() for k, v in load_file(folder / "model.safetensors").items()}, half / "model.safetensors")
-    loaded = load(half)
+    assert all(p.dtype == torch.float16 for p in load(half).model.parameters())
+    loaded = load(half, dtype="float32")
     assert all(p.dtype == torch.float32 for p in loaded.model.parameters())

@@ -35,6 +35,16 @@ def _dinov2_reg() -> torch.nn.Module:
     return Dinov2WithRegistersModel(Dinov2WithRegistersConfig(**TINY, mlp_ratio=2, num_register_tokens=4))
 
 
+def _dinov2_classifier(registers: bool) -> torch.nn.Module:
+    """transformers' fine-tuned DINOv2 classifiers: a linear head over [CLS] beside the mean of the patches."""
+    import transformers
+
+    kind = "Dinov2WithRegisters" if registers else "Dinov2"
+    config = getattr(transformers, f"{kind}Config")(**TINY, mlp_ratio=2, layerscale_value=0.5,
+                                                    id2label=dict(enumerate(LABELS)))
+    return getattr(transformers, f"{kind}ForImageClassification")(config)
+
+
 def _clip() -> torch.nn.Module:
     from transformers import CLIPVisionConfig, CLIPVisionModelWithProjection
 
@@ -110,6 +120,8 @@ CASES: dict[str, Callable[[], torch.nn.Module]] = {
     "clip": _clip, "clip_model": _clip_model, "siglip": _siglip, "siglip_model": _siglip_model, "mae": _mae,
     "mae_pretraining": _mae_pretraining, "beit": _beit,
 }
+CASES.update(dinov2_classifier=lambda: _dinov2_classifier(False),
+             dinov2_reg_classifier=lambda: _dinov2_classifier(True))
 
 
 @pytest.fixture(scope="module")
@@ -167,10 +179,12 @@ def test_hf_preprocessing_defaults_and_labels(saved) -> None:
     assert load(saved("siglip")[1]).preprocessing.mean == pytest.approx((0.5, 0.5, 0.5))
     beit = load(saved("beit")[1])
     assert beit.labels == LABELS and beit.config.pos_embed == "rel_bias"
+    classifier = load(saved("dinov2_reg_classifier")[1])
+    assert classifier.labels == LABELS and classifier.config.pool == "cls+mean" and classifier.config.reg_tokens == 4
 
 
 @pytest.mark.parametrize("case", ["dinov2", "dinov2_swiglu", "dinov2_reg", "clip", "clip_model", "siglip",
-                                  "siglip_model"])
+                                  "siglip_model", "dinov2_classifier", "dinov2_reg_classifier"])
 def test_converts_back_to_hf(saved, tmp_path: Path, case: str) -> None:
     """DINOv2 and the CLIP and SigLIP image towers (also those read from a two-tower model) write the
     transformers class whose outputs, loaded back by transformers, are ours."""
@@ -186,8 +200,9 @@ def test_converts_back_to_hf(saved, tmp_path: Path, case: str) -> None:
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         out = again(x)
-        assert_close(getattr(out, "image_embeds", None) if case.startswith("clip") else out.pooler_output,
-                     loaded.model(x), "features after convert --to hf")
+        ref = out.image_embeds if case.startswith("clip") else out.logits if case.endswith("classifier") else \
+            out.pooler_output
+        assert_close(ref, loaded.model(x), "features after convert --to hf")
 
 
 def test_timm_dinov2_with_registers_converts_to_hf(tmp_path: Path) -> None:
@@ -223,3 +238,18 @@ def test_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path, mod
     with pytest.raises(CheckpointError, match=rf"model_type '{model_type}' is not supported; vit-explorer reads "
                                               r"Hugging Face vit, deit, vit_mae, dinov2, .*beit"):
         load(tmp_path)
+
+
+def test_dinov2_classifier_preset_has_transformers_parameter_count() -> None:
+    """The dinov2-s14-in1k preset is Dinov2ForImageClassification at ViT-S/14, 224 px, 1000 classes (HF's
+    unused [MASK] token aside)."""
+    from transformers import Dinov2Config, Dinov2ForImageClassification
+
+    from vit_explorer.models import VisionTransformer, count_parameters, preset
+
+    with torch.device("meta"):
+        hf = Dinov2ForImageClassification(Dinov2Config(hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
+                                                       image_size=224, patch_size=14, num_labels=1000))
+        ours = VisionTransformer(preset("dinov2-s14-in1k"))
+    expected = sum(p.numel() for n, p in hf.named_parameters() if n != "dinov2.embeddings.mask_token")
+    assert count_parameters(ours) == preset("dinov2-s14-in1k").estimate_parameters() == expected

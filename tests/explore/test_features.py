@@ -138,3 +138,18 @@ def test_pca_leaves_non_finite_patches_black_and_refuses_when_none_are_finite() 
     np.testing.assert_array_equal(colours[[1, 5]], 0.0)
     with pytest.raises(ValueError, match="finite"):
         features.pca_colours([torch.full((12, 8), float("nan"))], [(3, 4)], remove_background=True)
+
+
+@pytest.mark.parametrize("proj_dim", [0, 12])
+def test_the_embedding_shown_is_what_the_model_returns(proj_dim: int) -> None:
+    """CLIP's tower returns its projection (here 12 numbers, 512 for ViT-B/16), not the 64 pooled features."""
+    torch.manual_seed(0)
+    model = VisionTransformer(preset("classroom-tiny", num_classes=0, pre_norm=True, proj_dim=proj_dim))
+    result = result_for(model, Needs())
+    figure = features.embedding_figure(result, k=5)
+    width = proj_dim or model.config.embed_dim
+    what = "Image embedding, projected to the joint space" if proj_dim else "Pooled embedding"
+    assert figure.title == f"{what} ({width} numbers): the 5 largest"
+    shown = [int(label.removeprefix("dim ")) for label in figure.labels]
+    np.testing.assert_allclose(figure.values, result.logits.numpy()[shown].astype(np.float64))
+    assert np.all(np.abs(figure.values) >= np.sort(np.abs(result.logits.numpy()))[-5] - 1e-9)

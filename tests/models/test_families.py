@@ -22,6 +22,8 @@ from vit_explorer.models.config import TOKEN_LAYOUTS
 FAMILY_PRESETS = ["dinov2-s14", "dinov2-s14-reg4", "dinov2-g14", "clip-b16", "siglip-b16", "mae-b16", "deit3-s16",
                   "beit-b16", "eva02-ti14"]
 FAMILY_PRESETS += ["dinov3-b16", "aimv2-l14", "pe-core-b16", "siglip2-b16-naflex"]  # issue 18 (part B)
+FAMILY_PRESETS += ["dinov2-s14-in1k"]
+FAMILY_PRESETS += ["vit-b16-r50", "ijepa-h14"]  # the hybrid stem; at patch 4 its ResNet keeps one stage
 IMAGE = (16, 24)  # a 4x6 grid at patch 4
 
 

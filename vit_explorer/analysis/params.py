@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from ..models.config import ViTConfig
+from ..models.stems import HYBRID_WIDTHS, hybrid_multiply_adds
 
 STAGES = ("embeddings", "encoder", "class attention", "head")
 _EMBED_LAYERS = {  # first name component -> layer name in the embedding stage (the seed article's breakdown)
@@ -102,6 +103,10 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
 
     if config.stem == "patchify":
         macs["embeddings"] = n * d * config.in_chans * p * p
+    elif config.stem == "hybrid":  # the ResNet, then the 1x1 projection of its last stage
+        layers = config.hybrid_plan()
+        macs["embeddings"] = hybrid_multiply_adds(config.in_chans, layers, (h, w))
+        macs["embeddings"] += n * HYBRID_WIDTHS[len(layers) - 1] * d
     else:
         stem, c_in, size = 0, config.in_chans, (h, w)
         for c_out, stride in config.conv_stem_plan():
@@ -125,7 +130,7 @@ def flops_per_stage(config: ViTConfig, image_size: tuple[int, int] | None = None
         macs["class attention"] = config.class_attn_depth * ca
 
     heads = 2 if config.distilled and config.dist_head else 1
-    macs["head"] = heads * d * config.num_classes + d * config.proj_dim
+    macs["head"] = heads * config.pooled_dim * config.num_classes + config.pooled_dim * config.proj_dim
     if config.pool == "map":  # the latent's query, keys and values of the patches (PE: all tokens), attention, MLP
         m = t if config.pool_prefix else n
         macs["head"] += d * d + 2 * m * d * d + 2 * m * d + d * d + 2 * d * config.pool_mlp_hidden

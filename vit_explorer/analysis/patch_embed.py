@@ -39,4 +39,5 @@ def embedding_components(model: VisionTransformer, k: int = 28) -> tuple[torch.T
 def unfold_difference(model: VisionTransformer, pixel_values: torch.Tensor) -> float:
     """max |Conv2d(x) - Linear(Unfold(x))| over the stem's output for these images."""
     stem = _patchify(model)
-    return float((stem(pixel_values) - stem.forward_unfold(pixel_values)).abs().max())
+    x = pixel_values.to(stem.proj.weight.dtype)  # in the model's own dtype (bf16 weights: bf16 arithmetic)
+    return float((stem(x).float() - stem.forward_unfold(x).float()).abs().max())

@@ -15,10 +15,13 @@ import re
 import warnings
 from pathlib import Path
 
+import torch
+
+from .build import parse_dtype
 from .devices import resolve_device
 from .errors import CheckpointError, CheckpointWarning
 from .files import write_atomic, write_folder
-from .formats import read
+from .formats import Progress, read
 from .hf_format import hf_files, hf_weights
 from .loaded import LoadedModel
 from .native import CONFIG_NAME, save_native
@@ -29,16 +32,21 @@ from .weights import WEIGHT_NAMES, WEIGHT_SUFFIXES
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
 
-def load(source: str | os.PathLike[str], *, device: str | None = None, arch: str | None = None) -> LoadedModel:
+def load(source: str | os.PathLike[str], *, device: str | None = None, arch: str | None = None,
+         dtype: str | torch.dtype | None = None, progress: Progress | None = None) -> LoadedModel:
     """Load a hub id, folder or weights file into a LoadedModel (model in eval mode on `device`).
 
     `arch` is the timm model name (e.g. 'deit_small_distilled_patch16_224') for timm weights that
     do not say what they are (a bare state dict); it overrides a timm config's `architecture`.
+    The weights are read by memory map and keep their stored dtype (a bf16 checkpoint runs in bf16, on the
+    CPU as torch does), unless `dtype` ('float32', 'bfloat16', 'float16', 'float64') says otherwise (an
+    upcast); `LoadedModel.dtype` says which. `progress(fraction, stage)` hears of each stage of the load.
     Problems found on the way that do not stop loading (NaN weights) are in `LoadedModel.warnings`
     and are also issued as CheckpointWarning.
     """
     text = os.fspath(source)
     target = resolve_device(device)
+    wanted = parse_dtype(dtype)
     path = Path(text).expanduser()
     if path.exists():
         if path.is_dir():
@@ -48,11 +56,12 @@ def load(source: str | os.PathLike[str], *, device: str | None = None, arch: str
         else:
             raise CheckpointError(f"{path}: unknown file type; expected a folder or one of "
                                   f"{', '.join(WEIGHT_SUFFIXES)}")
-        loaded = read(found, target)
+        loaded = read(found, target, wanted, progress)
     elif _HUB_ID.fullmatch(text) and path.suffix not in WEIGHT_SUFFIXES:
         from .hub import download
 
-        loaded = read(Source(download(text, ("config.json", "preprocessor_config.json")), None, arch), target)
+        loaded = read(Source(download(text, ("config.json", "preprocessor_config.json")), None, arch), target, wanted,
+                      progress)
         loaded.details["hub_id"] = text
     else:
         raise CheckpointError(f"{text}: no such file or folder, and not a hub id ('org/name' or 'timm/name')")

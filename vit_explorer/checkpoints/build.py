@@ -16,6 +16,7 @@ import torch
 from ..models import VisionTransformer, ViTConfig
 from ..models.position import SCHEMES
 from .errors import CheckpointError
+from .weights import release
 
 
 def _summarise(keys: list[str], limit: int = 30) -> str:
@@ -102,23 +103,54 @@ def check_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
         raise CheckpointError(f"{where}: weights do not match the architecture{declares}; " + "; ".join(parts))
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+def parse_dtype(dtype: str | torch.dtype | None, where: str = "dtype") -> torch.dtype | None:
+    """'float32', 'bfloat16', 'float16', 'float64' (or a torch dtype) -> the torch dtype; None: the stored one."""
+    if dtype is None or isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.removeprefix("torch.") in DTYPES:
+        return DTYPES[dtype.removeprefix("torch.")]
+    raise CheckpointError(f"{where}: {dtype!r} is not a dtype vit-explorer runs in; choose one of {', '.join(DTYPES)} "
+                          "(or none, to keep the weights' own)")
+
+
+def stored_dtype(state: Mapping[str, torch.Tensor]) -> torch.dtype:
+    """The floating-point dtype that holds most of the weights (float32 when there are none)."""
+    counts: dict[torch.dtype, int] = {}
+    for t in state.values():
+        if t.is_floating_point():
+            counts[t.dtype] = counts.get(t.dtype, 0) + t.numel()
+    return max(counts, key=lambda d: counts[d]) if counts else torch.float32
+
+
 def build_model(config: ViTConfig, state: dict[str, torch.Tensor], where: str, declared_by: str = "the config",
-                names: Mapping[str, str] | None = None) -> VisionTransformer:
+                names: Mapping[str, str] | None = None, dtype: torch.dtype | None = None) -> VisionTransformer:
     """Build the model on the meta device (no allocation), check the weights, then assign them.
 
     `declared_by` and `names` (our dimension -> the declaring file's field) word the message when a
-    declared dimension disagrees with the tensors. Floating-point weights become float32 (fp16/bf16
-    checkpoints), matching what `preprocess` returns.
+    declared dimension disagrees with the tensors. The model keeps the weights' own dtype (`stored_dtype`: a
+    bf16 checkpoint runs in bf16, as torch runs it), or `dtype` when given (an upcast); tensors in another
+    dtype are converted one at a time, the memory-mapped original released as its copy is made, so there is
+    never a second full copy.
     """
-    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
+    target = dtype or stored_dtype(state)
     with torch.device("meta"):
         model = VisionTransformer(config)
     check_state_dict(model, state, where, dims_disagreement(config, state, declared_by, names or {}), declared_by)
+    for key in list(state):
+        value = state[key]
+        if value.is_floating_point() and value.dtype != target:
+            state[key] = value.to(target)
+            release(value)
+            del value
     model.load_state_dict(state, assign=True)
     # buffers that are not saved (the zero [MASK] when there is no learned one) were on meta
     for name, buf in list(model.named_buffers()):
         if buf.is_meta:
             module_name, _, attr = name.rpartition(".")
             module = model.get_submodule(module_name) if module_name else model
-            module.register_buffer(attr, torch.zeros(buf.shape, dtype=buf.dtype), persistent=False)
+            module.register_buffer(attr, torch.zeros(buf.shape, dtype=target if buf.is_floating_point() else buf.dtype),
+                                   persistent=False)
     return model.eval()

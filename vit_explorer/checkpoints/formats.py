@@ -17,13 +17,15 @@ from typing import Any, Generic
 import torch
 
 from . import hf_format, native, timm_format
-from .build import build_model
+from .build import build_model, stored_dtype
 from .errors import CheckpointError
 from .labels import named_labels
 from .loaded import LoadedModel
 from .memory import check_fits, check_model_fits
 from .source import Checkpoint, Declared, Source, T
 from .weights import nonfinite_warning, read_weights
+
+Progress = Callable[[float, str], None]  # (fraction done, the stage now running)
 
 
 @dataclass(frozen=True)
@@ -42,33 +44,50 @@ FORMATS: tuple[Format[Any], ...] = (
 )
 
 
-def read(source: Source, device: torch.device) -> LoadedModel:
-    """The first format that detects `source`, read, checked and built on the CPU."""
+def read(source: Source, device: torch.device, dtype: torch.dtype | None = None,
+         progress: Progress | None = None) -> LoadedModel:
+    """The first format that detects `source`, read, checked and built on the CPU, in the weights' own dtype or
+    `dtype`; `progress(fraction, stage)` hears of each stage (loads of large models take seconds)."""
+    say = progress or (lambda fraction, stage: None)
     fmt = next((f for f in FORMATS if f.detect(source)), None)
     if fmt is None:
         raise _unrecognised(source)
     declared = fmt.read_config(source)
     weights = declared.weights
-    if weights.is_file():  # reading copies the file into memory; a missing one is reported by the reader
+    if weights.is_file():  # the file is mapped, and its pages become resident as they are used
         check_fits(os.path.getsize(weights), torch.device("cpu"), "reading these weights", str(weights))
-    checkpoint = fmt.convert(declared, read_weights(weights))
+    say(0.1, "mapping the weights")
+    raw = read_weights(weights)
+    stored = stored_dtype(raw)
+    target = dtype or stored
+    say(0.3, "renaming the weights" + (" (fusing q, k, v)" if fmt.kind == "hf" else ""))
+    checkpoint = fmt.convert(declared, raw)
+    del raw  # the checkpoint's state holds what is still needed (the parts of a fused q/k/v are gone)
     (h, w), patch = checkpoint.preprocessing.size, checkpoint.config.patch_size
     if h % patch or w % patch:
         raise CheckpointError(f"{checkpoint.preprocessing_from or declared.described_by}: the preprocessing gives "
                               f"{h}x{w} inputs, which the model's patch size {patch} does not divide")
-    # the weights are in memory now; building converts fp16/bf16/fp64 to float32 copies, then
-    # inference runs on `device` (which, if it is not the CPU, also receives the parameters)
+    # the weights are mapped now; building converts those in another dtype than `target` one at a time (an
+    # upcast needs the new copy), then inference runs on `device` (which, if not the CPU, gets the parameters)
     cpu = torch.device("cpu")
-    to_float32 = sum(t.numel() * 4 for t in checkpoint.state.values() if t.dtype != torch.float32)
+    itemsize = torch.empty((), dtype=target).element_size()
+    converted = sum(t.numel() * itemsize for t in checkpoint.state.values()
+                    if t.is_floating_point() and t.dtype != target)
     if device == cpu:
-        check_model_fits(checkpoint.config, cpu, declared.described_by, loaded=True, extra=to_float32)
+        check_model_fits(checkpoint.config, cpu, declared.described_by, loaded=True, extra=converted, dtype=target)
     else:
-        check_fits(to_float32, cpu, "converting these weights to float32", str(weights))
-        check_model_fits(checkpoint.config, device, declared.described_by)
-    model = build_model(checkpoint.config, checkpoint.state, str(weights), declared.described_by, checkpoint.names)
+        check_fits(converted, cpu, f"converting these weights to {str(target).removeprefix('torch.')}", str(weights))
+        check_model_fits(checkpoint.config, device, declared.described_by, dtype=target)
+    say(0.5, f"building the model in {str(target).removeprefix('torch.')}"
+        + (f" (upcasting from {str(stored).removeprefix('torch.')})" if target != stored else ""))
+    model = build_model(checkpoint.config, checkpoint.state, str(weights), declared.described_by, checkpoint.names,
+                        target)
+    say(0.8, "checking the weights for NaN")
     warning = nonfinite_warning(checkpoint.state, str(weights))
     labels, labels_note = named_labels(checkpoint.labels)
-    details = {**checkpoint.details, **({"labels": labels_note} if labels_note else {})}
+    details = {**checkpoint.details, **({"labels": labels_note} if labels_note else {}),
+               "dtype": str(target).removeprefix("torch."), "stored_dtype": str(stored).removeprefix("torch.")}
+    say(1.0, "loaded")
     return LoadedModel(model, checkpoint.config, labels, checkpoint.preprocessing, str(source.file or
                        source.folder), fmt.kind, details, [warning] if warning else [])
 

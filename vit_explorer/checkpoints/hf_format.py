@@ -7,6 +7,9 @@ DeiTForImageClassification keeps the distillation token but classifies from [CLS
 Features-only models (ViTModel, Dinov2Model, CLIPVisionModel, ViTMAEModel, ...) give their pooled
 output: the normed [CLS] (ViT's pooler layer aside), CLIP's projected embedding, SigLIP's pooling head.
 
+Dinov2(WithRegisters)ForImageClassification: a linear head over [CLS] beside the mean of the patches.
+I-JEPA (IJepaModel, IJepaForImageClassification) has no [CLS]: its features are the mean of the normed patches.
+
 Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
 imports transformers.
 """
@@ -40,7 +43,7 @@ def processor_defaults(model_type: str, size: tuple[int, int], patch: int = 16) 
     h, w = size
     half = dict(image_mean=[0.5] * 3, image_std=[0.5] * 3)
     max_patches = (h // patch) * (w // patch)
-    if model_type in ("vit", "vit_mae"):
+    if model_type in ("vit", "vit_mae", "ijepa"):  # I-JEPA's processor is ViT's
         return dict(size={"height": h, "width": w}, resample=2, **half)
     if model_type == "siglip_vision_model":
         return dict(size={"height": h, "width": w}, resample=3, **half)
@@ -61,6 +64,8 @@ def processor_defaults(model_type: str, size: tuple[int, int], patch: int = 16) 
 
 def hf_architecture(config: ViTConfig) -> str:
     """The transformers class whose tokens and heads this model's are (`hf_files` says what else differs)."""
+    if config.pool == "cls+mean":  # a linear head over [CLS] beside the mean of the patches
+        return "Dinov2WithRegistersForImageClassification" if config.reg_tokens else "Dinov2ForImageClassification"
     if config.pre_norm:
         return "CLIPVisionModelWithProjection" if config.proj_dim else "CLIPVisionModel"
     if config.pool == "map":
@@ -86,10 +91,12 @@ HF_NAMES = {"width": "hidden_size", "depth": "num_hidden_layers", "mlp_width": "
             "num_classes": "classes (architectures and id2label)"}
 CLASSIFIERS = ("ViTForImageClassification", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher",
                "BeitForImageClassification")
+DINOV2_CLASSIFIERS = ("Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification")
+IJEPA_CLASSIFIER = "IJepaForImageClassification"  # a linear head on the mean of the normed patch tokens
 WITH_PROJECTION = ("CLIPVisionModelWithProjection", "CLIPModel", "Aimv2Model")
 # HF's position-table resampling for other input sizes: bicubic, antialiased only in DINOv2 with registers
 ANTIALIASED = ("dinov2_with_registers", "siglip2_vision_model")
-NO_CLS = ("siglip_vision_model", "aimv2_vision_model", "siglip2_vision_model")  # image towers without a [CLS] token
+NO_CLS = ("siglip_vision_model", "aimv2_vision_model", "siglip2_vision_model", "ijepa")  # tokens: the patches alone
 
 
 def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
@@ -102,7 +109,7 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
     # another model); without one, the weights do.
     if hf.architecture:
         one_head = hf.architecture == "DeiTForImageClassification"
-        head = hf.architecture in CLASSIFIERS
+        head = hf.architecture in CLASSIFIERS + DINOV2_CLASSIFIERS + (IJEPA_CLASSIFIER,)
         if head and "head.weight" not in state:
             raise CheckpointError(f"{where} declares {hf.architecture}, a classifier, but the weights have none "
                                   f"(no {'cls_' if 'WithTeacher' in hf.architecture else ''}classifier.weight)")
@@ -115,6 +122,9 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
         raise CheckpointError(f"{where}: projection_dim must be given for {hf.architecture or 'a model with a '}"
                               "projection (visual_projection)")
     classes = int(state["head.weight"].shape[0]) if head and state["head.weight"].dim() == 2 else 0
+    # DINOv2's classifiers read [CLS] beside the mean of the patches: a head 2 x hidden_size wide
+    cls_mean = hf.architecture in DINOV2_CLASSIFIERS or (
+        not hf.architecture and kind.startswith("dinov2") and head and state["head.weight"].shape[-1] == 2 * d)
     try:
         return ViTConfig(
             image_size=hf.image_size,
@@ -132,7 +142,7 @@ def config_from_hf(hf: HFConfig, state: dict[str, torch.Tensor], where: str) -> 
             prefix_tokens="cls+dist" if kind == "deit" else "none" if kind in NO_CLS else "cls",
             dist_head=not (kind == "deit" and one_head),  # DeiTModel always has both tokens
             reg_tokens=hf.register_tokens,
-            pool=hf.pool,
+            pool="cls+mean" if cls_mean else hf.pool,
             fc_norm=hf.pool == "gap" and kind == "beit",  # BEiT's pooler norms the mean; SigLIP's norm comes first
             proj_dim=hf.projection_dim if projection else 0,
             pos_embed=hf.position,
@@ -232,6 +242,9 @@ def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
                   mlp_ratio=_dinov2_mlp_ratio(config), use_swiglu_ffn=config.mlp == "swiglu", hidden_act="gelu",
                   layerscale_value=config.layer_scale_init or 1.0, qkv_bias=config.qkv_bias, drop_path_rate=0.0)
         hf.update(num_register_tokens=config.reg_tokens) if config.reg_tokens else hf.update(use_mask_token=True)
+        if config.num_classes:  # the DINOv2 classifiers
+            hf.update(id2label={str(i): name for i, name in enumerate(labels)},
+                      label2id={name: i for i, name in enumerate(labels)})
         return hf, hf_processor_config(preprocessing, "BitImageProcessor")
     if family in ("clip", "siglip"):
         hf.update(model_type=f"{family}_vision_model", intermediate_size=config.mlp_hidden)
@@ -248,7 +261,7 @@ def hf_files(config: ViTConfig, labels: list[str], preprocessing: Preprocess
 # what each written family has, as (ours, its value there); everything else must be absent
 _HF_HAS = {
     "vit": dict(prefix_tokens=("cls", "cls+dist"), pool=("cls",), mlp=("gelu",), pre_norm=(False,)),
-    "dinov2": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "swiglu"), pre_norm=(False,)),
+    "dinov2": dict(prefix_tokens=("cls",), pool=("cls", "cls+mean"), mlp=("gelu", "swiglu"), pre_norm=(False,)),
     "clip": dict(prefix_tokens=("cls",), pool=("cls",), mlp=("gelu", "quick_gelu"), pre_norm=(True,)),
     "siglip": dict(prefix_tokens=("none",), pool=("map",), mlp=("gelu", "gelu_tanh", "quick_gelu"),
                    pre_norm=(False,)),
@@ -280,12 +293,14 @@ def _hf_cannot(config: ViTConfig, family: str) -> list[str]:
         reasons.append(f"a non-square image size {config.image_size} (HF assumes a square PE grid)")
     if config.distilled and not config.num_classes:
         reasons.append("a distillation token without classifier heads")
-    if family != "vit" and config.num_classes:
+    if family != "vit" and config.num_classes and config.pool != "cls+mean":
         reasons.append(f"a classifier (HF's {family} image models have none)")
     # issue 18's options, which the written classes lack
     plain = dict(norm="layernorm", embed_norm=False, proj_bias=True, pool_heads=0, pool_mlp_ratio=0.0,
                  pool_prefix=False, rope_offset=0.0, pe_resample="bicubic")
     reasons += [f"{name}={getattr(config, name)!r}" for name, value in plain.items() if getattr(config, name) != value]
+    if config.pool == "cls+mean" and not config.num_classes:
+        reasons.append("[CLS] beside the mean of the patches without a classifier")
     return reasons
 
 
@@ -334,7 +349,8 @@ def hf_weights(config: ViTConfig, state: dict[str, torch.Tensor]) -> dict[str, t
             state[key.replace(".fc1_g.", ".weights_in.")] = torch.cat([state.pop(key), state.pop(half)])
             out = key.replace(".fc1_g.", ".fc2.")
             state[out.replace(".fc2.", ".weights_out.")] = state.pop(out)
-    return native_to_hf(state, "dinov2", "")
+    backbone = "dinov2_with_registers." if config.reg_tokens else "dinov2."  # a classifier wraps the backbone
+    return native_to_hf(state, "dinov2", backbone if config.pool == "cls+mean" else "")
 
 
 def hf_processor_config(pre: Preprocess, processor_type: str) -> dict[str, Any]:

@@ -19,10 +19,12 @@ import re
 import torch
 
 from .errors import CheckpointError
+from .weights import release
 
 # where a model's backbone keys start (a task model wraps the backbone: vit., deit., beit., dinov2.);
 # CLIP's and SigLIP's towers, alone or inside the two-tower model, sit under vision_model.
-BACKBONES = ("vit.", "deit.", "beit.", "dinov2.", "vision_model.")
+# (DINOv2 with registers' and I-JEPA's classifiers wrap theirs as dinov2_with_registers. and ijepa.)
+BACKBONES = ("vit.", "deit.", "beit.", "dinov2.", "vision_model.", "dinov2_with_registers.", "ijepa.")
 # keys of a two-tower CLIP / SigLIP model or an MAE pre-training model that are not the image encoder
 NOT_THE_ENCODER = re.compile(r"(text_model\.|text_projection\.|logit_scale$|logit_bias$|decoder\.)")
 
@@ -177,11 +179,13 @@ def _as_tokens(t: torch.Tensor) -> torch.Tensor:
 
 
 def _fuse(prefix: str, index: str, param: str, parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One block's q, k, v as our qkv; the parts' memory-mapped pages are given back at once, so a model's
+    fused copy never sits beside a second copy of its parts."""
     block = f"blocks.{index}.attn"
-    if param == "weight" and set(parts) == {"q", "k", "v"}:
-        return {f"{block}.qkv.weight": torch.cat([parts["q"], parts["k"], parts["v"]])}
-    if param == "bias" and set(parts) == {"q", "k", "v"}:
-        return {f"{block}.qkv.bias": torch.cat([parts["q"], parts["k"], parts["v"]])}
+    if param in ("weight", "bias") and set(parts) == {"q", "k", "v"}:
+        fused = torch.cat([parts["q"], parts["k"], parts["v"]])
+        release(*parts.values())
+        return {f"{block}.qkv.{param}": fused}
     if param == "bias" and set(parts) == {"q", "v"}:  # BEiT: keys have no bias
         return {f"{block}.q_bias": parts["q"], f"{block}.v_bias": parts["v"]}
     # incomplete: left under HF-like names for the architecture check to name

@@ -41,3 +41,8 @@ class LoadedModel:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model runs in: its weights' own (bf16 stays bf16) unless loaded with another."""
+        return self.model.dtype

@@ -4,9 +4,10 @@ preset built in a lesson or the builder, a new input size in the app, a lesson s
 
 Patches and multiply-adds are bounded so that one interactive pass ends in seconds; a model's own input
 size is always within them (the bounds are at least what the config itself asks for). The memory
-estimate is the float32 parameters plus the largest activation of one forward pass at the
-requested size: the attention scores and probabilities of one block, (B, heads, T, T) twice,
-or the MLP's hidden activations, whichever is larger, plus a few copies of the token stream.
+estimate is the parameters in the dtype they run in (float32 unless the weights are kept in bf16 / fp16)
+plus the largest activation of one forward pass at the requested size (counted in float32): the attention
+scores and probabilities of one block, (B, heads, T, T) twice, or the MLP's hidden activations, whichever
+is larger, plus a few copies of the token stream.
 With `captures` every block's attention and hidden states are kept, as the report and the app do.
 """
 
@@ -22,7 +23,7 @@ from ..models import ViTConfig
 from .errors import CheckpointError
 from .files import size_text
 
-FLOAT = 4  # bytes; the model runs in float32
+FLOAT = 4  # bytes of a float32 number: activations are counted so, and parameters unless said otherwise
 MAX_PATCHES = 16_384  # one forward pass at another input size: a 128x128 grid (or the model's own, if larger)
 # multiply-adds of one interactive forward pass at another input size (or the model's own, if more): a few
 # seconds on a CPU, on a GPU about a hundred times as much
@@ -37,9 +38,9 @@ class BudgetError(CheckpointError, ValueError):
 
 
 def estimate_bytes(config: ViTConfig, image_size: tuple[int, int] | None = None, batch: int = 1,
-                   captures: bool = False, parameters: bool = True) -> int:
-    """Bytes of the parameters (unless `parameters` is False: already in memory) plus the peak
-    activations of a forward pass on `batch` images of `image_size` (default: the model's own)."""
+                   captures: bool = False, parameters: bool = True, parameter_bytes: int = FLOAT) -> int:
+    """Bytes of the parameters, `parameter_bytes` each (unless `parameters` is False: already in memory), plus
+    the peak activations of a forward pass on `batch` images of `image_size` (default: the model's own)."""
     h, w = image_size or config.image_size
     tokens = (h // config.patch_size) * (w // config.patch_size) + config.num_prefix_tokens
     attention = batch * config.num_heads * tokens * tokens * FLOAT
@@ -48,7 +49,7 @@ def estimate_bytes(config: ViTConfig, image_size: tuple[int, int] | None = None,
     peak = max(2 * attention, mlp) + 4 * stream
     if captures:
         peak += config.depth * (attention + stream)
-    return (config.estimate_parameters() * FLOAT if parameters else 0) + peak
+    return (config.estimate_parameters() * parameter_bytes if parameters else 0) + peak
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -94,13 +95,15 @@ def check_fits(needed: int, device: torch.device, what: str, where: str, way_out
 
 def check_model_fits(config: ViTConfig, device: torch.device, where: str, image_size: tuple[int, int] | None = None,
                      batch: int = 1, captures: bool = False, loaded: bool = False, extra: int = 0,
-                     way_out: WayOut = WAY_OUT) -> None:
-    """Refuse a model whose parameters (unless `loaded` there already) and activations at `image_size`,
-    plus `extra` bytes, would not fit on `device`."""
+                     way_out: WayOut = WAY_OUT, dtype: torch.dtype = torch.float32) -> None:
+    """Refuse a model whose parameters in `dtype` (unless `loaded` there already) and activations at
+    `image_size`, plus `extra` bytes, would not fit on `device`."""
     h, w = image_size or config.image_size
-    needed = estimate_bytes(config, image_size, batch, captures, parameters=not loaded) + extra
-    what = (f"this model ({config.estimate_parameters():,} parameters) on {batch} image(s) of {h}x{w}"
-            + (" with every attention map kept" if captures else ""))
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    needed = extra + estimate_bytes(config, image_size, batch, captures, parameters=not loaded,
+                                    parameter_bytes=itemsize)
+    what = (f"this model ({config.estimate_parameters():,} parameters in {str(dtype).removeprefix('torch.')}) on "
+            f"{batch} image(s) of {h}x{w}" + (" with every attention map kept" if captures else ""))
     check_fits(needed, device, what, where, way_out)
 
 

@@ -54,8 +54,8 @@ def index_labels(f: Fields, key: str) -> dict[int, str]:
 HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "deit": ("DeiTForImageClassificationWithTeacher", "DeiTForImageClassification", "DeiTModel"),
                     "vit_mae": ("ViTMAEModel", "ViTMAEForPreTraining"),
-                    "dinov2": ("Dinov2Model",),
-                    "dinov2_with_registers": ("Dinov2WithRegistersModel",),
+                    "dinov2": ("Dinov2Model", "Dinov2ForImageClassification"),
+                    "dinov2_with_registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersForImageClassification"),
                     "clip_vision_model": ("CLIPVisionModel", "CLIPVisionModelWithProjection"),
                     "clip": ("CLIPModel",),
                     "siglip_vision_model": ("SiglipVisionModel",),
@@ -66,7 +66,8 @@ HF_ARCHITECTURES = {"vit": ("ViTForImageClassification", "ViTModel"),
                     "aimv2_vision_model": ("Aimv2VisionModel",),
                     "aimv2": ("Aimv2Model",),
                     "siglip2_vision_model": ("Siglip2VisionModel",),
-                    "siglip2": ("Siglip2Model",)}
+                    "siglip2": ("Siglip2Model",),
+                    "ijepa": ("IJepaModel", "IJepaForImageClassification")}
 # two-tower models: their image tower
 TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model",
           "aimv2": "aimv2_vision_model"}
@@ -137,7 +138,8 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
         patch_size=tower.integer("patch_size", 16, high=MAX_SIDE),
         num_channels=tower.integer("num_channels", 3, high=64),
         qkv_bias=family.pop("qkv_bias") if "qkv_bias" in family else  # DINOv3's and AIMv2's are their own
-        tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2", "dinov2_with_registers") else True,
+        tower.flag("qkv_bias", True) if kind in ("vit", "deit", "vit_mae", "dinov2", "dinov2_with_registers",
+                                                "ijepa") else True,
         layer_norm_eps=tower.number("rms_norm_eps" if kind == "aimv2_vision_model" else "layer_norm_eps",
                                     HF_DEFAULT_EPS.get(kind, 1e-12), low=0.0, high=1.0, low_open=True),
         id2label=index_labels(f, "id2label"),
@@ -170,6 +172,8 @@ def _hf_family_fields(f: Fields, kind: str, width: int) -> dict[str, Any]:
             f.fail("num_patches", "a square number (the position table is a square grid)", count)
         patch = f.integer("patch_size", 16, high=MAX_SIDE)
         fields.update(image_size=(side * patch, side * patch), pe_resample="bilinear")
+    if kind == "ijepa":  # no [CLS]: the classifier (and so the features) read the mean of the normed patches
+        fields["pool"] = "gap"
     if kind == "beit":
         if f.flag("use_shared_relative_position_bias", False):
             f.fail("use_shared_relative_position_bias", "false (one relative position bias per block; a table shared "

@@ -26,7 +26,7 @@ from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 from .schemas import TimmConfig, parse_timm_config, timm_preprocess
 from .source import Checkpoint, Declared, Source
-from .weights import check_weights_file, find_weights
+from .weights import check_weights_file, find_weights, release
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's, also EVA-02's
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -98,6 +98,7 @@ class TimmName:
     args: dict[str, Any] = field(default_factory=dict)
     distilled: bool = False
     eps: float = 1e-6
+    stem: str = "patchify"  # ViTConfig.stem: timm builds a hybrid's ResNet from the name, not from an argument
 
     @property
     def embed_dim(self) -> int:
@@ -188,6 +189,13 @@ def _naflex(m: re.Match[str]) -> TimmName:
     return TimmName("siglip2", "NaFlexVit", args)
 
 
+def _hybrid(m: re.Match[str]) -> TimmName:
+    """The ViT paper's R50+ViT: the ResNet's stride is the patch size (timm's own patch_size, the kernel of the
+    1x1 projection after it, stays 1)."""
+    args = dict(VIT_SIZES[m["size"]], patch_size=int(m["stride"]), img_size=int(m["res"]))
+    return TimmName("vit_hybrid", "VisionTransformer", args, stem="hybrid")
+
+
 def _cait(m: re.Match[str]) -> TimmName:
     args = dict(CAIT_SIZES[m["size"]], depth=int(m["depth"]), patch_size=16, img_size=int(m["res"]), init_values=1e-5)
     return TimmName("cait", "Cait", args)
@@ -209,6 +217,7 @@ FAMILIES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], TimmName]], ...
     (re.compile(rf"aimv2_(?P<size>large|huge|1b|3b)_patch14_{_R}"), _aimv2),
     (re.compile(rf"vit_pe_core_(?P<size>tiny|small|base|large|gigantic)_{_P}_{_R}"), _pe),
     (re.compile(r"naflexvit_(?P<size>base|so400m)_patch16_siglip"), _naflex),
+    (re.compile(rf"vit_(?P<size>base|large)_r50_s(?P<stride>16|32)_{_R}"), _hybrid),
 )
 SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,base}[_distilled]_patch{P}_{res}, "
              "deit3_{small,medium,base,large,huge}_patch{P}_{res}, vit_{small,base,large,giant}_patch14[_reg4]_dinov2, "
@@ -217,7 +226,7 @@ SUPPORTED = ("vit_{tiny,small,base,large,huge}_patch{P}_{res}, deit_{tiny,small,
              "eva02_{tiny,small,base,large}_patch14_{res}, cait_{xxs,xs,s,m}{depth}_{res}, "
              "vit_{tiny,small,small_plus,base,large,huge_plus,7b}_patch16_dinov3[_qkvb], "
              "aimv2_{large,huge,1b,3b}_patch14_{res}, vit_pe_core_{tiny,small,base,large,gigantic}_patch{P}_{res}, "
-             "naflexvit_{base,so400m}_patch16_siglip "
+             "naflexvit_{base,so400m}_patch16_siglip, vit_{base,large}_r50_s{16,32}_{res} "
              "(an optional .tag after the name)")
 # eval preprocessing when no pretrained_cfg says it: (mean, std, crop_pct) per family, timm's defaults
 FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_STD, 0.875),
@@ -225,7 +234,8 @@ FAMILY_PREPROCESS = {"vit": (HALF, HALF, 0.9), "deit": (IMAGENET_MEAN, IMAGENET_
                      "dinov2": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "clip": (CLIP_MEAN, CLIP_STD, 1.0),
                      "siglip": (HALF, HALF, 1.0), "beit": (HALF, HALF, 0.9), "eva02": (CLIP_MEAN, CLIP_STD, 0.9),
                      "dinov3": (IMAGENET_MEAN, IMAGENET_STD, 1.0), "aimv2": (CLIP_MEAN, CLIP_STD, 1.0),
-                     "pe": (HALF, HALF, 1.0), "siglip2": (HALF, HALF, 1.0)}
+                     "pe": (HALF, HALF, 1.0), "siglip2": (HALF, HALF, 1.0),
+                     "vit_hybrid": (HALF, HALF, 0.9)}
 TAG_STATISTICS = {"mae": (IMAGENET_MEAN, IMAGENET_STD)}  # tags whose weights were trained on other statistics
 # names of our dimensions in timm's model_args, for messages
 TIMM_NAMES = {"width": "embed_dim", "depth": "depth", "mlp_width": "MLP width (embed_dim x mlp_ratio)",
@@ -282,7 +292,9 @@ def _fuse_qkv(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         parts = [f"{block}.{p}_proj.weight" for p in "qkv"]
         if not all(p in state for p in parts):
             continue  # incomplete: left for the architecture check to name
-        state[f"{block}.qkv.weight"] = torch.cat([state.pop(p) for p in parts])
+        separate = [state.pop(p) for p in parts]
+        state[f"{block}.qkv.weight"] = torch.cat(separate)
+        release(*separate)  # their mapped pages: the fused copy replaces them
         for p in "qv":
             if f"{block}.{p}_proj.bias" in state:
                 state[f"{block}.{p}_bias"] = state.pop(f"{block}.{p}_proj.bias")
@@ -340,6 +352,11 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
         raise CheckpointError(f"{where}: model_args {', '.join(foreign)} are not arguments of timm's "
                               f"{timm_class} ({name!r}); vit-explorer reads "
                               f"{', '.join(sorted(CLASS_ARGS[parsed.model_class]))}")
+    if parsed.stem == "hybrid" and model_args.get("patch_size", 1) != 1:
+        raise CheckpointError(f"{where}: model_args patch_size={model_args['patch_size']} for the hybrid {name!r}: "
+                              "its patches are the ResNet's feature map (stride from the name), and vit-explorer "
+                              "reads only timm's default 1x1 projection after it (patch_size 1)")
+    model_args = {k: v for k, v in model_args.items() if not (parsed.stem == "hybrid" and k == "patch_size")}
     args = {**CLASS_DEFAULTS.get(parsed.model_class, {}), **parsed.args, **model_args}
     if parsed.model_class == "NaFlexVit":  # no img_size: the learned table's grid is the native one
         args["img_size"] = tuple(side * args["patch_size"] for side in args["pos_embed_grid_size"])
@@ -365,6 +382,7 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
         return ViTConfig(
             image_size=args["img_size"],
             patch_size=args["patch_size"],
+            stem=parsed.stem,
             in_chans=args.get("in_chans", 3),
             num_classes=classes,
             embed_dim=d,

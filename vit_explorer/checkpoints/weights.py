@@ -1,8 +1,9 @@
 """Read state dicts from untrusted files: safetensors, or pickles with `torch.load(weights_only=True)` only.
 
 Before anything is allocated: the file is a regular file of bounded size; a safetensors header is
-read and checked by us (length, JSON, tensor count, dtypes, shapes, offsets) before safetensors
-reads it; a pickle archive's entries are checked (count, stored not compressed, sizes). After
+read and checked by us (length, JSON, tensor count, dtypes, shapes, offsets), then its tensors are
+views of a private memory map of the file (no copy; `release` gives back pages no longer needed); a
+pickle archive's entries are checked (count, stored not compressed, sizes). After
 reading: every tensor is a dense floating-point tensor (integer, bool and complex weights are no
 weights), except BatchNorm's `num_batches_tracked` counter.
 """
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 import io
 import math
+import mmap
 import pickle
 import re
 import warnings
+import weakref
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -75,16 +78,55 @@ def find_weights(folder: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------------------- safetensors
-def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+# (address, length, map) of the weights files read by memory map; a map lives as long as a tensor viewing it
+_MAPS: list[tuple[int, int, weakref.ref[mmap.mmap]]] = []
 
-    check_safetensors_header(path)
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a checked safetensors file as views of a private memory map of it: nothing is copied
+    (the pages are read when first used, and shared with the page cache), and a tensor written to gets a
+    page of its own (copy-on-write), never the file. A tensor whose bytes are not aligned to its element
+    size (no writer we know of does that) is copied."""
+    entries = check_safetensors_header(path)
     try:
-        return load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise CheckpointError(f"{path}: cannot read safetensors weights, file is truncated or corrupt ({error})") \
-            from None
+        with open_regular(path, MAX_WEIGHTS_BYTES, "weights") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: cannot map the weights file into memory ({error})") from None
+    start = 8 + int.from_bytes(mapped[:8], "little")
+    _MAPS[:] = [m for m in _MAPS if m[2]() is not None]
+    _MAPS.append((torch.frombuffer(mapped, dtype=torch.uint8, count=1).data_ptr(), len(mapped), weakref.ref(mapped)))
+    state = {}
+    for name, entry in entries.items():
+        dtype = FLOAT_DTYPES.get(entry["dtype"], torch.int64)  # the header allows only weights and counters
+        first, last = entry["data_offsets"]
+        if last == first:
+            state[name] = torch.zeros(entry["shape"], dtype=dtype)
+            continue
+        size = torch.empty((), dtype=dtype).element_size()
+        view = torch.frombuffer(mapped, dtype=dtype, count=(last - first) // size, offset=start + first)
+        state[name] = (view if (start + first) % size == 0 else view.clone()).reshape(entry["shape"])
+    return state
+
+
+def release(*tensors: torch.Tensor) -> None:
+    """Give back the pages of memory-mapped tensors that are no longer needed (the parts of a fused q/k/v, the
+    bf16 originals of an upcast copy): without it they stay resident beside what was made of them. The caller
+    must not use these tensors again (their pages would be read from the file anew). Tensors that are not
+    views of a mapped weights file are left alone."""
+    page = mmap.PAGESIZE
+    if not hasattr(mmap, "MADV_DONTNEED"):  # Windows: no madvise; the pages go when the map does
+        return
+    for t in tensors:
+        ptr, n = t.data_ptr(), t.numel() * t.element_size()
+        for base, length, ref in _MAPS:
+            mapped = ref()
+            if mapped is not None and base <= ptr and ptr + n <= base + length:
+                first = -(-(ptr - base) // page) * page  # whole pages inside the tensor only: a neighbour keeps its own
+                last = (ptr - base + n) // page * page
+                if last > first:
+                    mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+                break
 
 
 def check_safetensors_header(path: Path) -> dict[str, Any]:
@@ -268,7 +310,9 @@ def nonfinite_warning(state: dict[str, torch.Tensor], where: str, limit: int = 5
     """A warning naming the tensors that hold NaN or infinite values, or None if all are finite."""
     bad = []
     for name, t in state.items():
-        if t.is_floating_point():
+        # one pass without allocating: a NaN or an infinity makes the sum non-finite (so, rarely, does an
+        # overflow of finite values); only then is the tensor counted element by element
+        if t.is_floating_point() and not math.isfinite(float(t.sum())):
             finite = torch.isfinite(t)
             if not bool(finite.all()):
                 nan = int(torch.isnan(t).sum())

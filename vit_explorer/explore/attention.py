@@ -47,7 +47,7 @@ def query_for(layout: TokenLayout, pool: str, patch: tuple[int, int] | None = No
     if patch is not None and patch[0] < layout.grid[0] and patch[1] < layout.grid[1]:
         index = layout.token_index(*patch)
         return Query((index,), f"patch ({patch[0]}, {patch[1]})")
-    if layout.num_prefix_tokens and pool == "cls":
+    if layout.num_prefix_tokens and pool in ("cls", "cls+mean"):  # cls+mean: [CLS] is the head's first half
         return Query((0,), f"[{layout.prefix_names[0].upper()}]")
     patches = tuple(range(layout.num_prefix_tokens, layout.num_tokens))
     return Query(patches, "mean of the patch tokens", class_attention=layout.class_attn)

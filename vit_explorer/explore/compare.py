@@ -1,11 +1,14 @@
 """Two models side by side on the same image, masks and head switches: their predictions, attention
-rollout and position-embedding similarity ("patchify against conv stem", "with and without PE")."""
+rollout and position-embedding similarity ("patchify against conv stem", "with and without PE"), or a preset
+of several (`PRESETS`: patchify against conv against hybrid)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
 
 from ..checkpoints import LoadedModel
 from . import attention, position
@@ -75,3 +78,31 @@ def joint_prediction(a: Side, b: Side, top_k: int = 3) -> BarsFigure | None:
                       xlabel="probability", highlight=0, markers={b.name: rb.probs[order].astype(np.float64)},
                       value_range=(0.0, 1.0))
 
+
+
+def stem_models() -> list[tuple[str, LoadedModel]]:
+    """The three ways to feed the classroom transformer: the bundled patchify and convolutional-stem models
+    (trained on the shapes), and the conv model's transformer after the ViT paper's hybrid stem (a ResNet's
+    first stage, stride 4; random, seeded: untrained). Each name says its stem's parameter count."""
+    from ..checkpoints import load
+    from ..models import VisionTransformer
+    from ..paths import BUNDLED
+
+    patchify, conv = load(BUNDLED["classroom-patchify"]), load(BUNDLED["classroom"])
+    config = conv.config.replace(stem="hybrid", conv_stem_channels=[], conv_stem_strides=[])
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = VisionTransformer(config)
+    blocks = {k: v for k, v in conv.model.state_dict().items() if not k.startswith("patch_embed.")}
+    model.load_state_dict({**model.state_dict(), **blocks})  # strict: the same transformer, only the stem differs
+    hybrid = LoadedModel(model.eval(), config, conv.labels, conv.preprocessing, "hybrid stem", "built",
+                         {"config": config.to_dict()})
+    named = [("patchify", patchify, ""), ("conv", conv, ""), ("hybrid", hybrid, ", untrained")]
+    return [(f"{name} stem: {loaded.config.stem_parameters():,} params{state}", loaded)
+            for name, loaded, state in named]
+
+
+# name -> the models a Compare preset shows side by side (each with its column's heading)
+PRESETS: dict[str, Callable[[], list[tuple[str, LoadedModel]]]] = {
+    "stems: patchify vs conv vs hybrid": stem_models,
+}

@@ -26,6 +26,7 @@ class Filters:
     tiles: np.ndarray  # (k, h, w, 3)
     variance: np.ndarray | None  # (k,) share of the filters' variance each component explains; None: conv filters
     zero: bool = False  # the stem's weights are all zero (untrained): the tiles show nothing
+    layer: str = "the convolutional stem's first 3×3 convolution"  # where conv filters come from
 
     def figure(self) -> TilesFigure:
         note = ZERO_NOTE if self.zero else ""
@@ -33,8 +34,7 @@ class Filters:
             share = "" if self.zero else f" ({float(self.variance.sum()):.0%} of the variance)"
             return TilesFigure(f"Patch-embedding filters: first {len(self.tiles)} principal components{share}",
                                self.tiles, note=note)
-        return TilesFigure(f"{len(self.tiles)} filters of the convolutional stem's first 3×3 convolution", self.tiles,
-                           note=note)
+        return TilesFigure(f"{len(self.tiles)} filters of {self.layer}", self.tiles, note=note)
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class EmbeddingFacts:
     unfold_max_diff: float | None  # max |Conv2d - Unfold+Linear|; None for a convolutional stem
     dropout: DropoutDemo
     tokens: dict[str, np.ndarray]  # token-similarity curves: input, then after each block
+    stem: str = "patchify"  # the model's stem (ViTConfig.stem)
 
     def tokens_figure(self) -> LinesFigure:
         states = len(next(iter(self.tokens.values())))
@@ -62,7 +63,10 @@ def filters(model: VisionTransformer) -> Filters | None:
     if model.config.stem == "patchify":
         components, share = embedding_components(model, COMPONENTS)
         return Filters(components.float().cpu().numpy(), share.float().cpu().numpy(), zero)
-    return Filters(first[:COMPONENTS].permute(0, 2, 3, 1).float().cpu().numpy(), None, zero)
+    tiles = first[:COMPONENTS].permute(0, 2, 3, 1).float().cpu().numpy()
+    if model.config.stem == "hybrid":  # weight-standardised when it runs: shown as stored (each tile is scaled alone)
+        return Filters(tiles, None, zero, "the hybrid stem's ResNet 7×7 convolution")
+    return Filters(tiles, None, zero)
 
 
 def token_curves(result: ForwardResult) -> dict[str, np.ndarray]:
@@ -86,4 +90,4 @@ def embedding_facts(result: ForwardResult, p: float, previous: EmbeddingFacts | 
         with torch.inference_mode():
             diff = unfold_difference(model, pixels_for(result.inputs))
     return EmbeddingFacts(result.inputs.model_id, stem_filters, diff, dropout_demo(result.with_pos, p),
-                          token_curves(result))
+                          token_curves(result), model.config.stem)

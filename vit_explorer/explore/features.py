@@ -9,7 +9,7 @@
   registers that take that role instead (Darcet et al., "Vision Transformers Need Registers");
 - patch correspondence: the patches of a second image most like a chosen patch of the first (cosine of a
   layer's tokens);
-- for a model without a classifier, its pooled embedding and the nearest of a set of images.
+- for a model without a classifier, the embedding it returns and the nearest of a set of images.
 """
 
 from __future__ import annotations
@@ -269,9 +269,13 @@ def nearest(features: np.ndarray, others: Sequence[np.ndarray], names: Sequence[
                       value_range=(-1.0, 1.0))
 
 
-def embedding_figure(features: np.ndarray, k: int = 8) -> BarsFigure:
-    """The pooled embedding a model without classifier returns: its k largest components by magnitude."""
-    order = np.argsort(-np.abs(features))[:k]
-    title = f"Pooled embedding ({len(features)} numbers): the {len(order)} largest"
-    return BarsFigure(title, tuple(f"dim {i}" for i in order), features[order].astype(np.float64), xlabel="value",
+def embedding_figure(result: ForwardResult, k: int = 8) -> BarsFigure:
+    """The embedding a model without classifier returns (its output: CLIP's projection to the joint image-text
+    space where it has one, else the pooled features), its k largest components by magnitude."""
+    embedding = result.logits.float().numpy()
+    order = np.argsort(-np.abs(embedding))[:k]
+    what = "Image embedding, projected to the joint space" if result.inputs.loaded.config.proj_dim else \
+        "Pooled embedding"
+    title = f"{what} ({len(embedding)} numbers): the {len(order)} largest"
+    return BarsFigure(title, tuple(f"dim {i}" for i in order), embedding[order].astype(np.float64), xlabel="value",
                       value_format="{:+.3g}")

@@ -96,7 +96,8 @@ class ForwardResult:
     inputs: Inputs
     layout: TokenLayout
     display: np.ndarray  # (H, W, 3) uint8: the image as the model sees it, de-normalised
-    logits: torch.Tensor  # (classes,) on the CPU (DeiT: the average of both heads; no classifier: pooled features)
+    logits: torch.Tensor  # (classes,) on the CPU (DeiT: the average of both heads; no classifier: the embedding the
+    # model returns, CLIP's projection or the pooled features)
     probs: np.ndarray  # (classes,) softmax of the logits
     head_probs: dict[str, np.ndarray]  # per head ('cls', 'dist' or 'gap')
     baseline_probs: np.ndarray | None  # without any mask or head mask (None when nothing is masked)
@@ -108,7 +109,7 @@ class ForwardResult:
     with_pos: torch.Tensor  # (1, T, D) tokens after adding the position embedding, on the CPU
     norms: np.ndarray  # (depth + 1, T) each token's L2 norm: the embedded input, then after each block
     tokens: dict[int, torch.Tensor]  # state index -> (1, T, D) token states kept (needs.tokens), on the CPU
-    features: np.ndarray  # (D,) what the head reads: the pooled (final-normed) features
+    features: np.ndarray  # (D,) what the head reads: the pooled (final-normed) features (DINOv2 classifiers: 2D)
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     cls_patch: np.ndarray | None = None  # mean cosine of [CLS] with the patch tokens, input then each block
     seconds: float = 0.0

@@ -33,9 +33,10 @@ def make_app(argv: list[str] | None = None) -> QApplication:
     return app  # type: ignore[return-value]
 
 
-def run_app(source: str | None = None) -> int:
-    """Open the app on `source` (default: the bundled classroom model); returns the exit code."""
+def run_app(source: str | None = None, dtype: str | None = None) -> int:
+    """Open the app on `source` (default: the bundled classroom model), the models it opens run in `dtype` (default:
+    their weights' own); returns the exit code."""
     app = make_app()
-    window = MainWindow(source)
+    window = MainWindow(source, dtype)
     window.show()
     return app.exec()

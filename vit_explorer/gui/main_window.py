@@ -59,8 +59,9 @@ class MainWindow(QMainWindow):
     core_ready = Signal(str)  # "" when torch and the model code imported, else an error message
     ready = Signal()  # views built; the first load has been started
 
-    def __init__(self, source: str | None = None) -> None:
+    def __init__(self, source: str | None = None, dtype: str | None = None) -> None:
         super().__init__()
+        self.dtype = dtype  # what the models opened run in (None: their weights' own)
         self.setWindowTitle("vit-explorer")
         self.fit_screen()
         self.setAcceptDrops(True)
@@ -208,10 +209,12 @@ class MainWindow(QMainWindow):
         from .session import Session
 
         self.session = Session(self)
+        self.session.dtype = self.dtype
         self.session.error.connect(self.show_error)
         self.session.notice.connect(lambda message: self.statusBar().showMessage(message, 10000))
         self.session.result_ready.connect(self._result)
         self.session.loading.connect(self._loading)
+        self.session.load_progress.connect(self._load_progress)
         self.session.model_changed.connect(self._model_changed)
         # once the views have let go of the old model: its garbage may have been frozen (collector.py)
         self.session.model_changed.connect(lambda: QTimer.singleShot(1000, collect_everything))
@@ -466,7 +469,14 @@ class MainWindow(QMainWindow):
             follow_palette(self, self.palette())
         super().changeEvent(event)
 
+    def _load_progress(self, fraction: float, stage: str) -> None:
+        self.progress.setRange(0, 100)
+        self.progress.setValue(round(100 * fraction))
+        self.progress.setFormat(stage)
+        self.statusBar().showMessage(f"loading: {stage}…")
+
     def _loading(self, source: str) -> None:
+        self.progress.setRange(0, 0)  # busy until the load says how far it is
         self.progress.setVisible(bool(source))
         self.load_button.setEnabled(not source)
         if source:
@@ -485,7 +495,10 @@ class MainWindow(QMainWindow):
         name = Path(loaded.source).name if loaded.source else self.shown_source()
         self.setWindowTitle(f"vit-explorer — {name}")
         self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
-        self.device_label.setText(f"device: {loaded.device}")
+        self.device_label.setText(f"device: {loaded.device} · {str(loaded.dtype).removeprefix('torch.')}")
+        self.device_label.setToolTip("Where the model runs, and in which dtype: bf16 / fp16 weights run as they are "
+                                     "stored (`vit-explorer SOURCE --dtype float32` upcasts); the views draw "
+                                     "float32 copies of what they show.")
 
     def _result(self, result: Any) -> None:
         if self.first_prediction_s is None:

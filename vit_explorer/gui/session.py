@@ -116,6 +116,7 @@ class Session(QObject):
     notice = Signal(str)  # something done that the user should see confirmed (a file saved)
     busy = Signal(bool)  # a forward pass is running
     loading = Signal(str)  # a load started ("" when it ended)
+    load_progress = Signal(float, str)  # (fraction, stage) of the load running (sent from its worker)
     attention_changed = Signal()  # the attention settings
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
@@ -143,6 +144,7 @@ class Session(QObject):
         self.attention = AttentionSettings()
         self.compared: LoadedModel | None = None  # the Compare view's second model
         self.compared_name = ""  # its column's heading
+        self.dtype: str | None = None  # what `load` runs the models in (None: their weights' own; --dtype)
         self.lesson: Lesson | None = None  # the lesson being presented
         self.step = -1  # the index of its step on screen (-1: none yet)
         self.hover = False  # the step asks for the image panel's hover readout while presenting
@@ -191,7 +193,8 @@ class Session(QObject):
             if on_error is not None:
                 on_error(message)
 
-        self.run("load", lambda: load(source, device=preferred_device()), done, failed, io=True)
+        self.run("load", lambda: load(source, device=preferred_device(), dtype=self.dtype,
+                                      progress=self.load_progress.emit), done, failed, io=True)
 
     def set_model(self, loaded: LoadedModel) -> None:
         """Make `loaded` current: reset masks and selection to fit it, then run it."""

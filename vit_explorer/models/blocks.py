@@ -38,7 +38,7 @@ Edit = Callable[[str, torch.Tensor], torch.Tensor]
 class LayerScale(nn.Module):
     def __init__(self, dim: int, init_value: float) -> None:
         super().__init__()
-        self.gamma = nn.Parameter(init_value * torch.ones(dim))
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_value)))  # no arithmetic: on meta it imports dynamo
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.gamma

@@ -10,13 +10,16 @@ from typing import Any
 
 from .norms import NORMS
 from .position import SCHEMES, Rotary2D
+from .stems import HYBRID_LAYERS, HYBRID_WIDTHS, hybrid_parameters
 from .stems import STEMS as STEM_CLASSES
 
 STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
 # what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
+POOLS: tuple[str, ...] = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
+# transformers' DINOv2 classifiers: the head reads [CLS] concatenated with the mean of the patch tokens (2D wide)
+POOLS += ("cls+mean",)
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -31,6 +34,8 @@ TOKEN_LAYOUTS: dict[str, dict[str, Any]] = {
                                                    pos_embed_prefix=False),
     "[CLS] + 4 registers (DINOv2)": dict(prefix_tokens="cls", pool="cls", class_attn_depth=0, reg_tokens=4),
     "none, attention-pool head (SigLIP)": dict(prefix_tokens="none", pool="map", class_attn_depth=0),
+    "[CLS] and the mean of patches (DINOv2 classifier)": dict(prefix_tokens="cls", pool="cls+mean",
+                                                              class_attn_depth=0),
 }
 POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in position.py
 PE_RESAMPLES = ("bicubic", "bilinear")  # SigLIP 2 (NaFlex) resamples its table bilinearly for each image's grid
@@ -76,6 +81,7 @@ class ViTConfig:
     stem: str = "patchify"  # "patchify" (Conv2d k=P s=P) or "conv" (Xiao et al. 2021)
     conv_stem_channels: tuple[int, ...] = ()  # conv stem 3x3 widths; () = derived from D and P
     conv_stem_strides: tuple[int, ...] = ()  # conv stem 3x3 strides (product = P); () = all 2
+    hybrid_layers: tuple[int, ...] = ()  # hybrid stem: bottleneck blocks per ResNet stage; () = ResNet-50's for P
     prefix_tokens: str = "cls"  # "cls", "cls+dist" (DeiT) or "none"
     # DeiT: a classifier on the distillation token, averaged with [CLS]'s; HF DeiTForImageClassification has none
     dist_head: bool = True
@@ -117,6 +123,7 @@ class ViTConfig:
         self.image_size = tuple(int(s) for s in self.image_size)  # type: ignore[assignment]
         self.conv_stem_channels = tuple(int(c) for c in self.conv_stem_channels)
         self.conv_stem_strides = tuple(int(s) for s in self.conv_stem_strides)
+        self.hybrid_layers = tuple(int(s) for s in self.hybrid_layers)
         self.rope_ref_grid = tuple(int(s) for s in self.rope_ref_grid)
         self._validate()
 
@@ -130,7 +137,7 @@ class ViTConfig:
             value, kind = getattr(self, f.name), _FIELD_KINDS[str(f.type)]
             if not _KIND_CHECKS[kind](value):
                 raise ConfigError(f"{f.name} must be {_KIND_NAMES[kind]}, got {value!r} ({type(value).__name__})")
-        for name in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid"):
+        for name in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid", "hybrid_layers"):
             sizes = getattr(self, name)
             if not all(1 <= int(s) <= MAX_SIZE for s in ((sizes,) if isinstance(sizes, numbers.Integral) else sizes)):
                 raise ConfigError(f"{name} must hold integers from 1 to {MAX_SIZE}, got {sizes!r}")
@@ -205,6 +212,10 @@ class ViTConfig:
                 not self.conv_stem_channels or len(self.conv_stem_channels) == len(strides),
                 f"conv_stem_channels {self.conv_stem_channels} needs one width per stride {strides}",
             )
+        if self.stem == "hybrid":
+            self.hybrid_plan()
+        _need(not self.hybrid_layers or self.stem == "hybrid",
+              f"hybrid_layers {self.hybrid_layers} are the hybrid stem's: set stem='hybrid' or hybrid_layers=()")
         _need(
             self.num_patches <= 65536,
             f"{self.num_patches} patches ({h}x{w} at patch {p}) is more than this tool handles; use a larger patch",
@@ -218,8 +229,9 @@ class ViTConfig:
 
     def _validate_tokens(self) -> None:
         """The prefix tokens, what the head reads and CaiT's late [CLS] fit together."""
-        if self.pool == "cls":
-            _need(self.prefix_tokens != "none", "pool='cls' needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
+        if self.pool in ("cls", "cls+mean"):
+            _need(self.prefix_tokens != "none",
+                  f"pool={self.pool!r} needs a [CLS] token: set prefix_tokens='cls' or pool='gap'")
         if self.prefix_tokens == "cls+dist":
             _need(self.pool == "cls",
                  "a distilled model (prefix_tokens='cls+dist') reads its heads from tokens: set pool='cls'")
@@ -254,6 +266,20 @@ class ViTConfig:
         if self.proj_dim and self.num_classes:
             raise ConfigError("a projection to a joint space (proj_dim) takes the classifier's place: set "
                               "num_classes=0 or proj_dim=0")
+
+    def hybrid_plan(self) -> tuple[int, ...]:
+        """Bottleneck blocks in each stage of the hybrid stem's ResNet; its stride is 4, then 2 per further stage."""
+        if not self.hybrid_layers:
+            _need(self.patch_size in HYBRID_LAYERS,
+                  f"the hybrid stem's ResNet has a stride of 4, 8, 16 or 32 (1 to 4 stages), not patch_size "
+                  f"{self.patch_size}: set patch_size to one of {tuple(HYBRID_LAYERS)}")
+            return HYBRID_LAYERS[self.patch_size]
+        n = len(self.hybrid_layers)
+        _need(1 <= n <= 4 and 4 * 2 ** (n - 1) == self.patch_size,
+              f"hybrid_layers {self.hybrid_layers} give a ResNet of {n} stages, stride "
+              f"{4 * 2 ** (n - 1) if 1 <= n <= 4 else '?'}, not patch_size {self.patch_size}: give 1 to 4 stages "
+              f"with patch_size 4 x 2^(stages - 1), or hybrid_layers=() for ResNet-50's")
+        return self.hybrid_layers
 
     def _default_conv_strides(self) -> tuple[int, ...]:
         n = round(math.log2(self.patch_size)) if self.patch_size > 1 else 0
@@ -302,6 +328,11 @@ class ViTConfig:
         return int(self.embed_dim * (self.pool_mlp_ratio or self.mlp_ratio))
 
     @property
+    def pooled_dim(self) -> int:
+        """The width of what the head reads: D, or 2D for [CLS] beside the mean of the patches."""
+        return 2 * self.embed_dim if self.pool == "cls+mean" else self.embed_dim
+
+    @property
     def distilled(self) -> bool:
         return self.prefix_tokens == "cls+dist"
 
@@ -321,20 +352,27 @@ class ViTConfig:
             plan.append((max(8, self.embed_dim * 2 ** k // 2 ** (n2 + 1)), s))
         return plan
 
+    def stem_parameters(self) -> int:
+        """Parameters of the stem alone (the builder shows them beside the total)."""
+        d = self.embed_dim
+        bias = 0 if self.pre_norm else d
+        if self.stem == "patchify":
+            return self.in_chans * self.patch_size**2 * d + bias
+        if self.stem == "hybrid":  # the ResNet, then a 1x1 projection of its last stage's channels
+            layers = self.hybrid_plan()
+            return hybrid_parameters(self.in_chans, layers) + HYBRID_WIDTHS[len(layers) - 1] * d + bias
+        n, c_in = 0, self.in_chans
+        for c_out, _ in self.conv_stem_plan():
+            n += c_in * c_out * 9 + 2 * c_out
+            c_in = c_out
+        return n + c_in * d + bias
+
     def estimate_parameters(self) -> int:
         """Closed-form parameter count (exact for every option); used before allocating."""
         d = self.embed_dim
         nd = NORMS[self.norm][1] * d  # one norm's parameters
         dense_bias = d if self.proj_bias else 0
-        n = nd if self.embed_norm else 0
-        if self.stem == "patchify":
-            n += self.in_chans * self.patch_size**2 * d + (0 if self.pre_norm else d)
-        else:
-            c_in = self.in_chans
-            for c_out, _ in self.conv_stem_plan():
-                n += c_in * c_out * 9 + 2 * c_out
-                c_in = c_out
-            n += c_in * d + (0 if self.pre_norm else d)
+        n = (nd if self.embed_norm else 0) + self.stem_parameters()
         n += (len(PREFIX_NAMES[self.prefix_tokens]) + self.reg_tokens) * d
         if self.mask_token:
             n += d
@@ -354,10 +392,10 @@ class ViTConfig:
             n += d + (d * d + d) + (2 * d * d + 2 * d) + (d * d + d) + nd + (2 * d * h + h + d)
         elif self.pool == "query":  # the query itself, keys and values, the output layer
             n += d + 2 * (d * d + (d if self.qkv_bias else 0)) + d * d + d
-        n += d * self.proj_dim
+        n += self.pooled_dim * self.proj_dim
         heads = 2 if self.distilled and self.dist_head else 1
         if self.num_classes:
-            n += heads * (d * self.num_classes + self.num_classes)
+            n += heads * (self.pooled_dim * self.num_classes + self.num_classes)
         return n
 
     def _mlp_parameters(self, hidden: int) -> int:
@@ -384,7 +422,7 @@ class ViTConfig:
         if unknown:
             raise ConfigError(f"unknown config keys {unknown}; known keys are {sorted(known)}")
         values = dict(data)
-        for key in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid"):
+        for key in ("image_size", "conv_stem_channels", "conv_stem_strides", "rope_ref_grid", "hybrid_layers"):
             if key in values and isinstance(values[key], list):
                 values[key] = tuple(values[key])
         return cls(**values)

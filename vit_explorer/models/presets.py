@@ -19,6 +19,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "vit-l16": dict(embed_dim=1024, depth=24, num_heads=16),
     "deit-s-distilled": dict(embed_dim=384, depth=12, num_heads=6, prefix_tokens="cls+dist"),
     "deit-b-distilled": dict(embed_dim=768, depth=12, num_heads=12, prefix_tokens="cls+dist"),
+    # the ViT paper's hybrid R50+ViT-B/16: a ResNet-50's first three stages, their feature map the patch grid
+    # (timm's default weights for 224 are the in21k features, without a classifier)
+    "vit-b16-r50": dict(embed_dim=768, depth=12, num_heads=12, num_classes=0, stem="hybrid"),
+    "vit-b16-r50-384": dict(image_size=384, embed_dim=768, depth=12, num_heads=12, stem="hybrid"),
     "cait-xxs24": dict(embed_dim=192, depth=24, num_heads=4, **_CAIT),
     "cait-s24": dict(embed_dim=384, depth=24, num_heads=8, **_CAIT),
     # modern families (features-only where the reference checkpoints have no classifier)
@@ -27,6 +31,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                             **_DINOV2),
     "dinov2-g14": dict(image_size=518, patch_size=14, num_classes=0, embed_dim=1536, depth=40, num_heads=24,
                        mlp="swiglu", mlp_ratio=4096 / 1536, layer_scale_init=1e-5),
+    # transformers' Dinov2ForImageClassification (facebook/dinov2-small-imagenet1k-1-layer): [CLS] + mean of patches
+    "dinov2-s14-in1k": dict(image_size=224, patch_size=14, num_classes=1000, pool="cls+mean", **_DINOV2),
+    # I-JEPA (transformers ijepa, facebook/ijepa_vith14_1k): no [CLS], features the mean of the normed patches
+    "ijepa-h14": dict(patch_size=14, embed_dim=1280, depth=32, num_heads=16, num_classes=0, prefix_tokens="none",
+                      pool="gap", layer_norm_eps=1e-6),
     # timm's CLIP tower: the projection to the 512-d joint space is its head (with a zero bias)
     "clip-b16": dict(embed_dim=768, depth=12, num_heads=12, num_classes=512, pre_norm=True, mlp="quick_gelu",
                      layer_norm_eps=1e-5),
@@ -77,6 +86,8 @@ TIMM_NAMES: dict[str, str] = {
     "deit_base_patch16_224": "vit-b16",
     "deit_small_distilled_patch16_224": "deit-s-distilled",
     "deit_base_distilled_patch16_224": "deit-b-distilled",
+    "vit_base_r50_s16_224": "vit-b16-r50",
+    "vit_base_r50_s16_384": "vit-b16-r50-384",
     "cait_xxs24_224": "cait-xxs24",
     "cait_s24_224": "cait-s24",
     "vit_small_patch14_dinov2": "dinov2-s14",

@@ -86,9 +86,9 @@ class VisionTransformer(nn.Module):
             self.attn_pool: AttentionPool | QueryPool = AttentionPool(config) if config.pool == "map" else \
                 QueryPool(config)
         if config.proj_dim:
-            self.proj = nn.Linear(d, config.proj_dim, bias=False)
+            self.proj = nn.Linear(config.pooled_dim, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
-        self.head = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
+        self.head = nn.Linear(config.pooled_dim, config.num_classes) if config.num_classes else nn.Identity()
         if config.distilled and config.dist_head:
             self.head_dist = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
         self.init_weights()
@@ -96,6 +96,8 @@ class VisionTransformer(nn.Module):
     # ------------------------------------------------------------------ setup
     def init_weights(self) -> None:
         """timm-style init: truncated normal (std 0.02) for tokens, tables and Linear weights."""
+        if next(self.parameters()).is_meta:  # shapes only, for a checkpoint's weights (init on meta is slow)
+            return
         for name, p in self.named_parameters():
             if name in ("cls_token", "dist_token", "reg_token", "mask_token", "attn_pool.latent") or \
                     name.startswith("pos_embed") or name.endswith("relative_position_bias_table"):
@@ -110,6 +112,11 @@ class VisionTransformer(nn.Module):
                 for lin in (block.attn.proj_l, block.attn.proj_w):
                     nn.init.eye_(lin.weight)
                     nn.init.zeros_(lin.bias)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model runs in: its weights' (a bf16 checkpoint's stay bf16)."""
+        return next(self.parameters()).dtype
 
     @property
     def prefix_names(self) -> tuple[str, ...]:
@@ -223,6 +230,10 @@ class VisionTransformer(nn.Module):
         """
         out = Captures(capture)
         layout = self._check_inputs(pixel_values, head_mask)
+        # a bf16 model runs in bf16: float32 inputs (pixels, head masks) would promote everything they touch
+        pixel_values = pixel_values.to(self.dtype)
+        if head_mask is not None:
+            head_mask = head_mask.to(pixel_values.dtype)
         rows = None
         if "attentions" in out.want or attention_hook is not None:
             rows = attn_rows if attn_rows in (ALL, GRAD) else self._check_rows(attn_rows, layout.num_tokens)
@@ -336,6 +347,8 @@ class VisionTransformer(nn.Module):
             start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
             pooled, probs = self.attn_pool(x[:, start:], GRAD if grad else "pool_attention" in out.want)
             out.keep("pool_attention", probs)  # (B, heads, 1, N or T): the latent query over the patches (all tokens)
+        elif cfg.pool == "cls+mean":  # transformers' DINOv2 classifiers
+            pooled = torch.cat([x[:, 0], x[:, layout.num_prefix_tokens:].mean(dim=1)], dim=-1)  # (B, 2D)
         else:
             pooled = x[:, 0]
         out.keep("pre_logits", pooled)

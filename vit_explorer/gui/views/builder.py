@@ -30,7 +30,8 @@ PREFIXES = [("[CLS]", "cls"), ("[CLS] + distillation", "cls+dist"), ("none", "no
 # what the classifier (or features-only output) reads
 POOLING = {"cls": "output from [CLS]", "gap": "output from the mean of the patches",
            "map": "output from an attention pool of the patches",
-           "query": "output from a learned query's attention over the patches"}
+           "query": "output from a learned query's attention over the patches",
+           "cls+mean": "output from [CLS] beside the mean of the patches"}
 
 
 DEFAULT_LAYER_SCALE = 1e-5  # CaiT's LayerScale init
@@ -74,8 +75,10 @@ class BuilderView(View):
             box.valueChanged.connect(self.update_estimate)
             return box
 
-        self.stem = combo(STEM_CHOICES, "How the image becomes tokens: one linear map per patch, or a small "
-                                        "convolutional network.")
+        self.stem = combo(STEM_CHOICES, "How the image becomes tokens: one linear map per patch, a small "
+                                        "convolutional network, or (hybrid, the ViT paper's R50+ViT) a ResNet "
+                                        "whose feature map is the patch grid (stride 4, 8, 16 or 32: its first 1 to "
+                                        "4 ResNet-50 stages).")
         self.pos_embed = combo(PE_SCHEMES, "How the model knows where each patch sits.")
         self.prefix = combo(PREFIXES, "Tokens put in front of the patches; without them the head reads the patches "
                                       "(their mean, or an attention pool as SigLIP's).")
@@ -197,7 +200,8 @@ class BuilderView(View):
         self.session.draft = cfg
         self.estimate.setStyleSheet("")
         gh, gw = cfg.grid_size
-        self.estimate.setText(f"{cfg.estimate_parameters():,} parameters · {gh}×{gw} patches · "
+        self.estimate.setText(f"{cfg.estimate_parameters():,} parameters (stem {cfg.stem_parameters():,}) · "
+                              f"{gh}×{gw} patches · "
                               f"{cfg.num_prefix_tokens} prefix tokens · head dim {cfg.head_dim} · {POOLING[cfg.pool]}")
         self.build_button.setEnabled(True)
 

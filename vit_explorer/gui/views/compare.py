@@ -8,8 +8,9 @@ import pyqtgraph as pg
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
+from ...checkpoints import LoadedModel
 from ...explore import lessons
-from ...explore.compare import Side, joint_prediction, side
+from ...explore.compare import PRESETS, Side, joint_prediction, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
 from .. import figures
@@ -25,14 +26,18 @@ class CompareView(View):
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
-        self.sides: tuple[Side, Side] | None = None
+        self.sides: tuple[Side, ...] | None = None
+        self.preset: list[tuple[str, LoadedModel]] | None = None  # a preset's models, shown instead of two
         self._drawn_chars = 0  # the title width the sides were drawn with
         self.choice = QComboBox()
         self.choice.addItem("compare with a bundled model…", "")
         for name, folder in BUNDLED.items():
             if (folder / "vit_explorer.json").exists():
                 self.choice.addItem(name, str(folder))
-        self.choice.setToolTip("A second model to run on the same image, masks and heads.")
+        for name in PRESETS:
+            self.choice.addItem(f"preset: {name}", f"preset:{name}")
+        self.choice.setToolTip("A second model to run on the same image, masks and heads, or a preset of several "
+                               "(the three stems side by side).")
         self.choice.activated.connect(lambda i: self.compare_with(self.choice.itemData(i) or ""))
         self.source = QLineEdit()
         self.source.setPlaceholderText("or a hub id, folder or file")
@@ -57,11 +62,25 @@ class CompareView(View):
         """Load a second model (in the background) and show both."""
         if not source:
             return
+        if source.startswith("preset:"):
+            self.show_preset(source.removeprefix("preset:"))
+            return
+        self.preset = None
         from ...checkpoints import load
 
         self.note.setText(f"loading {source}…")
         self.session.run("compare-load", lambda: load(source), self.session.set_compared,
                          lambda message: self._failed(source, message), io=True)
+
+    def show_preset(self, name: str) -> None:
+        """Load a preset's models (in the background) and show them side by side on the current image."""
+        self.note.setText(f"loading the preset {name}…")
+        self.session.run("compare-load", PRESETS[name], self._preset_ready,
+                         lambda message: self._failed(f"the preset {name}", message), io=True)
+
+    def _preset_ready(self, models: list[tuple[str, LoadedModel]]) -> None:
+        self.preset = models
+        self._compared()
 
     def _compared(self) -> None:
         self.note.setText("")
@@ -73,6 +92,11 @@ class CompareView(View):
 
     def refresh(self, *_: object) -> None:
         result, other, mine = self.session.result, self.session.compared, self.session.loaded
+        if self.preset is not None and result is not None:
+            models, inputs = self.preset, result.inputs
+            self.run_for_model(inputs.model_id, "compare",
+                               lambda: tuple(side(loaded, name, inputs, TOP_K) for name, loaded in models), self._draw)
+            return
         if other is None:
             self.sides = None
             self.plots.ci.clear()
@@ -86,12 +110,21 @@ class CompareView(View):
                                     side(other, names[1], inputs, TOP_K)),
                            self._draw)
 
-    def _draw(self, sides: tuple[Side, Side]) -> None:
+    def _draw(self, sides: tuple[Side, ...]) -> None:
         self.sides = sides
         self.plots.ci.clear()
-        self.note.setText("; ".join(f"{s.name}: {s.note}" for s in sides if s.note))
+        notes: dict[str, list[str]] = {}  # the same note for several sides is said once, naming them all
+        for one in sides:
+            if one.note:
+                notes.setdefault(one.note, []).append(one.name.split(":")[0])
+        if len(sides) > 2:  # a row each leaves no room for a third panel
+            notes.setdefault("PE similarity is shown for two models (choose a second model above)", [])
+        self.note.setText("; ".join(f"{', '.join(names)}: {note}" if names else note for note, names in notes.items()))
+        if len(sides) > 2:
+            self._draw_rows(sides)
+            return
         # both predictions in one chart across the view when the models share their classes
-        joint = joint_prediction(*sides, TOP_K) if self.shows("prediction") else None
+        joint = joint_prediction(sides[0], sides[1], TOP_K) if self.shows("prediction") else None
         if joint is not None:
             figures.BarsPlot(self.plots.ci.addLayout(row=0, col=0, colspan=2), joint)
         columns = []
@@ -122,6 +155,20 @@ class CompareView(View):
                     if drawn:
                         column.nextRow()
                     figures.SimilarityPlot(column, one.similarity, colorbar=bar)
+
+    def _draw_rows(self, sides: tuple[Side, ...]) -> None:
+        """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
+        three columns would be too narrow for either."""
+        self._drawn_chars = self._title_chars()
+        with figures.title_width(self._drawn_chars):
+            for i, one in enumerate(sides):
+                row = self.plots.ci.addLayout(row=i, col=0)
+                if one.prediction is not None and self.shows("prediction"):
+                    figures.BarsPlot(row, one.prediction)
+                else:
+                    figures.add_title(row, one.name)
+                if self.shows("rollout"):
+                    figures.MapsPlot(row, one.rollout)
 
     def _title_chars(self) -> int:
         """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,

@@ -83,7 +83,8 @@ class EmbeddingsView(View):
             lines.append(f"Conv2d(k=P, s=P) against Unfold + Linear with the same weights: largest difference "
                          f"{facts.unfold_max_diff:.2e} — the patchify stem is one linear map per patch.")
         else:
-            lines.append("This model has a convolutional stem: its patch embedding is not one linear map per patch, "
+            kind = "a hybrid ResNet stem" if facts.stem == "hybrid" else "a convolutional stem"
+            lines.append(f"This model has {kind}: its patch embedding is not one linear map per patch, "
                          "so there are no filter components and no Unfold + Linear identity.")
         d = facts.dropout
         lines.append(f"Dropout p={d.p:.2f} on the embedded tokens: train mode zeroes {d.zeros_train:.1%} of the values "

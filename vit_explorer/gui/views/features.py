@@ -159,7 +159,7 @@ class FeaturesView(View):
         others = [(stem, pooled) for stem, pooled in self._samples[1] if not features.same_image(stem, name)]
         nearest = features.nearest(result.features, [pooled for _, pooled in others], [stem for stem, _ in others])
         without_classifier = not inputs.loaded.config.num_classes  # then the embedding is all there is to see
-        self._draw((nearest, features.embedding_figure(result.features) if without_classifier else None))
+        self._draw((nearest, features.embedding_figure(result) if without_classifier else None))
 
     def _samples_ready(self, key: SamplesKey, found: list[tuple[str, np.ndarray]]) -> None:
         self._samples = (key, found)

@@ -76,10 +76,13 @@ class PredictionView(View):
             self.change.setText("No prediction yet.")
             return
         if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
-            self.figure = embedding_figure(result.features, self.shown_k)
+            self.figure = embedding_figure(result, self.shown_k)
             self._draw(self.figure)
-            self.change.setText("This model has no classifier (features only): its pooled embedding is shown. "
-                                "The Features view finds the nearest images and shows its patch features.")
+            what = ("its image embedding (the projection to the joint image-text space) is shown"
+                    if result.inputs.loaded.config.proj_dim else "its pooled embedding is shown")
+            self.change.setText(f"This model has no classifier (features only): {what}, "
+                                f"{result.logits.numel()} numbers. The Features view finds the nearest images and "
+                                "shows its patch features.")
             return
         figure = self.figure = prediction_figure(result, self.shown_k)
         if self._drawn is not None and self._drawn.matches(figure):
