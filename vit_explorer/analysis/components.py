@@ -4,14 +4,17 @@ logit attribution), the logit lens, and activation patching between two runs.
 The residual stream after the blocks is a sum: the embedded input (patch embeddings as they enter, [MASK]
 included; the prefix tokens; the position embedding), then for every block each head's output through its
 slice of the attention projection, the projection's bias and the MLP's output (LayerScale folded into each).
-The final norm is linear once its scale is frozen at the run's own value (TransformerLens' `apply_ln_to_stack`):
-its centring applies to every part, its shift is a part of its own. The pooling is linear in the tokens (the
-[CLS] row, the mean of the patches); SigLIP's attention-pool (MAP) head is linear in its values once its
-attention is frozen at the run's own probabilities, so every part goes through the value projection (per
-pool head, weighted by that head's probabilities) and the output projection, while the value bias, the
-projection bias and the pool's residual MLP (nonlinear in the pooled vector) are parts of their own. The
-head's row for the target class then gives each part's share, and the parts plus the head's bias add up to the
-target logit. A CLIP-style pre-norm on the embedded input is frozen the same way.
+A layer without a bias (AIMv2's) adds none. The final norm is linear once its scale is frozen at the run's own
+value (TransformerLens' `apply_ln_to_stack`): a LayerNorm's centring applies to every part, its shift is a part of
+its own; an RMSNorm (AIMv2) has neither, only its frozen divisor and its scale. The pooling is linear in the tokens
+(the [CLS] row, the mean of the patches); an attention-pool head (SigLIP's and PE's MAP, AIMv2's query pool, with
+its own number of heads, over the patches or every token) is linear in its values once its attention is frozen at
+the run's own probabilities, so every part goes through the value projection (per pool head, weighted by that
+head's probabilities) and the output projection, while the value bias, the projection bias and MAP's residual MLP
+(nonlinear in the pooled vector) are parts of their own. The head's row for the target class then gives each
+part's share, and the parts plus the head's bias add up to the target logit. A pre-norm on the embedded input
+(CLIP, PE) is frozen the same way; a norm on the patch embeddings (AIMv2) comes before the parts (they enter
+normed).
 
 Without a classifier the target is the cosine with a reference embedding (the features' norm frozen) or the
 projection on a given direction.
@@ -133,7 +136,8 @@ def _norm(norm: nn.Module) -> _Norm | None:
         d, eps, centred = norm.normalized_shape[0], norm.eps, True
     elif isinstance(norm, nn.RMSNorm):
         d, centred = norm.normalized_shape[0], False
-        eps = norm.eps if norm.eps is not None else torch.finfo(torch.get_default_dtype()).eps
+        dtype = norm.weight.dtype if norm.weight is not None else torch.get_default_dtype()
+        eps = norm.eps if norm.eps is not None else torch.finfo(dtype).eps  # None: the input's machine epsilon
     else:
         return None
     weight = norm.weight.double() if norm.weight is not None else torch.ones(d, dtype=torch.float64)
@@ -458,8 +462,8 @@ def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -
 def lens(model: VisionTransformer, states: Sequence[torch.Tensor]) -> torch.Tensor:
     """Each token's state at each depth read through the final norm and the head(s): states is a list of
     (B, T, D) (the embedded input, then each block's output) -> (S, B, T, classes) logits. A model whose head
-    reads the mean of the patches (fc_norm) reads each token through that norm; an attention-pool (MAP) head
-    is skipped (its pooling is not per token); DeiT averages its two heads on each token."""
+    reads the mean of the patches (fc_norm) reads each token through that norm; an attention-pool head (MAP, the
+    query pool) is skipped (its pooling is not per token); DeiT averages its two heads on each token."""
     _check_eval(model)
     cfg = model.config
     if not cfg.num_classes or cfg.proj_dim:
