@@ -16,7 +16,24 @@ from vit_explorer.models.config import TOKEN_LAYOUTS
 from vit_explorer.paths import BUNDLED, SAMPLES
 
 FAMILIES = ["vit-s16", "deit-s-distilled", "cait-xxs24", "classroom", "classroom-conv"] + FAMILY_PRESETS
+# the new options where no preset has them: AIMv2's query pool (with and without biases, other heads), RMSNorm
+# as the pre-norm, on [CLS] and as fc_norm, a MAP head with other heads and MLP width over the patches only
+VARIANTS = {
+    "query-pool": ("aimv2-l14", dict(pool="query", num_classes=5)),
+    "query-pool-biased": ("aimv2-l14", dict(pool="query", qkv_bias=True, proj_bias=True, pool_heads=2, num_classes=5)),
+    "rms-cls-pre-norm": ("aimv2-l14", dict(pool="cls", prefix_tokens="cls", pre_norm=True, num_classes=5)),
+    "rms-fc-norm": ("aimv2-l14", dict(fc_norm=True, num_classes=5)),
+    "rms-map-pool-heads": ("siglip-b16", dict(norm="rmsnorm", pool_heads=2, pool_mlp_ratio=2.0, proj_bias=False)),
+    "pe-patches-only": ("pe-core-b16", dict(pool_prefix=False)),
+}
+MODELS = FAMILIES + list(VARIANTS)
 REL = 1e-4
+
+
+def model_for(name: str) -> VisionTransformer:
+    """A family preset or one of VARIANTS, tiny, random weights."""
+    family, overrides = VARIANTS.get(name, (name, {}))
+    return tiny(family, **overrides)
 
 
 def layout_model(name: str) -> VisionTransformer:
@@ -40,9 +57,9 @@ def assert_adds_up(model: VisionTransformer, pixels: torch.Tensor, **kwargs) -> 
         assert d.target == int(model(pixels, mask=kwargs.get("mask"), head_mask=kwargs.get("head_mask"))[0].argmax())
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", MODELS)
 def test_parts_plus_bias_equal_the_logit(name: str) -> None:
-    model = tiny(name)
+    model = model_for(name)
     torch.manual_seed(1)
     pixels = torch.randn(1, 3, *IMAGE)
     mask = torch.zeros(model.config.num_patches, dtype=torch.bool)
@@ -97,9 +114,9 @@ def test_the_target_must_exist() -> None:
         decompose(model.train(), torch.randn(1, 3, *IMAGE))
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", MODELS)
 def test_patching_everything_gives_the_source_run_and_nothing_the_receiver(name: str) -> None:
-    model = tiny(name)
+    model = model_for(name)
     cfg = model.config
     a, b = torch.randn(1, 3, *IMAGE), torch.randn(1, 3, *IMAGE)
     logits_a, logits_b = model(a), model(b)
@@ -138,8 +155,9 @@ def test_patching_a_position_is_the_run_with_that_token_replaced() -> None:
     assert not torch.allclose(out[0], out[1])
 
 
-def test_lens_at_the_last_state_is_the_model_readout() -> None:
-    model = tiny("vit-s16")
+@pytest.mark.parametrize("name", ["vit-s16", "rms-cls-pre-norm"])
+def test_lens_at_the_last_state_is_the_model_readout(name: str) -> None:
+    model = model_for(name)
     pixels = torch.randn(1, 3, *IMAGE)
     out = model.forward_intermediates(pixels, capture=["embedded", "hidden_states"])
     logits = lens(model, [out["embedded"]] + out["hidden_states"])  # (S, B, T, C)

@@ -4,14 +4,17 @@ logit attribution), the logit lens, and activation patching between two runs.
 The residual stream after the blocks is a sum: the embedded input (patch embeddings as they enter, [MASK]
 included; the prefix tokens; the position embedding), then for every block each head's output through its
 slice of the attention projection, the projection's bias and the MLP's output (LayerScale folded into each).
-The final norm is linear once its scale is frozen at the run's own value (TransformerLens' `apply_ln_to_stack`):
-its centring applies to every part, its shift is a part of its own. The pooling is linear in the tokens (the
-[CLS] row, the mean of the patches); SigLIP's attention-pool (MAP) head is linear in its values once its
-attention is frozen at the run's own probabilities, so every part goes through the value projection (per
-pool head, weighted by that head's probabilities) and the output projection, while the value bias, the
-projection bias and the pool's residual MLP (nonlinear in the pooled vector) are parts of their own. The
-head's row for the target class then gives each part's share, and the parts plus the head's bias add up to the
-target logit. A CLIP-style pre-norm on the embedded input is frozen the same way.
+A layer without a bias (AIMv2's) adds none. The final norm is linear once its scale is frozen at the run's own
+value (TransformerLens' `apply_ln_to_stack`): a LayerNorm's centring applies to every part, its shift is a part of
+its own; an RMSNorm (AIMv2) has neither, only its frozen divisor and its scale. The pooling is linear in the tokens
+(the [CLS] row, the mean of the patches); an attention-pool head (SigLIP's and PE's MAP, AIMv2's query pool, with
+its own number of heads, over the patches or every token) is linear in its values once its attention is frozen at
+the run's own probabilities, so every part goes through the value projection (per pool head, weighted by that
+head's probabilities) and the output projection, while the value bias, the projection bias and MAP's residual MLP
+(nonlinear in the pooled vector) are parts of their own. The head's row for the target class then gives each
+part's share, and the parts plus the head's bias add up to the target logit. A pre-norm on the embedded input
+(CLIP, PE) is frozen the same way; a norm on the patch embeddings (AIMv2) comes before the parts (they enter
+normed).
 
 Without a classifier the target is the cosine with a reference embedding (the features' norm frozen) or the
 projection on a given direction.
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..models.blocks import LayerScale
+from ..models.blocks import AttentionPool, LayerScale, QueryPool
 from ..models.vit import VisionTransformer
 
 SITES = ("resid", "attn", "mlp", "head")  # what activation patching can replace (see models.vit.StreamEdit)
@@ -102,23 +105,95 @@ def _ls(branch: nn.Module) -> torch.Tensor | None:
     return branch.gamma if isinstance(branch, LayerScale) else None
 
 
-def _ln_parts(norm: nn.Module) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-    """(weight, bias, eps) of a LayerNorm, None for an Identity (no norm there)."""
-    if not isinstance(norm, nn.LayerNorm):
+@dataclass(frozen=True)
+class _Norm:
+    """A norm frozen at one run: LayerNorm centres, divides by the standard deviation, scales and shifts;
+    RMSNorm divides by the root mean square and scales (no centring, no shift: `bias` None)."""
+
+    weight: torch.Tensor  # (D,) float64
+    bias: torch.Tensor | None  # (D,) float64
+    eps: float
+    centred: bool
+
+    def sigma(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm's divisor of each vector of x (..., D), (..., 1): what the run freezes."""
+        second = x.var(dim=-1, unbiased=False, keepdim=True) if self.centred else x.pow(2).mean(-1, keepdim=True)
+        return (second + self.eps).sqrt()
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """The linear part of the norm without its divisor: centring (LayerNorm), then the scale."""
+        return (_centre(x) if self.centred else x) * self.weight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The norm itself on x (..., D) in float64."""
+        out = self.linear(x) / self.sigma(x)
+        return out if self.bias is None else out + self.bias
+
+
+def _norm(norm: nn.Module) -> _Norm | None:
+    """A LayerNorm's or RMSNorm's parameters, None for an Identity (no norm there)."""
+    if isinstance(norm, nn.LayerNorm):
+        d, eps, centred = norm.normalized_shape[0], norm.eps, True
+    elif isinstance(norm, nn.RMSNorm):
+        d, centred = norm.normalized_shape[0], False
+        dtype = norm.weight.dtype if norm.weight is not None else torch.get_default_dtype()
+        eps = norm.eps if norm.eps is not None else torch.finfo(dtype).eps  # None: the input's machine epsilon
+    else:
         return None
-    d = norm.normalized_shape[0]
-    weight = norm.weight if norm.weight is not None else torch.ones(d)
-    bias = norm.bias if norm.bias is not None else torch.zeros(d, device=weight.device)
-    return weight, bias, norm.eps
-
-
-def _sigma(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """LayerNorm's scale of each vector of x (..., D): its frozen divisor."""
-    return (x.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt()
+    weight = norm.weight.double() if norm.weight is not None else torch.ones(d, dtype=torch.float64)
+    bias = getattr(norm, "bias", None)
+    return _Norm(weight, None if bias is None else bias.double(), eps, centred)
 
 
 def _centre(x: torch.Tensor) -> torch.Tensor:
     return x - x.mean(dim=-1, keepdim=True)
+
+
+def _bias(layer: nn.Linear) -> torch.Tensor:
+    """A linear layer's bias in float64 (zeros for a layer without one: AIMv2's, a bias-free query pool's)."""
+    if layer.bias is None:
+        return layer.weight.new_zeros(layer.out_features, dtype=torch.float64)
+    return layer.bias.double()
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """An attention-pool head at one run: the query's probabilities over the tokens it reads frozen, so it is
+    linear in their values. MAP (AttentionPool: a projected latent, a residual MLP) and AIMv2's QueryPool (the
+    latent as it is, no MLP); either may have other heads than the blocks (PE)."""
+
+    probs: torch.Tensor  # (H, N) each pool head's attention over the tokens it reads
+    w_v: torch.Tensor  # (H, hd, D) each head's slice of the value projection
+    v_bias: torch.Tensor  # (D,)
+    w_o: torch.Tensor  # (D, D) the output projection
+    o_bias: torch.Tensor  # (D,)
+    mlp: Callable[[torch.Tensor], torch.Tensor] | None  # the residual MLP on the attended vector (MAP)
+
+    @staticmethod
+    def frozen(pool: nn.Module, tokens: torch.Tensor) -> _Pool:
+        """The pool linearised on `tokens` (N, D), the normed tokens it reads, in float64."""
+        if not isinstance(pool, AttentionPool | QueryPool):
+            raise TypeError(f"attn_pool is a {type(pool).__name__}, not an attention-pool head")
+        h, hd, d = pool.num_heads, pool.head_dim, tokens.shape[-1]
+        if isinstance(pool, AttentionPool):
+            query = pool.q(pool.latent).double()
+            kv_w, kv_b = pool.kv.weight.double(), _bias(pool.kv)
+            w_k, b_k, w_v, b_v = kv_w[:d], kv_b[:d], kv_w[d:], kv_b[d:]
+            mlp: Callable[[torch.Tensor], torch.Tensor] | None = \
+                lambda out: pool.mlp(pool.norm(out.to(pool.latent.dtype))).double()
+        else:
+            query = pool.latent.double()  # AIMv2: the learned query as it is
+            w_k, b_k, w_v, b_v = pool.k.weight.double(), _bias(pool.k), pool.v.weight.double(), _bias(pool.v)
+            mlp = None
+        keys = (tokens @ w_k.T + b_k).reshape(-1, h, hd)  # (N, H, hd)
+        probs = torch.einsum("hc,nhc->hn", query.reshape(h, hd), keys).mul(hd**-0.5).softmax(-1)  # (H, N)
+        return _Pool(probs, w_v.reshape(h, hd, d), b_v, pool.proj.weight.double(), _bias(pool.proj), mlp)
+
+    def attend(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(..., H, D) per head probability-weighted tokens -> (..., D) through each head's value slice and the
+        output projection (no biases: they are parts of their own)."""
+        per_head = torch.einsum("...hd,hcd->...hc", pooled, self.w_v)  # (..., H, hd)
+        return per_head.flatten(-2) @ self.w_o.T  # (..., D)
 
 
 class _Readout:
@@ -129,19 +204,20 @@ class _Readout:
     def __init__(self, model: VisionTransformer, final: torch.Tensor, prefix: int, u: Callable[[str], torch.Tensor]):
         cfg = model.config
         x = final.double()  # (T, D) the final stream of the one image
-        t, d = x.shape
-        norm = _ln_parts(model.norm)
+        t = x.shape[0]
+        norm = _norm(model.norm)
         self.norm = norm
         if norm is not None:
-            normed = norm[0].double() * _centre(x) / _sigma(x, norm[2]) + norm[1].double()  # (T, D)
-            inv = 1.0 / _sigma(x, norm[2])[:, 0]  # (T,)
+            normed = norm(x)  # (T, D)
+            inv = 1.0 / norm.sigma(x)[:, 0]  # (T,)
         else:
             normed, inv = x, torch.ones(t, dtype=x.dtype, device=x.device)
         self.constants: list[tuple[str, float]] = []
-        self.map_pool: nn.Module | None = None
-        shift = norm[1].double() if norm is not None else None
-        if cfg.pool == "map":
-            self._map(model, normed, prefix, inv, shift, u)
+        self.pool: _Pool | None = None
+        shift = norm.bias if norm is not None else None
+        self.fc: tuple[_Norm, torch.Tensor] | None = None
+        if cfg.pool in ("map", "query"):
+            self._attention_pool(model, normed, 0 if cfg.pool_prefix else prefix, inv, shift, u)
             return
         if cfg.pool == "gap":
             w = torch.zeros(t, dtype=x.dtype, device=x.device)
@@ -156,63 +232,50 @@ class _Readout:
         raw = torch.stack(rows)  # (G, T) pooling weights without the norm's scale
         self.weights = raw * inv  # (G, T)
         self.head_rows = torch.stack(heads)  # (G, D)
-        fc = _ln_parts(model.fc_norm) if cfg.pool == "gap" else None
-        self.fc = None
+        fc = _norm(model.fc_norm) if cfg.pool == "gap" else None
         if fc is not None:  # fc_norm normalises the mean: its own frozen scale on the pooled vector
-            pooled = raw[0] @ normed  # (D,)
-            self.fc = (fc[0].double() / _sigma(pooled, fc[2]))  # (D,)
-            self.constants.append(("fc_norm_shift", float(self.head_rows[0] @ fc[1].double())))
+            self.fc = (fc, fc.sigma(raw[0] @ normed))  # the pooled vector's divisor (1,)
+            if fc.bias is not None:
+                self.constants.append(("fc_norm_shift", float(self.head_rows[0] @ fc.bias)))
         if shift is not None:
             self.constants.insert(0, ("norm_shift", float(self._finish_normed(raw.sum(-1)[:, None] * shift))))
 
-    def _map(self, model: VisionTransformer, normed: torch.Tensor, prefix: int, inv: torch.Tensor,
-             shift: torch.Tensor | None, u: Callable[[str], torch.Tensor]) -> None:
-        """MAP: pool head h averages its value slice of every token with that head's own probabilities."""
-        pool = model.attn_pool
-        cfg = model.config
-        hd, h = cfg.head_dim, cfg.num_heads
-        tokens = normed[prefix:]  # (N, D)
+    def _attention_pool(self, model: VisionTransformer, normed: torch.Tensor, start: int, inv: torch.Tensor,
+                        shift: torch.Tensor | None, u: Callable[[str], torch.Tensor]) -> None:
+        """MAP / query pool: pool head h averages its value slice of every token it reads (from `start`) with that
+        head's own probabilities; the value bias (each head's probabilities sum to 1), the output bias and the
+        residual MLP (nonlinear in the attended vector) are parts of their own."""
         with torch.no_grad():
-            q = pool.q(pool.latent).double().reshape(h, hd)  # (H, hd)
-            kv_w, kv_b = pool.kv.weight.double(), pool.kv.bias.double()
-            k = (tokens @ kv_w[:cfg.embed_dim].T + kv_b[:cfg.embed_dim]).reshape(-1, h, hd)  # (N, H, hd)
-            probs = torch.einsum("hc,nhc->hn", q, k).mul(hd**-0.5).softmax(-1)  # (H, N)
+            pool = _Pool.frozen(model.get_submodule("attn_pool"), normed[start:])
         t = normed.shape[0]
-        raw = torch.zeros(h, t, dtype=normed.dtype, device=normed.device)
-        raw[:, prefix:] = probs
+        raw = torch.zeros(pool.probs.shape[0], t, dtype=normed.dtype, device=normed.device)
+        raw[:, start:] = pool.probs
         self.weights = raw * inv  # (H, T)
-        self.w_v = kv_w[cfg.embed_dim:].reshape(h, hd, cfg.embed_dim)  # (H, hd, D)
-        self.w_o = pool.proj.weight.double()  # (D, D)
-        self.map_pool = pool
-        target = u(cfg.pool)
+        self.pool = pool
+        target = u(model.config.pool)
         self.head_rows = target[None]
-        self.fc = None
-        v_bias = kv_b[cfg.embed_dim:]  # the value bias: every head's probabilities sum to 1
-        attended = self.w_o @ v_bias  # (D,)
-        with torch.no_grad():
-            values = torch.einsum("hn,nhc->hc", probs, (tokens @ kv_w[cfg.embed_dim:].T + v_bias).reshape(-1, h, hd))
-            out = values.reshape(-1) @ self.w_o.T + pool.proj.bias.double()  # (D,) the pooled attention output
-            mlp = pool.mlp(pool.norm(out.float())).double()  # (D,) the pool's residual MLP, a part of its own
         if shift is not None:
             self.constants.append(("norm_shift", float(self._finish_normed(raw.sum(-1)[:, None] * shift))))
-        self.constants += [("pool_value_bias", float(target @ attended)),
-                           ("pool_proj_bias", float(target @ pool.proj.bias.double())),
-                           ("pool_mlp", float(target @ mlp))]
+        self.constants += [("pool_value_bias", float(target @ (pool.w_o @ pool.v_bias))),
+                           ("pool_proj_bias", float(target @ pool.o_bias))]
+        if pool.mlp is not None:
+            with torch.no_grad():
+                out = pool.attend(raw @ normed) + pool.w_o @ pool.v_bias + pool.o_bias  # (D,) the attended vector
+                self.constants.append(("pool_mlp", float(target @ pool.mlp(out))))
 
     def _finish_normed(self, pooled: torch.Tensor) -> torch.Tensor:
         """(G, D) or (K, G, D) pooled vectors already through the final norm's scale -> the target value."""
-        if self.map_pool is not None:
-            per_head = torch.einsum("...hd,hcd->...hc", pooled, self.w_v)  # (..., H, hd)
-            out = per_head.flatten(-2) @ self.w_o.T  # (..., D)
-            return out @ self.head_rows[0]
+        if self.pool is not None:
+            return self.pool.attend(pooled) @ self.head_rows[0]
         if self.fc is not None:
-            pooled = _centre(pooled) * self.fc
+            fc, sigma = self.fc
+            pooled = fc.linear(pooled) / sigma
         return (pooled * self.head_rows).sum(dim=(-1, -2))
 
     def finish(self, pooled: torch.Tensor) -> torch.Tensor:
         """(K, G, D) token-weighted sums of K parts -> (K,) their shares of the target."""
         if self.norm is not None:
-            pooled = _centre(pooled) * self.norm[0].double()
+            pooled = self.norm.linear(pooled)
         return self._finish_normed(pooled)
 
 
@@ -341,12 +404,12 @@ def _embedding_parts(model: VisionTransformer, out: dict[str, Any], readout: _Re
     if pe is not None:
         pieces.append(("pos_embed", pe.to(masked.dtype)))
     stack = torch.stack([p for _, p in pieces]).double()  # (K, T, D)
-    pre = _ln_parts(model.norm_pre)
+    pre = _norm(model.norm_pre)
     shift = None
-    if pre is not None:  # CLIP: the pre-norm frozen at the run's own scale of each token
-        total = out["with_pos"][0].double()
-        stack = pre[0].double() * _centre(stack) / _sigma(total, pre[2])
-        shift = pre[1].double().expand(t, d)[None]
+    if pre is not None:  # CLIP, PE: the pre-norm frozen at the run's own scale of each token
+        stack = pre.linear(stack) / pre.sigma(out["with_pos"][0].double())
+        if pre.bias is not None:
+            shift = pre.bias.expand(t, d)[None]
     with torch.no_grad():
         if cfg.class_attn_depth:  # CaiT: [CLS] enters at the class-attention stage, in front of the patches
             cls = torch.zeros(1, t + 1, d, dtype=torch.float64, device=masked.device)
@@ -376,7 +439,7 @@ def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -
         proj = _linear(block, "attn.proj")
         weight = proj.weight.view(cfg.embed_dim, cfg.num_heads, cfg.head_dim).permute(1, 2, 0)  # (H, hd, D)
         part = ((w @ heads) @ weight).double()  # (H, G, D): each head's pooled output through its projection slice
-        bias = w.sum(-1).double()[:, None] * proj.bias.double()  # (G, D): every token gets the bias
+        bias = w.sum(-1).double()[:, None] * _bias(proj)  # (G, D): every token gets the bias (AIMv2: none)
         gamma = _ls(block.get_submodule("ls1"))
         if gamma is not None:  # LayerScale on the attention branch
             part, bias = part * gamma.double(), bias * gamma.double()
@@ -399,8 +462,8 @@ def _block_parts(model: VisionTransformer, record: _Record, readout: _Readout) -
 def lens(model: VisionTransformer, states: Sequence[torch.Tensor]) -> torch.Tensor:
     """Each token's state at each depth read through the final norm and the head(s): states is a list of
     (B, T, D) (the embedded input, then each block's output) -> (S, B, T, classes) logits. A model whose head
-    reads the mean of the patches (fc_norm) reads each token through that norm; an attention-pool (MAP) head
-    is skipped (its pooling is not per token); DeiT averages its two heads on each token."""
+    reads the mean of the patches (fc_norm) reads each token through that norm; an attention-pool head (MAP, the
+    query pool) is skipped (its pooling is not per token); DeiT averages its two heads on each token."""
     _check_eval(model)
     cfg = model.config
     if not cfg.num_classes or cfg.proj_dim:
