@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert")
+COMMANDS = ("predict", "inspect", "train", "convert", "embed", "probe", "cka")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,6 +42,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 def _command_parser() -> argparse.ArgumentParser:
     from . import report
+    from .explore import dataset_command
     from .training import command as train_command
 
     parser = _Parser(prog="vit-explorer")
@@ -66,6 +67,9 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+
+    for name in dataset_command.COMMANDS:
+        dataset_command.add_arguments(sub.add_parser(name, help=dataset_command.HELP[name]), name)
     return parser
 
 
@@ -192,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _convert(args)
         if args.command == "inspect":
             return _inspect(args)
+        if args.command in ("embed", "probe", "cka"):
+            from .explore import dataset_command
+            from .gui.figures import render_png  # the app's compositions draw the figures
+
+            return dataset_command.run(args, render_png)
         from .training import command as train_command
 
         return train_command.run(args)

@@ -107,3 +107,17 @@ def test_contributions_sum_to_cka_and_name_the_driver() -> None:
 def test_rbf_bandwidth_must_be_positive(demo: tuple[np.ndarray, np.ndarray]) -> None:
     with pytest.raises(ValueError, match="threshold"):
         C.cka(*demo, "rbf", threshold=0)
+
+
+def test_constant_representation_aligns_with_nothing(demo: tuple[np.ndarray, np.ndarray]) -> None:
+    """A [CLS] token before any block is the same for every image: CKA 0 with anything else, 1 with itself."""
+    x, _ = demo
+    constant = np.tile(np.random.default_rng(0).normal(size=(1, 10)), (100, 1))
+    assert C.cka(constant, x) == 0.0
+    m = C.cka_matrix([constant, x])
+    assert m.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    mb = C.MinibatchCKA(2)
+    for start in range(0, 100, 25):
+        mb.update([constant[start:start + 25], x[start:start + 25]])
+    assert mb.result().tolist() == [[1.0, 0.0], [0.0, 1.0]]
+    assert not C.contributions(constant, x).any()

@@ -81,12 +81,22 @@ def center_gram(k: np.ndarray, debiased: bool = False) -> np.ndarray:
     return k
 
 
+CONSTANT = 1e-9  # a centred Gram matrix this small relative to the raw one: the same features for every example
+
+
+def _centred_norm(raw: np.ndarray, centred: np.ndarray) -> float:
+    """||centred||, or 0 for a representation that is the same for every example (a [CLS] before any block):
+    rounding would otherwise give it a CKA of noise over noise."""
+    norm = float(np.linalg.norm(centred))
+    return 0.0 if norm <= CONSTANT * float(np.linalg.norm(raw)) else norm
+
+
 def cka_from_grams(k: np.ndarray, l: np.ndarray, debiased: bool = False) -> float:  # noqa: E741
-    """CKA of two (n, n) Gram matrices of the same examples."""
+    """CKA of two (n, n) Gram matrices of the same examples (0 where one representation is constant)."""
     if k.shape != l.shape:
         raise ValueError(f"Gram matrices of different sizes {k.shape} and {l.shape}: CKA needs the same examples")
     kc, lc = center_gram(k, debiased), center_gram(l, debiased)
-    denominator = float(np.linalg.norm(kc) * np.linalg.norm(lc))
+    denominator = _centred_norm(k, kc) * _centred_norm(l, lc)
     return float(kc.ravel() @ lc.ravel()) / denominator if denominator > 0 else 0.0
 
 
@@ -106,9 +116,9 @@ def contributions(x: np.ndarray, y: np.ndarray, kernel: str = "linear", *, thres
     CKA value and the largest name the images that drive a cell (the ones both representations agree to set
     apart from the rest)."""
     x, y = _features(x, "x"), _features(y, "y")
-    kc = center_gram(gram(x, kernel, threshold), debiased)
-    lc = center_gram(gram(y, kernel, threshold), debiased)
-    denominator = float(np.linalg.norm(kc) * np.linalg.norm(lc))
+    k, l = gram(x, kernel, threshold), gram(y, kernel, threshold)  # noqa: E741
+    kc, lc = center_gram(k, debiased), center_gram(l, debiased)
+    denominator = _centred_norm(k, kc) * _centred_norm(l, lc)
     rows = (kc * lc).sum(axis=1)  # (n,)
     return rows / denominator if denominator > 0 else np.zeros_like(rows)
 
@@ -116,18 +126,28 @@ def contributions(x: np.ndarray, y: np.ndarray, kernel: str = "linear", *, thres
 def cka_matrix(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray] | None = None, kernel: str = "linear", *,
                threshold: float = 1.0, debiased: bool = False) -> np.ndarray:
     """CKA of every pair (xs[i], ys[j]) of features of the same examples: (len(xs), len(ys)); ys=None compares
-    xs with itself (the diagonal is 1). Each centred Gram matrix is formed once."""
-    grams_x = [center_gram(gram(x, kernel, threshold), debiased) for x in xs]
-    grams_y = grams_x if ys is None else [center_gram(gram(y, kernel, threshold), debiased) for y in ys]
+    xs with itself (the diagonal is 1, a constant representation's too: it is itself). A constant representation
+    has CKA 0 with any other. Each centred Gram matrix is formed once."""
+
+    def centred(features: Sequence[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+        grams, norms = [], []
+        for f in features:
+            raw = gram(f, kernel, threshold)
+            grams.append(center_gram(raw, debiased))
+            norms.append(_centred_norm(raw, grams[-1]))
+        return grams, np.array(norms)
+
+    grams_x, norms_x = centred(xs)
+    grams_y, norms_y = (grams_x, norms_x) if ys is None else centred(ys)
     if grams_x and grams_y and grams_x[0].shape != grams_y[0].shape:
         raise ValueError(f"{grams_x[0].shape[0]} and {grams_y[0].shape[0]} examples: CKA compares the same examples")
-    norms_x = np.array([np.linalg.norm(k) for k in grams_x])
-    norms_y = norms_x if ys is None else np.array([np.linalg.norm(k) for k in grams_y])
     out = np.zeros((len(grams_x), len(grams_y)))
     for i, k in enumerate(grams_x):
         for j, l in enumerate(grams_y):  # noqa: E741
             denominator = norms_x[i] * norms_y[j]
             out[i, j] = float(k.ravel() @ l.ravel()) / denominator if denominator > 0 else 0.0
+    if ys is None:
+        np.fill_diagonal(out, 1.0)  # the same features: exactly 1 (rounding gives 1 +- 1e-16)
     return out
 
 
@@ -165,6 +185,8 @@ class MinibatchCKA:
         self.cross = np.zeros((a, a if b is None else b))  # sums of HSIC(K_i, L_j) over batches
         self.self_a = np.zeros(a)  # sums of HSIC(K_i, K_i)
         self.self_b = np.zeros(a if b is None else b)  # sums of HSIC(L_j, L_j)
+        self.raw_a = np.zeros(a)  # sums of ||K_i||^2 / (n(n-3)): the scale a constant representation is judged by
+        self.raw_b = np.zeros(a if b is None else b)
         self.batches = 0
         self.examples = 0
 
@@ -184,6 +206,9 @@ class MinibatchCKA:
             self.self_a += np.diag(unbiased_hsic_matrix(grams_x, grams_x))
             self.self_b += np.diag(unbiased_hsic_matrix(grams_y, grams_y))
         self.cross += cross
+        n = grams_x[0].shape[0]
+        self.raw_a += np.array([float(np.sum(k * k)) for k in grams_x]) / (n * (n - 3))
+        self.raw_b += np.array([float(np.sum(k * k)) for k in grams_y]) / (n * (n - 3))
         self.batches += 1
         self.examples += grams_x[0].shape[0]
 
@@ -191,5 +216,10 @@ class MinibatchCKA:
         """(a, b) CKA values from the HSIC terms averaged over the batches seen so far."""
         if not self.batches:
             raise ValueError("minibatch CKA has seen no batch yet")
-        denominator = np.sqrt(np.clip(np.outer(self.self_a, self.self_b), 0, None))
-        return np.divide(self.cross, denominator, out=np.zeros_like(self.cross), where=denominator > 0)
+        self_a = np.where(self.self_a > CONSTANT**2 * self.raw_a, self.self_a, 0.0)  # constant: no alignment
+        self_b = np.where(self.self_b > CONSTANT**2 * self.raw_b, self.self_b, 0.0)
+        denominator = np.sqrt(np.clip(np.outer(self_a, self_b), 0, None))
+        out = np.divide(self.cross, denominator, out=np.zeros_like(self.cross), where=denominator > 0)
+        if self.same:
+            np.fill_diagonal(out, 1.0)
+        return out
