@@ -423,13 +423,14 @@ def load_features(path: Path, source: DatasetSource | None = None) -> Features:
         try:
             with zipfile.ZipFile(f) as zf:
                 total = sum(info.file_size for info in zf.infolist())
-                if total > MAX_CACHE_BYTES:
-                    raise ValueError(f"{path}: unpacks to {total:,} bytes, more than a feature cache may hold")
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as npz:
-                data = {name: npz[name] for name in npz.files}
-        except (zipfile.BadZipFile, OSError, EOFError, KeyError) as error:
+            if total <= MAX_CACHE_BYTES:
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as npz:  # an object array (a pickle) is refused
+                    data = {name: npz[name] for name in npz.files}
+        except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
             raise ValueError(f"{path}: not a readable feature cache ({error}); delete it to recompute") from None
+        if total > MAX_CACHE_BYTES:
+            raise ValueError(f"{path}: unpacks to {total:,} bytes, more than a feature cache may hold; delete it")
     try:
         meta = json.loads(str(data.pop("meta")))
         if meta.get("version") != CACHE_VERSION:

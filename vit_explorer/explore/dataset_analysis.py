@@ -140,7 +140,7 @@ def project(x: np.ndarray, method: str = "pca", *, seed: int = 0) -> np.ndarray:
         import umap
     except ImportError:
         raise ValueError("UMAP needs the umap-learn package (pip install umap-learn); or use PCA or t-SNE") from None
-    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, x.shape[0] - 1), random_state=seed)
+    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, x.shape[0] - 1), random_state=seed, n_jobs=1)
     return np.asarray(reducer.fit_transform(x), dtype=np.float64)
 
 
