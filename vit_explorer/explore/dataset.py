@@ -116,8 +116,8 @@ def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fract
         raise ValueError(f"--val-fraction must be between 0 and 1, got {val_fraction!r}")
     if data in synthetic.VARIANTS:
         n = BUILTIN_IMAGES if limit is None else limit
-        images, labels = synthetic.generate(n, seed=seed, size=BUILTIN_SIDE, variant=data, split="val")
-        lab = labels.numpy().astype(np.int64)
+        images, drawn = synthetic.generate(n, seed=seed, size=BUILTIN_SIDE, variant=data, split="val")
+        lab = drawn.numpy().astype(np.int64)
         return DatasetSource(data, None, [f"{data}/val/{i:05d}" for i in range(n)], lab,
                              list(synthetic.VARIANTS[data]), holdout(lab, val_fraction, seed), images)
     root = Path(data).expanduser()
@@ -129,8 +129,8 @@ def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fract
     elif (root / "train").is_dir() and (root / "val").is_dir():
         source = _train_val(root, data, follow_links)
     elif any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
-        files, labels, names = folder.scan(root, follow_links=follow_links)
-        lab = np.asarray(labels, dtype=np.int64)
+        files, found, names = folder.scan(root, follow_links=follow_links)
+        lab = np.asarray(found, dtype=np.int64)
         source = DatasetSource(data, root, [p.relative_to(root).as_posix() for p in files], lab, names,
                                holdout(lab, val_fraction, seed))
     else:

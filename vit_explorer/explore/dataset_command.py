@@ -94,16 +94,17 @@ class _Bar:
     """A tqdm progress bar on stderr, fed by extraction's progress(done, total)."""
 
     def __init__(self, what: str) -> None:
-        self.what, self.bar = what, None
+        self.what = what
+        self.bar: Any = None  # a tqdm bar, made on the first call, when the total is known
 
     def __call__(self, done: int, total: int) -> None:
         from tqdm import tqdm
 
-        if self.bar is None:
-            self.bar = tqdm(total=total, desc=self.what, unit="image", dynamic_ncols=True, file=sys.stderr)
-        self.bar.update(done - self.bar.n)
+        bar = self.bar = self.bar or tqdm(total=total, desc=self.what, unit="image", dynamic_ncols=True,
+                                          file=sys.stderr)
+        bar.update(done - bar.n)
         if done >= total:
-            self.bar.close()
+            bar.close()
 
 
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
