@@ -4,15 +4,19 @@ cell, 2-D projections, the mean attention distance over the dataset and token-no
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..analysis import cka as C
 from ..analysis import probes as P
-from .dataset import Features
+from ..checkpoints import LoadedModel
+from .dataset import DatasetSource, Features, Progress, features_for
 from .figures import LinesFigure, MapsFigure, ScatterFigure, state_ticks
 from .forward import STATE_AXIS
+from .heads import Cancelled
 
 EXACT_CKA_IMAGES = 3000  # above this many images CKA runs as minibatch CKA (the Gram matrices would be N x N)
 MINIBATCH = 1000  # images per minibatch then
@@ -221,3 +225,55 @@ def norms_figure(summary: NormSummary, depth: int) -> LinesFigure:
     series.update({f"{name} token": values for name, values in summary.prefix.items()})
     return LinesFigure("Token norms over the dataset", np.arange(depth + 1, dtype=np.float64) - 1, series,
                        STATE_AXIS, "L2 norm", state_ticks(depth + 1))
+
+
+# ---------------------------------------------------------------------------------------------- all of it, for the app
+@dataclass
+class DatasetAnalysis:
+    """Everything the Dataset view draws for one model (and the compared one) over one dataset."""
+
+    features: Features
+    tokens: str  # what the CKA and the projector read: 'cls' where the model has one, else 'mean'
+    probes: list[ProbeCurves]  # per token kind ([] when the images have no labels)
+    cka: np.ndarray  # (S, S) state x state within the model
+    compared: Features | None  # the compared model's features of the same images
+    cka_compared: np.ndarray | None  # (S, S_b) this model's states x the compared model's
+    tokens_compared: str  # what CKA against the compared model reads in both: [CLS] where both have one
+    distance: DistanceSummary | None
+    norms: NormSummary
+
+    @property
+    def best(self) -> ProbeCurves | None:
+        return max(self.probes, key=lambda c: float(np.nanmax(c.linear))) if self.probes else None
+
+
+def analyse(loaded: LoadedModel, source: DatasetSource, *, compared: LoadedModel | None = None, batch_size: int = 64,
+            seed: int = 0, cache: Path | None = None, progress: Progress | None = None,
+            cancel: threading.Event | None = None) -> DatasetAnalysis:
+    """Features (cached), probes per state, CKA within the model and against `compared`, attention distance and
+    token norms. Progress counts the images of both models; `cancel` stops between batches and between probes."""
+    total = len(source) * (2 if compared is not None else 1)
+
+    def part(offset: int) -> Progress | None:
+        return None if progress is None else (lambda done, _: progress(offset + done, total))
+
+    features = features_for(loaded, source, batch_size=batch_size, distance=True, seed=seed, cache=cache,
+                            progress=part(0), cancel=cancel)
+    tokens = "cls" if features.cls else "mean"
+    probes = []
+    if features.source.labelled and (features.source.split == 1).any() and (features.source.split == 0).any():
+        for kind in (["cls"] if features.cls else []) + ["mean"]:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("dataset analysis cancelled")
+            probes.append(probe_curves(features, kind, seed=seed))
+    other = cka_other = None
+    tokens_b = tokens
+    if compared is not None:
+        other = features_for(compared, source, batch_size=batch_size, seed=seed, cache=cache,
+                             progress=part(len(source)), cancel=cancel)
+        tokens_b = "cls" if other.cls and tokens == "cls" else "mean"  # what both models have
+        if other.source.paths == features.source.paths:
+            cka_other = cka_states(features, other, tokens_b)
+    return DatasetAnalysis(features, tokens, probes, cka_states(features, None, tokens), other, cka_other, tokens_b,
+                           distance_summary(features) if features.distance is not None else None,
+                           norm_summary(features))

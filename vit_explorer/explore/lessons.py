@@ -39,8 +39,8 @@ from ..paths import BUNDLED, LESSONS
 from .attention import MODES
 
 FORMAT, VERSION = "vit-explorer-lesson", 1
-VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Features", "Compare", "Parameters",
-         "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
+VIEWS = ("Prediction", "Attention", "Position embeddings", "Heads", "Embeddings", "Features", "Compare", "Dataset",
+         "Parameters", "Training", "Model builder")  # the app's views, in its tab order (a GUI test checks they match)
 # the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
 # MAIN_PANELS are always drawn, the others hang on them
 PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),

@@ -3,6 +3,7 @@
 from .attention import AttentionView
 from .builder import BuilderView
 from .compare import CompareView
+from .dataset import DatasetView
 from .embeddings import EmbeddingsView
 from .features import FeaturesView
 from .heads import HeadsView
@@ -12,7 +13,7 @@ from .prediction import PredictionView
 from .training import TrainingView
 
 VIEW_CLASSES = (PredictionView, AttentionView, PositionView, HeadsView, EmbeddingsView, FeaturesView, CompareView,
-                ParametersView, TrainingView, BuilderView)
+                DatasetView, ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "EmbeddingsView", "FeaturesView", "HeadsView",
-           "ParametersView", "PositionView", "PredictionView", "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "DatasetView", "EmbeddingsView",
+           "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView", "TrainingView"]
