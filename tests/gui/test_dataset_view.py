@@ -39,8 +39,13 @@ def test_analyse_draws_every_panel(qtbot, window) -> None:
     assert a.cka.shape == (depth + 1, depth + 1)
     np.testing.assert_allclose(np.diag(a.cka), 1.0)
     assert a.cka[1, 2] == pytest.approx(C.cka(a.features.cls[1], a.features.cls[2]))
-    assert len(view.probe_plots.ci.items) == 2 and len(view.cka_plots.ci.items) == 1
-    assert len(view.distance_plots.ci.items) == 3  # distance, its spread, the norms below
+    assert len(view.probe_plots.ci.items) == 1 and len(view.cka_plots.ci.items) == 1
+    view.probe_kind.setCurrentIndex(1)  # the confusion matrix at the best state
+    assert len(view.probe_plots.ci.items) == 1
+    assert len(view.distance_plots.ci.items) == 1
+    for kind in range(3):  # distance, its spread, the token norms: one at a time
+        view.distance_kind.setCurrentIndex(kind)
+        assert len(view.distance_plots.ci.items) == 1
     assert view.points.shape == (60, 2) and len(view.scatter.data) == 60
     header, rows = view.table()
     assert header == ["state", "tokens", "knn", "linear"] and len(rows) == 2 * (depth + 1)

@@ -222,7 +222,8 @@ def distance_spread_figure(summary: DistanceSummary) -> ScatterFigure:
 
 def norms_figure(summary: NormSummary, depth: int) -> LinesFigure:
     series = {"patch tokens (mean)": summary.patch_mean, "largest patch token (mean over images)": summary.patch_max}
-    series.update({f"{name} token": values for name, values in summary.prefix.items()})
+    names = {"cls": "[CLS]", "dist": "distillation"}
+    series.update({f"{names.get(name, name)} token": values for name, values in summary.prefix.items()})
     return LinesFigure("Token norms over the dataset", np.arange(depth + 1, dtype=np.float64) - 1, series,
                        STATE_AXIS, "L2 norm", state_ticks(depth + 1))
 

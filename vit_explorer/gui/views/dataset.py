@@ -39,8 +39,10 @@ from .base import Note, Table, View
 
 COLOURINGS = ("label", "model's prediction", "probe's prediction")
 POINTS = ("images", "patch tokens")
+DISTANCE_FIGURES = ("mean attention distance per head", "its spread over the images", "token norms")
 THUMB = 112  # pixels per side of the hover thumbnail
 DEFAULT_LIMIT = 1000
+CELL_HINT = "Click a cell: the images that drive it"
 
 
 def _qpixmap(image: Image.Image) -> QPixmap:
@@ -98,8 +100,16 @@ class DatasetView(View):
         self.colour.currentIndexChanged.connect(self._colour_points)
 
         self.tabs = QTabWidget()
+        probe_page = QWidget()
+        probe_column = QVBoxLayout(probe_page)
+        probe_column.setContentsMargins(0, 0, 0, 0)
+        self.probe_kind = QComboBox()  # one figure at a time: each gets the whole page
+        self.probe_kind.addItems(["accuracy per token state", "confusion matrix at the best state"])
+        self.probe_kind.currentIndexChanged.connect(self._draw_probes)
+        probe_column.addWidget(self.probe_kind, 0, Qt.AlignmentFlag.AlignLeft)
         self.probe_plots = pg.GraphicsLayoutWidget()
-        self.tabs.addTab(self.probe_plots, "Probes")
+        probe_column.addWidget(self.probe_plots, 1)
+        self.tabs.addTab(probe_page, "Probes")
         cka_page = QWidget()
         cka_row = QHBoxLayout(cka_page)
         cka_row.setContentsMargins(0, 0, 0, 0)
@@ -110,16 +120,16 @@ class DatasetView(View):
         left.addWidget(self.cka_of, 0, Qt.AlignmentFlag.AlignLeft)
         self.cka_plots = pg.GraphicsLayoutWidget()
         left.addWidget(self.cka_plots, 1)
-        cka_row.addLayout(left, 3)
+        cka_row.addLayout(left, 5)
         right = QVBoxLayout()
-        self.cell_label = QLabel("Click a cell: the images that drive it")
+        self.cell_label = QLabel(CELL_HINT)
         self.cell_label.setWordWrap(True)
         right.addWidget(self.cell_label)
         self.driver_list = QListWidget()
         self.driver_list.itemActivated.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
         self.driver_list.itemClicked.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
         right.addWidget(self.driver_list, 1)
-        cka_row.addLayout(right, 1)
+        cka_row.addLayout(right, 2)
         self.tabs.addTab(cka_page, "CKA")
         projector = QWidget()
         proj_row = QHBoxLayout(projector)
@@ -145,8 +155,16 @@ class DatasetView(View):
         side.addStretch(1)
         proj_row.addLayout(side, 0)
         self.tabs.addTab(projector, "Projector")
+        distance_page = QWidget()
+        distance_column = QVBoxLayout(distance_page)
+        distance_column.setContentsMargins(0, 0, 0, 0)
+        self.distance_kind = QComboBox()  # one figure at a time: each gets the whole page
+        self.distance_kind.addItems(list(DISTANCE_FIGURES))
+        self.distance_kind.currentIndexChanged.connect(self._draw_distance)
+        distance_column.addWidget(self.distance_kind, 0, Qt.AlignmentFlag.AlignLeft)
         self.distance_plots = pg.GraphicsLayoutWidget()
-        self.tabs.addTab(self.distance_plots, "Attention distance and norms")
+        distance_column.addWidget(self.distance_plots, 1)
+        self.tabs.addTab(distance_page, "Attention distance and norms")
         self.body.addWidget(self.tabs, 1)
         self.detail = Note()
         self.body.addWidget(self.detail)
@@ -241,15 +259,15 @@ class DatasetView(View):
         self._draw_cka()
         self._draw_distance()
 
-    def _draw_probes(self) -> None:
-        assert self.analysis is not None
+    def _draw_probes(self, *_: object) -> None:
         self.probe_plots.ci.clear()
-        best = self.analysis.best
-        if best is None:
+        best = None if self.analysis is None else self.analysis.best
+        if self.analysis is None or best is None:
             return
-        figures.draw(self.probe_plots.ci, A.probe_figure(self.analysis.probes, self.analysis.features.depth))
-        self.probe_plots.ci.nextRow()
-        figures.draw(self.probe_plots.ci, A.confusion_figure(best))
+        if self.probe_kind.currentIndex() == 0:
+            figures.draw(self.probe_plots.ci, A.probe_figure(self.analysis.probes, self.analysis.features.depth))
+        else:
+            figures.draw(self.probe_plots.ci, A.confusion_figure(best))
 
     def cka_matrix(self) -> tuple[np.ndarray, bool] | None:
         """The matrix drawn and whether it is against the compared model."""
@@ -261,6 +279,9 @@ class DatasetView(View):
 
     def _draw_cka(self, *_: object) -> None:
         self.cka_plots.ci.clear()
+        self.driver_list.clear()  # they were the images of a cell of the matrix drawn before
+        self.drivers = []
+        self.cell_label.setText(CELL_HINT)
         shown = self.cka_matrix()
         if shown is None:
             return
@@ -299,20 +320,23 @@ class DatasetView(View):
         self.driver_list.clear()
         self.drivers = [int(i) for i in top]
         for i, share in zip(top, shares, strict=True):
-            item = QListWidgetItem(f"{a.features.source.paths[int(i)]}   {share:+.4f}")
+            item = QListWidgetItem(f"{share:+.4f}  {a.features.source.paths[int(i)]}")
             item.setData(Qt.ItemDataRole.UserRole, int(i))
             self.driver_list.addItem(item)
 
-    def _draw_distance(self) -> None:
-        assert self.analysis is not None
+    def _draw_distance(self, *_: object) -> None:
         a = self.analysis
         self.distance_plots.ci.clear()
-        if a.distance is not None and self.session.loaded is not None:
+        if a is None:
+            return
+        kind = self.distance_kind.currentText()
+        if kind == DISTANCE_FIGURES[2] or a.distance is None or self.session.loaded is None:
+            figures.draw(self.distance_plots.ci, A.norms_figure(a.norms, a.features.depth))
+        elif kind == DISTANCE_FIGURES[1]:
+            figures.draw(self.distance_plots.ci, A.distance_spread_figure(a.distance))
+        else:
             layout = self.session.loaded.model.layout(self.session.loaded.preprocessing.size)
             figures.draw(self.distance_plots.ci, distance_figure(a.distance.mean, layout))
-            figures.draw(self.distance_plots.ci, A.distance_spread_figure(a.distance))
-        below = self.distance_plots.ci.addLayout(row=1, col=0, colspan=2)  # the norms across the whole width
-        figures.draw(below, A.norms_figure(a.norms, a.features.depth))
 
     # ------------------------------------------------------------------ the projector
     def update_projection(self, *_: object) -> None:
