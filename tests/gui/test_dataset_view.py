@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 
 from vit_explorer.analysis import cka as C
 from vit_explorer.checkpoints import load
+from vit_explorer.explore import dataset_analysis as A
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +55,11 @@ def test_analyse_draws_every_panel(qtbot, window) -> None:
 def test_cka_cell_lists_its_images_and_opens_one(qtbot, window) -> None:
     view = analyse(qtbot, window)
     view.tabs.setCurrentIndex(1)
-    view.show_drivers(1, 2)
+    qtbot.wait(100)  # laid out, so the cell is where it is drawn
+    qtbot.mouseClick(view.cka_plots.viewport(), Qt.MouseButton.LeftButton, pos=view.cell_at(1, 2))
     assert view.driver_list.count() == 12 and "state 1 and state 2" in view.cell_label.text()
+    top, _ = A.cka_drivers(view.analysis.features, 1, 2, tokens="cls", k=12)
+    assert view.drivers == top.tolist()
     first = view.driver_list.item(0)
     path = view.analysis.features.source.paths[first.data(Qt.ItemDataRole.UserRole)]
     view.driver_list.itemClicked.emit(first)

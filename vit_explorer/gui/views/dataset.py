@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pyqtgraph as pg
 from PIL import Image, ImageDraw
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QPoint, QPointF, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
@@ -119,6 +119,8 @@ class DatasetView(View):
         self.cka_of.currentIndexChanged.connect(self._draw_cka)
         left.addWidget(self.cka_of, 0, Qt.AlignmentFlag.AlignLeft)
         self.cka_plots = pg.GraphicsLayoutWidget()
+        self._cka_plot: pg.PlotItem | None = None  # the heatmap drawn now
+        self.cka_plots.scene().sigMouseClicked.connect(self._cka_clicked)
         left.addWidget(self.cka_plots, 1)
         cka_row.addLayout(left, 5)
         right = QVBoxLayout()
@@ -279,6 +281,7 @@ class DatasetView(View):
 
     def _draw_cka(self, *_: object) -> None:
         self.cka_plots.ci.clear()
+        self._cka_plot = None
         self.driver_list.clear()  # they were the images of a cell of the matrix drawn before
         self.drivers = []
         self.cell_label.setText(CELL_HINT)
@@ -293,15 +296,14 @@ class DatasetView(View):
         kind = a.tokens_compared if against else a.tokens
         title = (f"linear CKA of the {'[CLS]' if kind == 'cls' else 'mean patch token'}: states (rows) x "
                  + (f"{self.session.compared_name} states" if against else "states") + " (0 = input)")
-        drawn = figures.draw(self.cka_plots.ci, A.cka_figure(matrix, title))
-        plot = drawn.plots[0]
-        plot.scene().sigMouseClicked.connect(lambda event, plot=plot: self._cka_clicked(plot, event))
+        self._cka_plot = figures.draw(self.cka_plots.ci, A.cka_figure(matrix, title)).plots[0]
 
-    def _cka_clicked(self, plot: pg.PlotItem, event: object) -> None:
-        pos = plot.vb.mapSceneToView(event.scenePos())  # type: ignore[attr-defined]
-        shown = self.cka_matrix()
-        if shown is None or not plot.vb.sceneBoundingRect().contains(event.scenePos()):  # type: ignore[attr-defined]
+    def _cka_clicked(self, event: object) -> None:
+        plot, shown = self._cka_plot, self.cka_matrix()
+        scene_pos = event.scenePos()  # type: ignore[attr-defined]
+        if plot is None or shown is None or not plot.vb.sceneBoundingRect().contains(scene_pos):
             return
+        pos = plot.vb.mapSceneToView(scene_pos)
         row, col = int(np.floor(pos.y())), int(np.floor(pos.x()))
         if 0 <= row < shown[0].shape[0] and 0 <= col < shown[0].shape[1]:
             self.show_drivers(row, col)
@@ -441,10 +443,11 @@ class DatasetView(View):
             if tuple(self.session.grid) == tuple(grid):
                 self.session.select(query=divmod(patch, grid[1]))
 
-    def point_at(self, n: int) -> QPointF:
-        """Where point n is drawn, in the scatter's scene (tests click it)."""
-        assert self.points is not None
-        return self.scatter_plot.vb.mapViewToScene(QPointF(float(self.points[n, 0]), float(self.points[n, 1])))
+    def cell_at(self, row: int, col: int) -> QPoint:
+        """Where CKA cell (row, col) is drawn, in the heatmap widget's coordinates (tests click it)."""
+        assert self._cka_plot is not None
+        scene = self._cka_plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
+        return self.cka_plots.mapFromScene(scene)
 
     def table(self) -> Table | None:
         a = self.analysis
