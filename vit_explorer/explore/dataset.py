@@ -300,26 +300,26 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
                 out = model.forward_intermediates(
                     pixels.to(device), capture=("embedded", "hidden_states", "pre_logits"),
                     attn_layers=range(cfg.depth) if distance else (), attention_hook=hook if distance else None)
-            states = [out["embedded"]] + out["hidden_states"]  # depth + 1 of (B, T, D)
-            stacked = torch.stack(states, dim=1).float()  # (B, S, T, D)
-            patch_tokens = stacked[:, :, p:]  # (B, S, N, D)
-            norms = patch_tokens.norm(dim=-1)  # (B, S, N)
-            idx = torch.from_numpy(patch_index[kept]).to(stacked.device)  # (B, k)
-            sampled = torch.gather(patch_tokens, 2, idx[:, None, :, None].expand(-1, stacked.shape[1], -1,
-                                                                                 stacked.shape[-1]))  # (B, S, k, D)
-            batch = {
-                "mean": patch_tokens.mean(dim=2),  # (B, S, D)
-                "pooled": out["pre_logits"].float(),  # (B, D')
-                "predicted": out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(kept),), -1),
-                "patches": sampled.half(),
-                "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
-                "norm_argmax": norms.argmax(-1).int(),
-                "prefix_norms": stacked[:, :, :p].norm(dim=-1),  # (B, S, P)
-            }
-            if has_cls:
-                batch["cls"] = stacked[:, :, 0]  # (B, S, D)
+            idx = torch.from_numpy(patch_index[kept]).to(device)[:, :, None]  # (B, k, 1)
+            per_state: dict[str, list[torch.Tensor]] = {}
+            for state in [out["embedded"]] + out["hidden_states"]:  # depth + 1 of (B, T, D), one at a time
+                tokens = state.float()
+                patch_tokens = tokens[:, p:]  # (B, N, D)
+                norms = patch_tokens.norm(dim=-1)  # (B, N)
+                reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
+                           "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
+                           "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
+                           "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
+                if has_cls:
+                    reduced["cls"] = tokens[:, 0]  # (B, D)
+                for name, value in reduced.items():
+                    per_state.setdefault(name, []).append(value)
+            batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
+            batch["pooled"] = out["pre_logits"].float()  # (B, D')
+            batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(kept),), -1)
             for name, value in batch.items():
                 parts.setdefault(name, []).append(value.cpu().numpy())
+            del out, per_state, batch  # the hidden states must not outlive their batch into the next forward pass
             if distance:
                 parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
             kept_all += kept
