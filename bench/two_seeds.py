@@ -7,7 +7,7 @@ shows them):
 2. The probe curves of the bundled classroom model (resources/classroom) on the built-in shapes: k-NN and linear
    accuracy per token state should rise with depth.
 
-    python bench/two_seeds.py [--budget 60] [--images 1000] [--out bench/figures]
+    python bench/two_seeds.py [--budget 120] [--image-size 16] [--images 1000] [--out bench/figures]
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from vit_explorer.checkpoints import load
 from vit_explorer.cli import main as cli
 from vit_explorer.explore import dataset as D
 from vit_explorer.explore import dataset_analysis as A
+from vit_explorer.explore.figures import MapsFigure
 from vit_explorer.paths import BUNDLED_MODEL
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=60.0, help="training seconds per seed (default 60)")
+    parser.add_argument("--budget", type=float, default=120.0, help="training seconds per seed (default 120)")
+    parser.add_argument("--image-size", type=int, default=16,
+                        help="input side of the two models (default 16: a 4x4 grid, four times cheaper than 32)")
     parser.add_argument("--images", type=int, default=1000, help="built-in images analysed (default 1000)")
     parser.add_argument("--seeds", type=int, nargs=2, default=(0, 1))
     parser.add_argument("--out", default="bench/figures")
@@ -40,29 +43,39 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, object] = {"budget_s": args.budget, "images": args.images, "seeds": list(args.seeds)}
+    results: dict[str, object] = {"budget_s": args.budget, "image_size": args.image_size, "images": args.images,
+                                  "seeds": list(args.seeds)}
     with tempfile.TemporaryDirectory() as tmp:
-        runs = []
+        runs, accuracies = [], []
         for seed in args.seeds:
             run = Path(tmp) / f"seed{seed}"
             code = cli(["train", "--preset", "classroom", "--dataset", "shapes", "--time-budget", str(args.budget),
-                        "--seed", str(seed), "--train-size", "5000", "--out", str(run)])
+                        "--image-size", str(args.image_size), "--batch-size", "64", "--seed", str(seed),
+                        "--train-size", "10000", "--val-size", "500", "--out", str(run)])
             if code:
                 return code
             runs.append(load(str(run)))
+            training = json.loads((run / "vit_explorer.json").read_text())["training"]
+            accuracies.append({"steps": training["step"], "val_accuracy": round(training["val_accuracy"], 4)})
         # images the models did not train on: the built-in set's validation split, drawn with another seed
         source = D.open_source("shapes", limit=args.images, seed=99)
         a, b = (D.extract(model, source) for model in runs)
-        matrix = A.cka_states(a, b, "cls")
         probes = [A.probe_curves(f, "cls") for f in (a, b)]
-    results["cka"] = matrix.round(4).tolist()
-    results["diagonal"] = [round(float(matrix[i, i]), 4) for i in range(len(matrix))]
-    inner = matrix[1:, 1:]  # state 0's [CLS] is the same for every image: CKA 0 with everything
-    results["diagonal_mean_after_input"] = round(float(np.diag(inner).mean()), 4)
-    results["off_diagonal_mean_after_input"] = round(float(inner[~np.eye(len(inner), dtype=bool)].mean()), 4)
-    results["final_linear_probe"] = [round(float(p.linear[-1]), 4) for p in probes]
-    render_png(A.cka_figure(matrix, f"[CLS] CKA: seed {args.seeds[0]} (rows) x seed {args.seeds[1]} states"),
-               out / "two_seed_cka.png", (520, 470))
+    matrices = {}
+    for tokens in ("cls", "mean"):
+        matrix = matrices[tokens] = A.cka_states(a, b, tokens)
+        inner = matrix[1:, 1:]  # state 0's [CLS] is the same for every image: CKA 0 with everything
+        results[f"cka_{tokens}"] = {
+            "matrix": matrix.round(4).tolist(), "diagonal": np.diag(matrix).round(4).tolist(),
+            "diagonal_mean_after_input": round(float(np.diag(inner).mean()), 4),
+            "off_diagonal_mean_after_input": round(float(inner[~np.eye(len(inner), dtype=bool)].mean()), 4)}
+    results["final_linear_probe_cls"] = [round(float(p.linear[-1]), 4) for p in probes]
+    results["train_validation_accuracy"] = accuracies
+    figure = MapsFigure(f"Linear CKA between two classroom models, seed {args.seeds[0]} (rows) x seed "
+                        f"{args.seeds[1]}; state 0 = input", np.stack([matrices["cls"], matrices["mean"]]),
+                        ("[CLS]", "mean of the patch tokens"), None, matrices["cls"].shape, colorbar_label="CKA",
+                        cmap="viridis", levels=(0.0, 1.0))
+    render_png(figure, out / "two_seed_cka.png", (760, 420))
 
     bundled = load(str(BUNDLED_MODEL))
     features = D.extract(bundled, D.open_source("shapes", limit=args.images, seed=0))
