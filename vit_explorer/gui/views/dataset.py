@@ -300,7 +300,7 @@ class DatasetView(View):
 
     def _cka_clicked(self, event: object) -> None:
         plot, shown = self._cka_plot, self.cka_matrix()
-        scene_pos = event.scenePos()  # type: ignore[attr-defined]
+        scene_pos = event.scenePos()
         if plot is None or shown is None or not plot.vb.sceneBoundingRect().contains(scene_pos):
             return
         pos = plot.vb.mapSceneToView(scene_pos)
