@@ -48,6 +48,7 @@ def test_analyse_draws_every_panel(qtbot, window) -> None:
         view.distance_kind.setCurrentIndex(kind)
         assert len(view.distance_plots.ci.items) == 1
     assert view.points.shape == (60, 2) and len(view.scatter.data) == 60
+    assert [label.text for _, label in view.legend.items] == view.analysis.features.source.label_names
     header, rows = view.table()
     assert header == ["state", "tokens", "knn", "linear"] and len(rows) == 2 * (depth + 1)
 

@@ -142,6 +142,7 @@ class DatasetView(View):
         self.scatter = pg.ScatterPlotItem(size=7, pen=None, hoverable=True, hoverSize=11,
                                           hoverPen=pg.mkPen("k", width=1.5))
         self.scatter_plot.addItem(self.scatter)
+        self.legend = self.scatter_plot.addLegend(offset=(-10, 10), labelTextSize="9pt")  # a swatch per class
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
         proj_row.addWidget(self.projector, 4)
@@ -395,6 +396,12 @@ class DatasetView(View):
         grey = pg.mkBrush(150, 150, 150, 120)
         brushes = [palette[c] if c >= 0 else grey for c in colours]
         self.scatter.setData(pos=self.points, brush=brushes, data=np.arange(len(self.points)))
+        self.legend.clear()
+        names = self.analysis.features.source.label_names if self.analysis is not None else []
+        for c in range(min(classes, len(names))):
+            self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=palette[c]), names[c])
+        if (colours < 0).any():
+            self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=grey), "training image (no probe)")
 
     def _hovered(self, item: object, points: list[pg.SpotItem], event: object) -> None:
         if not len(points) or self.analysis is None or self.point_rows is None or self.point_patch is None:
