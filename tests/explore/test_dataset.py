@@ -204,3 +204,20 @@ def test_distance_and_norm_summaries(loaded) -> None:
     norms = A.norm_summary(f)
     assert norms.patch_mean.shape == (f.depth + 1,) and set(norms.prefix) == {"cls"}
     assert (norms.patch_max >= norms.patch_mean).all()
+
+
+def test_cifar_folder_keeps_its_own_test_split(tmp_path: Path, loaded) -> None:
+    import pickle
+
+    rng = np.random.default_rng(0)
+    for name, n in [(f"data_batch_{i}", 4) for i in range(1, 6)] + [("test_batch", 3)]:
+        data = rng.integers(0, 256, (n, 3072), dtype=np.uint8)
+        with open(tmp_path / name, "wb") as f:
+            pickle.dump({b"data": data, b"labels": [int(v) for v in rng.integers(0, 10, n)]}, f)
+    with open(tmp_path / "batches.meta", "wb") as f:
+        pickle.dump({b"label_names": [f"c{i}".encode() for i in range(10)]}, f)
+    src = D.open_source(str(tmp_path))
+    assert len(src) == 23 and src.split.tolist() == [0] * 20 + [1] * 3
+    assert src.paths[0] == "train/00000" and src.paths[-1] == "test/00002" and src.label_names[0] == "c0"
+    np.testing.assert_array_equal(np.asarray(src.image(0)), src.pixels[0].permute(1, 2, 0).numpy())
+    assert len(D.extract(loaded, src)) == 23
