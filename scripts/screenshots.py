@@ -4,6 +4,7 @@
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
         [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
         [--theme light|dark]
+        [--dataset shapes [--dataset-limit N]]  (only the Dataset view, one screenshot per tab)
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
 """
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--theme", choices=("light", "dark"), default=None,
                         help="the colour theme (remembered, as the View menu does; default: the remembered one)")
     parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
+    parser.add_argument("--dataset", default=None, help="a dataset for the Dataset view: its tabs, and nothing else")
+    parser.add_argument("--dataset-limit", type=int, default=1000, help="images of --dataset analysed (default 1000)")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     args = parser.parse_args(argv)
@@ -85,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         window.setFixedSize(width, height)  # the offscreen "screen" is smaller than a projector's
     if args.lesson:
         return shoot_lesson(app, window, args.lesson, out)
+    if args.dataset:
+        return shoot_dataset(app, window, args.dataset, args.dataset_limit, args.compare, out)
     if args.train_steps:
         train(app, window, args.train_steps, out)
     if args.mask:
@@ -145,6 +150,39 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
         measured.append({"step": index + 1, **step_measure(window, runner.lesson.steps[index].view)})
         print(json.dumps(measured[-1]))
     (out / "lesson_areas.json").write_text(json.dumps(measured, indent=1))
+    window.close()
+    return 0
+
+
+def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: Path) -> int:
+    """The Dataset view's tabs after analysing `data` (against `compare` too, when given)."""
+    if compare:
+        window.views["Compare"].compare_with(compare)
+        settle(app, window, 3.0)
+    view = window.views["Dataset"]
+    window.docks["Dataset"].raise_()
+    view.data.setCurrentText(data)
+    view.limit.setValue(limit)
+    view.start()
+    end = time.monotonic() + 600
+    while (view.analysis is None or view.points is None) and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.02)
+    settle(app, window)
+    if compare:
+        view.cka_of.setCurrentIndex(1)
+    view.show_drivers(view.analysis.features.depth, view.analysis.features.depth)
+    pages = [("probes", view.probe_kind, 0), ("confusion", view.probe_kind, 1), ("cka", None, 0),
+             ("projector", None, 0), ("distance", view.distance_kind, 0), ("norms", view.distance_kind, 2)]
+    tabs = {"probes": 0, "confusion": 0, "cka": 1, "projector": 2, "distance": 3, "norms": 3}
+    for name, box, choice in pages:
+        view.tabs.setCurrentIndex(tabs[name])
+        if box is not None:
+            box.setCurrentIndex(choice)
+        if name == "projector":
+            view._hovered(view.scatter, [view.scatter.points()[0]], None)
+        settle(app, window, 0.5)
+        shoot(window, out / f"dataset_{name}.png")
     window.close()
     return 0
 

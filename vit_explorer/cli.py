@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch")
+COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch", "embed", "probe", "cka")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +45,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 def _command_parser() -> argparse.ArgumentParser:
     from . import explain, report
-    from .explore import components_command
+    from .explore import components_command, dataset_command
     from .training import command as train_command
 
     parser = _Parser(prog="vit-explorer")
@@ -75,6 +75,9 @@ def _command_parser() -> argparse.ArgumentParser:
 
     explain.add_arguments(sub.add_parser("explain", help="relevance maps of an image, each with its faithfulness"))
     components_command.add_arguments(sub)
+
+    for name in dataset_command.COMMANDS:
+        dataset_command.add_arguments(sub.add_parser(name, help=dataset_command.HELP[name]), name)
     return parser
 
 
@@ -223,6 +226,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .explore import components_command
 
             return components_command.run(args)
+        if args.command in ("embed", "probe", "cka"):
+            from .explore import dataset_command
+            from .gui.figures import render_png  # the app's compositions draw the figures
+
+            return dataset_command.run(args, render_png)
         from .training import command as train_command
 
         return train_command.run(args)

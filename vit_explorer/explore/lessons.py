@@ -42,7 +42,7 @@ from .attention import MODES
 FORMAT, VERSION = "vit-explorer-lesson", 1
 # the app's views, in its tab order (a GUI test checks they match)
 VIEWS = ("Prediction", "Attention", "Explain", "Position embeddings", "Heads", "Components", "Embeddings",
-         "Features", "Compare", "Parameters", "Training", "Model builder")
+         "Features", "Compare", "Dataset", "Parameters", "Training", "Model builder")
 # the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
 # MAIN_PANELS are always drawn, the others hang on them
 PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),

@@ -4,6 +4,7 @@ from .attention import AttentionView
 from .builder import BuilderView
 from .compare import CompareView
 from .components import ComponentsView
+from .dataset import DatasetView
 from .embeddings import EmbeddingsView
 from .explain import ExplainView
 from .features import FeaturesView
@@ -14,8 +15,8 @@ from .prediction import PredictionView
 from .training import TrainingView
 
 VIEW_CLASSES = (PredictionView, AttentionView, ExplainView, PositionView, HeadsView, ComponentsView, EmbeddingsView,
-                FeaturesView, CompareView, ParametersView, TrainingView, BuilderView)
+                FeaturesView, CompareView, DatasetView, ParametersView, TrainingView, BuilderView)
 
-__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "EmbeddingsView",
-           "ExplainView", "FeaturesView", "HeadsView", "ParametersView", "PositionView", "PredictionView",
-           "TrainingView"]
+__all__ = ["VIEW_CLASSES", "AttentionView", "BuilderView", "CompareView", "ComponentsView", "DatasetView",
+           "EmbeddingsView", "ExplainView", "FeaturesView", "HeadsView", "ParametersView", "PositionView",
+           "PredictionView", "TrainingView"]

@@ -1,0 +1,124 @@
+"""The Dataset view driven through its widgets: analyse a built-in set (progress, then probes, CKA, projector,
+attention distance), a CKA cell lists the images that drive it, a projector point opens its image (a patch point
+its patch as the query), cancel stops a run, and the compared model gives a CKA between the two."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from vit_explorer.analysis import cka as C
+from vit_explorer.checkpoints import load
+from vit_explorer.explore import dataset_analysis as A
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VIT_EXPLORER_CACHE", str(tmp_path / "cache"))
+
+
+def analyse(qtbot, window, limit: int = 60):
+    window.docks["Dataset"].raise_()
+    view = window.views["Dataset"]
+    view.data.setCurrentText("shapes")
+    view.limit.setValue(limit)
+    view.run_button.click()
+    assert view.run_button.text() == "Cancel"
+    qtbot.waitUntil(lambda: view.analysis is not None and view.points is not None, timeout=60000)
+    return view
+
+
+def test_analyse_draws_every_panel(qtbot, window) -> None:
+    view = analyse(qtbot, window)
+    a = view.analysis
+    depth = window.session.loaded.config.depth
+    assert len(a.features) == 60 and view.run_button.text() == "Analyse" and not view.progress.isVisible()
+    assert [c.tokens for c in a.probes] == ["cls", "mean"] and a.probes[0].knn.shape == (depth + 1,)
+    assert a.cka.shape == (depth + 1, depth + 1)
+    np.testing.assert_allclose(np.diag(a.cka), 1.0)
+    assert a.cka[1, 2] == pytest.approx(C.cka(a.features.cls[1], a.features.cls[2]))
+    assert len(view.probe_plots.ci.items) == 1 and len(view.cka_plots.ci.items) == 1
+    view.probe_kind.setCurrentIndex(1)  # the confusion matrix at the best state
+    assert len(view.probe_plots.ci.items) == 1
+    assert len(view.distance_plots.ci.items) == 1
+    for kind in range(3):  # distance, its spread, the token norms: one at a time
+        view.distance_kind.setCurrentIndex(kind)
+        assert len(view.distance_plots.ci.items) == 1
+    assert view.points.shape == (60, 2) and len(view.scatter.data) == 60
+    assert [label.text for _, label in view.legend.items] == view.analysis.features.source.label_names
+    header, rows = view.table()
+    assert header == ["state", "tokens", "knn", "linear"] and len(rows) == 2 * (depth + 1)
+
+
+def test_cka_cell_lists_its_images_and_opens_one(qtbot, window) -> None:
+    view = analyse(qtbot, window)
+    view.tabs.setCurrentIndex(1)
+    qtbot.wait(100)  # laid out, so the cell is where it is drawn
+    qtbot.mouseClick(view.cka_plots.viewport(), Qt.MouseButton.LeftButton, pos=view.cell_at(1, 2))
+    assert view.driver_list.count() == 12 and "state 1 and state 2" in view.cell_label.text()
+    top, _ = A.cka_drivers(view.analysis.features, 1, 2, tokens="cls", k=12)
+    assert view.drivers == top.tolist()
+    first = view.driver_list.item(0)
+    path = view.analysis.features.source.paths[first.data(Qt.ItemDataRole.UserRole)]
+    view.driver_list.itemClicked.emit(first)
+    assert window.session.image_name == path
+
+
+def test_projector_point_opens_its_image_and_patch(qtbot, window) -> None:
+    view = analyse(qtbot, window)
+    view.tabs.setCurrentIndex(2)
+    spots = view.scatter.points()
+    view._hovered(view.scatter, [spots[5]], None)
+    assert view.thumb.pixmap() is not None and view.analysis.features.source.paths[5] in view.thumb_text.text()
+    view._clicked(view.scatter, [spots[5]], None)
+    assert window.session.image_name == view.analysis.features.source.paths[5]
+    view.points_kind.setCurrentText("patch tokens")
+    k = view.analysis.features.patch_index.shape[1]
+    qtbot.waitUntil(lambda: view.points is not None and len(view.points) == 60 * k, timeout=20000)
+    n = 7
+    view._clicked(view.scatter, [view.scatter.points()[n]], None)
+    patch = int(view.analysis.features.patch_index.reshape(-1)[n])
+    assert window.session.image_name == view.analysis.features.source.paths[n // k]
+    assert window.session.query == divmod(patch, view.analysis.features.grid[1])
+    view.colour.setCurrentText("probe's prediction")
+    colours = view.point_colours()
+    assert (colours == -1).sum() == 60 * k - len(view.analysis.best.val) * k  # training images in grey
+
+
+def test_cancel_stops_the_run(qtbot, window) -> None:
+    window.docks["Dataset"].raise_()
+    view = window.views["Dataset"]
+    view.data.setCurrentText("shapes")
+    view.limit.setValue(3000)
+    view.run_button.click()
+    view.run_button.click()
+    assert view.run_button.text() == "Analyse" and "cancelled" in view.note.text()
+    qtbot.wait(300)
+    assert view.analysis is None
+
+
+def test_bad_folder_is_reported_not_raised(qtbot, window, tmp_path: Path) -> None:
+    window.docks["Dataset"].raise_()
+    view = window.views["Dataset"]
+    view.data.setCurrentText(str(tmp_path / "missing"))
+    view.run_button.click()
+    qtbot.waitUntil(lambda: "failed" in view.note.text(), timeout=20000)
+    assert "no such folder" in view.note.text() and view.run_button.text() == "Analyse"
+
+
+def test_against_the_compared_model(qtbot, window, tiny_checkpoint: Path) -> None:
+    window.session.set_compared(load(str(tiny_checkpoint)), "twin")
+    view = analyse(qtbot, window)
+    a = view.analysis
+    assert a.cka_compared is not None
+    # the same weights: the diagonal is 1, but for the [CLS] before any block, the same for every image (CKA 0)
+    np.testing.assert_allclose(np.diag(a.cka_compared)[1:], 1.0, atol=1e-6)
+    assert a.cka_compared[0, 0] == 0
+    view.cka_of.setCurrentIndex(1)
+    matrix, against = view.cka_matrix()
+    assert against and matrix is a.cka_compared
+    view.show_drivers(2, 2)
+    assert view.driver_list.count() == 12

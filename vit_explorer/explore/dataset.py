@@ -1,0 +1,498 @@
+"""A dataset for the dataset analyses, and each image's features at every token state.
+
+A source is an image folder (one sub-folder per class, or a flat unlabelled folder; train/ and val/
+sub-folders are taken as the split), a built-in set, or a CIFAR folder. `--limit N` keeps a seeded,
+stratified sample. Images go through the model's own preprocessing and then, in batches, through the
+model on its device (the next batch is decoded on a second thread while the model runs); an image
+that cannot be read is reported and skipped, never a crash.
+
+Features per token state i = 0..depth (0 the embedded input, i the output of block i - 1, as
+`explore.forward.Needs` counts them): the readout token ([CLS], where the state holds one: not CaiT's
+self-attention states, not GAP models), the mean of the patch tokens, a few sampled patch tokens (with
+their positions), token-norm statistics; once per image the model's own pooled output and its
+prediction; on request the mean attention distance per block and head. They are cached on disk under
+a key made of content hashes of the weights, the data and the preprocessing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import json
+import os
+import queue
+import sys
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..analysis.attention import attention_distance
+from ..checkpoints import LoadedModel
+from ..checkpoints.files import open_regular, write_atomic
+from ..data import cifar, folder, synthetic
+from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
+from .heads import Cancelled
+
+BUILTIN_IMAGES = 2000  # images drawn from a built-in set when no --limit is given
+BUILTIN_SIDE = 64  # pixels per side a built-in set is drawn at (the model's preprocessing resizes them)
+PATCHES_PER_IMAGE = 4  # sampled patch tokens kept per image and state (for the patch projector)
+MAX_CACHE_BYTES = 16 * 2**30  # a feature cache file larger than this is not read
+CACHE_VERSION = 1  # changes whenever what a cache file holds changes
+Progress = Callable[[int, int], None]  # (images done, images in all)
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
+
+
+@dataclass
+class DatasetSource:
+    """The images of a dataset (not yet decoded): where they are, their labels and their split."""
+
+    name: str  # what was asked for: a folder, a built-in name
+    root: Path | None  # the folder paths are relative to (None: a built-in set)
+    paths: list[str]  # one per image, relative to `root` (built-in: 'shapes/val/00012')
+    labels: np.ndarray  # (N,) int64 class index, -1 where unlabelled
+    label_names: list[str]  # class names ([] when unlabelled)
+    split: np.ndarray  # (N,) int8: 0 train, 1 validation
+    pixels: torch.Tensor | None = None  # built-in and CIFAR: uint8 (N, 3, h, w); folders: None (read from files)
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.label_names) and bool((self.labels >= 0).all())
+
+    def image(self, index: int) -> Image.Image:
+        """The image as stored (RGB), or ImageError naming the file."""
+        if self.pixels is not None:
+            return Image.fromarray(self.pixels[index].permute(1, 2, 0).numpy())
+        assert self.root is not None
+        return open_image(self.root / self.paths[index])
+
+    def subset(self, indices: np.ndarray) -> DatasetSource:
+        keep = [int(i) for i in indices]
+        return DatasetSource(self.name, self.root, [self.paths[i] for i in keep], self.labels[keep],
+                             self.label_names, self.split[keep], None if self.pixels is None else self.pixels[keep],
+                             list(self.notes))
+
+
+def stratified_sample(labels: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded sample of n of the labels, each class in proportion (largest remainders)."""
+    labels = np.asarray(labels)
+    if n >= labels.size:
+        return np.arange(labels.size)
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = counts * n / labels.size
+    take = np.floor(quota).astype(int)
+    for c in np.argsort(-(quota - take), kind="stable")[: n - int(take.sum())]:
+        take[c] += 1
+    chosen = [rng.permutation(np.flatnonzero(labels == c))[:k] for c, k in zip(classes, take, strict=True)]
+    return np.sort(np.concatenate(chosen))
+
+
+def holdout(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """(N,) int8 split, 1 for a seeded `fraction` of each class (data.folder.split_holdout's rule)."""
+    split = np.zeros(len(labels), dtype=np.int8)
+    if len(labels):
+        _, val = folder.split_holdout([int(v) for v in labels], fraction, seed)
+        split[val] = 1
+    return split
+
+
+def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fraction: float = 0.2,
+                follow_links: bool = False) -> DatasetSource:
+    """Open a dataset by name: a built-in set ('shapes', 'where'), a CIFAR-10/100 folder, an image folder with
+    one sub-folder per class (train/ and val/ trees kept as the split) or a flat folder of unlabelled images.
+    `limit`: a seeded, stratified sample of that many images; `val_fraction` of each class is held out for
+    validation (seeded), where the data does not say which images validate."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"--limit must be a whole number of images >= 1, got {limit!r}")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"--val-fraction must be between 0 and 1, got {val_fraction!r}")
+    if data in synthetic.VARIANTS:
+        n = BUILTIN_IMAGES if limit is None else limit
+        images, drawn = synthetic.generate(n, seed=seed, size=BUILTIN_SIDE, variant=data, split="val")
+        lab = drawn.numpy().astype(np.int64)
+        return DatasetSource(data, None, [f"{data}/val/{i:05d}" for i in range(n)], lab,
+                             list(synthetic.VARIANTS[data]), holdout(lab, val_fraction, seed), images)
+    root = Path(data).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--data {data}: not a built-in dataset ({', '.join(synthetic.VARIANTS)}) and "
+                         f"{'not a folder' if root.exists() else 'no such folder'}")
+    if cifar.is_cifar10(root) or cifar.is_cifar100(root):
+        source = _cifar(root, data)
+    elif (root / "train").is_dir() and (root / "val").is_dir():
+        source = _train_val(root, data, follow_links)
+    elif any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
+        files, found, names = folder.scan(root, follow_links=follow_links)
+        lab = np.asarray(found, dtype=np.int64)
+        source = DatasetSource(data, root, [p.relative_to(root).as_posix() for p in files], lab, names,
+                               holdout(lab, val_fraction, seed))
+    else:
+        source = _flat(root, data, follow_links)
+    if limit is not None and limit < len(source):
+        kept = stratified_sample(source.labels, limit, seed)
+        source = source.subset(kept)
+        source.notes.append(f"{data}: a seeded, stratified sample of {len(kept):,} images (--limit)")
+    return source
+
+
+def _cifar(root: Path, data: str) -> DatasetSource:
+    (xt, yt), (xv, yv), names = cifar.load_cifar(root)
+    labels = torch.cat([yt, yv]).numpy().astype(np.int64)
+    split = np.concatenate([np.zeros(len(yt), np.int8), np.ones(len(yv), np.int8)])  # CIFAR's own test set
+    paths = [f"train/{i:05d}" for i in range(len(yt))] + [f"test/{i:05d}" for i in range(len(yv))]
+    return DatasetSource(data, root, paths, labels, names, split, torch.cat([xt, xv]))
+
+
+def _train_val(root: Path, data: str, follow_links: bool) -> DatasetSource:
+    files, labels, names = folder.scan(root / "train", within=root, follow_links=follow_links)
+    val_files, val_labels, _ = folder.scan(root / "val", classes=names, within=root, follow_links=follow_links)
+    folder.check_disjoint(files, val_files)
+    paths = [p.relative_to(root).as_posix() for p in files + val_files]
+    split = np.concatenate([np.zeros(len(files), np.int8), np.ones(len(val_files), np.int8)])
+    return DatasetSource(data, root, paths, np.asarray(labels + val_labels, dtype=np.int64), names, split)
+
+
+def _flat(root: Path, data: str, follow_links: bool) -> DatasetSource:
+    files = [p for p, _ in folder._images_in(root, root.resolve(), follow_links)]
+    if not files:
+        raise ValueError(f"--data {data}: no images (extensions {', '.join(IMAGE_EXTENSIONS)}) and no class "
+                         "folders; give a folder of images, one sub-folder per class for labels")
+    n = len(files)
+    return DatasetSource(data, root, [p.relative_to(root).as_posix() for p in files], np.full(n, -1, np.int64), [],
+                         np.zeros(n, np.int8), notes=[f"{data}: no class folders, so the images are unlabelled "
+                                                       "(probes need one sub-folder per class)"])
+
+
+# ---------------------------------------------------------------------------------------------- features
+@dataclass
+class Features:
+    """What the model computes for every image kept (arrays in image order; float32 unless said)."""
+
+    source: DatasetSource  # the images kept (unreadable ones left out)
+    depth: int  # token states are 0..depth
+    cls: dict[int, np.ndarray]  # state -> (N, D) readout token, for the states that hold a [CLS]
+    mean: dict[int, np.ndarray]  # state -> (N, D) mean of the patch tokens
+    pooled: np.ndarray  # (N, D') what the head reads (final norm and pooling)
+    predicted: np.ndarray  # (N,) int64 the model's own class (-1 without a classifier)
+    patches: np.ndarray  # (N, S, k, D) float16 sampled patch tokens per state
+    patch_index: np.ndarray  # (N, k) int32 which patch each sample is (raster order over the grid)
+    grid: tuple[int, int]  # patch rows, cols
+    norm_mean: np.ndarray  # (N, S) mean L2 norm of the patch tokens per state
+    norm_max: np.ndarray  # (N, S) largest patch-token norm per state
+    norm_argmax: np.ndarray  # (N, S) int32 which patch has it
+    prefix_norms: np.ndarray  # (N, S, P) the norm of each prefix token per state
+    prefix_names: tuple[str, ...]
+    distance: np.ndarray | None  # (N, blocks, heads) mean attention distance in pixels, when measured
+    skipped: list[str] = field(default_factory=list)  # one message per unreadable image left out
+    key: str = ""  # the cache key these features were stored under
+    from_cache: bool = False
+
+    def __len__(self) -> int:
+        return int(self.pooled.shape[0])
+
+    @property
+    def states(self) -> range:
+        return range(self.depth + 1)
+
+    def tokens(self, kind: str) -> dict[int, np.ndarray]:
+        """State -> (N, D) features of `kind`: 'cls' or 'mean'."""
+        if kind == "cls":
+            if not self.cls:
+                raise ValueError("this model has no [CLS] token in its token states; use --tokens mean")
+            return self.cls
+        if kind == "mean":
+            return self.mean
+        raise ValueError(f"tokens must be 'cls' or 'mean', got {kind!r}")
+
+
+def readout_states(loaded: LoadedModel) -> bool:
+    """Whether every token state holds a [CLS] at position 0 (CaiT's [CLS] joins after the states)."""
+    cfg = loaded.config
+    return "cls" in cfg.prefix_names and not cfg.class_attn_depth
+
+
+def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel: threading.Event | None
+             ) -> Iterator[tuple[list[int], torch.Tensor | None, list[str]]]:
+    """(indices kept, pixels (B, 3, H, W) or None, skipped messages) per batch; decoding runs one batch ahead on
+    a thread (Pillow and torch release the GIL while they work)."""
+    pre = loaded.preprocessing
+    chunks = [list(range(s, min(s + batch_size, len(source)))) for s in range(0, len(source), batch_size)]
+    ready: queue.Queue[Any] = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def decode() -> None:
+        try:
+            for chunk in chunks:
+                kept, images, skipped = [], [], []
+                for i in chunk:
+                    if stop.is_set():
+                        return
+                    try:
+                        images.append(pre(source.image(i)))
+                        kept.append(i)
+                    except ImageError as error:  # names the file
+                        skipped.append(str(error))
+                    except ValueError as error:  # the preprocessing refused its size
+                        skipped.append(f"{source.paths[i]}: {error}")
+                ready.put((kept, torch.cat(images) if images else None, skipped))
+            ready.put(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            ready.put(error)
+
+    thread = threading.Thread(target=decode, name="vit-explorer-decode", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("feature extraction cancelled")
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                ready.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
+@functools.cache
+def _keep_heap_small() -> None:
+    """Let glibc hand every block over 128 KiB straight back to the system. Its default raises that threshold
+    after the first large frees, and the batches' tensors (freed and allocated again, of varying sizes, on two
+    threads) then fragment the heap: resident memory grew by about 20 MB per batch of 32 ViT-S/16 images, and
+    stays flat with the fixed threshold (bench/bench_embed.py)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 128 * 1024)
+        except (OSError, AttributeError):  # another C library: nothing to tune
+            pass
+
+
+def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, patches: int = PATCHES_PER_IMAGE,
+            distance: bool = False, seed: int = 0, progress: Progress | None = None,
+            cancel: threading.Event | None = None) -> Features:
+    """Every image's features at every token state (see the module doc). `progress(done, total)` after each
+    batch; `cancel` stops between batches (Cancelled)."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    _keep_heap_small()
+    model, cfg = loaded.model, loaded.config
+    device = loaded.device
+    layout = model.layout(loaded.preprocessing.size)
+    p = layout.num_prefix_tokens
+    n_patch = layout.num_patches
+    k = min(patches, n_patch)
+    has_cls = readout_states(loaded)
+    rng = np.random.default_rng(seed)
+    patch_index = np.stack([rng.choice(n_patch, k, replace=False) for _ in range(len(source))]) if len(source) \
+        else np.zeros((0, k), np.int64)
+    parts: dict[str, list[np.ndarray]] = {}
+    kept_all: list[int] = []
+    skipped: list[str] = []
+    distances: list[np.ndarray] = []
+    done = 0
+
+    def hook(block: int, probs: torch.Tensor) -> None:  # probs: (B, heads, T, T)
+        distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
+                         .cpu().numpy())  # (B, heads)
+
+    for kept, pixels, bad in _batches(source, loaded, batch_size, cancel):
+        skipped += bad
+        done += len(kept) + len(bad)
+        if pixels is not None:
+            distances.clear()
+            with torch.inference_mode():
+                out = model.forward_intermediates(
+                    pixels.to(device), capture=("embedded", "hidden_states", "pre_logits"),
+                    attn_layers=range(cfg.depth) if distance else (), attention_hook=hook if distance else None)
+            idx = torch.from_numpy(patch_index[kept]).to(device)[:, :, None]  # (B, k, 1)
+            per_state: dict[str, list[torch.Tensor]] = {}
+            for state in [out["embedded"]] + out["hidden_states"]:  # depth + 1 of (B, T, D), one at a time
+                tokens = state.float()
+                patch_tokens = tokens[:, p:]  # (B, N, D)
+                norms = patch_tokens.norm(dim=-1)  # (B, N)
+                reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
+                           "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
+                           "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
+                           "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
+                if has_cls:
+                    reduced["cls"] = tokens[:, 0]  # (B, D)
+                for name, value in reduced.items():
+                    per_state.setdefault(name, []).append(value)
+            batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
+            batch["pooled"] = out["pre_logits"].float()  # (B, D')
+            batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(kept),), -1)
+            for name, value in batch.items():
+                parts.setdefault(name, []).append(value.cpu().numpy())
+            del out, per_state, batch  # the hidden states must not outlive their batch into the next forward pass
+            if distance:
+                parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
+            kept_all += kept
+        if progress is not None:
+            progress(done, len(source))
+    if not kept_all:
+        first = skipped[0] if skipped else "the dataset is empty"
+        raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
+    joined = {name: np.concatenate(values) for name, values in parts.items()}
+    states = cfg.depth + 1
+    return Features(
+        source=source.subset(np.asarray(kept_all)), depth=cfg.depth,
+        cls={i: np.ascontiguousarray(joined["cls"][:, i]) for i in range(states)} if has_cls else {},
+        mean={i: np.ascontiguousarray(joined["mean"][:, i]) for i in range(states)},
+        pooled=joined["pooled"], predicted=joined["predicted"].astype(np.int64), patches=joined["patches"],
+        patch_index=patch_index[kept_all].astype(np.int32), grid=layout.grid, norm_mean=joined["norm_mean"],
+        norm_max=joined["norm_max"], norm_argmax=joined["norm_argmax"], prefix_norms=joined["prefix_norms"],
+        prefix_names=layout.prefix_names, distance=joined.get("distance"), skipped=skipped)
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+def default_cache() -> Path:
+    """$VIT_EXPLORER_CACHE, else $XDG_CACHE_HOME/vit-explorer/features (~/.cache/... by default)."""
+    if os.environ.get("VIT_EXPLORER_CACHE"):
+        return Path(os.environ["VIT_EXPLORER_CACHE"]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "vit-explorer" / "features"
+
+
+def model_hash(loaded: LoadedModel) -> str:
+    """A content hash of the weights and the config (what decides the features, not where they came from)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps(loaded.config.to_dict(), sort_keys=True, default=str).encode())
+    for name, tensor in loaded.model.state_dict().items():
+        h.update(name.encode())
+        h.update(str(tensor.dtype).encode())
+        h.update(str(tuple(tensor.shape)).encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def data_hash(source: DatasetSource) -> str:
+    """A content hash of the images kept (file bytes, or the pixels of a built-in or CIFAR set), their paths,
+    labels and split: a changed, added or removed file changes it."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps([source.paths, source.label_names], default=str).encode())
+    h.update(source.labels.tobytes())
+    h.update(source.split.tobytes())
+    if source.pixels is not None:
+        h.update(source.pixels.contiguous().numpy().tobytes())
+    else:
+        assert source.root is not None
+        for rel in source.paths:
+            try:
+                with (source.root / rel).open("rb") as f:
+                    while block := f.read(1 << 20):
+                        h.update(block)
+            except OSError as error:  # hashed as missing: extraction reports it as unreadable
+                h.update(f"unreadable {rel}: {error.strerror}".encode())
+    return h.hexdigest()
+
+
+def cache_key(loaded: LoadedModel, source: DatasetSource, *, patches: int, distance: bool, seed: int) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for part in (str(CACHE_VERSION), model_hash(loaded), data_hash(source),
+                 json.dumps(loaded.preprocessing.to_dict(), sort_keys=True), str(patches), str(distance), str(seed)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+_ARRAYS = ("pooled", "predicted", "patches", "patch_index", "norm_mean", "norm_max", "norm_argmax", "prefix_norms")
+
+
+def save_features(features: Features, path: Path) -> None:
+    """Write the features (and which images they are) as one uncompressed NPZ, atomically."""
+    src = features.source
+    arrays: dict[str, np.ndarray] = {name: getattr(features, name) for name in _ARRAYS}
+    arrays.update({f"cls_{i}": v for i, v in features.cls.items()})
+    arrays.update({f"mean_{i}": v for i, v in features.mean.items()})
+    if features.distance is not None:
+        arrays["distance"] = features.distance
+    meta = {"version": CACHE_VERSION, "depth": features.depth, "grid": list(features.grid), "name": src.name,
+            "root": None if src.root is None else str(src.root), "prefix_names": list(features.prefix_names),
+            "label_names": src.label_names, "skipped": features.skipped, "notes": src.notes}
+    arrays.update(paths=np.asarray(src.paths, dtype=str), labels=src.labels, split=src.split,
+                  meta=np.asarray(json.dumps(meta)))
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+
+    write_atomic(path, write)
+
+
+def load_features(path: Path, source: DatasetSource | None = None) -> Features:
+    """Read features written by save_features: a bounded regular file, its members' sizes checked before they are
+    read, no pickles; ValueError naming the file for anything else. `source` (the same images) gives the pixels
+    of an in-memory set back."""
+    with open_regular(path, MAX_CACHE_BYTES, "feature cache", ValueError) as f:
+        try:
+            with zipfile.ZipFile(f) as zf:
+                total = sum(info.file_size for info in zf.infolist())
+            if total <= MAX_CACHE_BYTES:
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as npz:  # an object array (a pickle) is refused
+                    data = {name: npz[name] for name in npz.files}
+        except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
+            raise ValueError(f"{path}: not a readable feature cache ({error}); delete it to recompute") from None
+        if total > MAX_CACHE_BYTES:
+            raise ValueError(f"{path}: unpacks to {total:,} bytes, more than a feature cache may hold; delete it")
+    try:
+        meta = json.loads(str(data.pop("meta")))
+        if meta.get("version") != CACHE_VERSION:
+            raise ValueError(f"{path}: a feature cache of another version; delete it to recompute")
+        depth, n = int(meta["depth"]), int(data["labels"].shape[0])
+        src = DatasetSource(str(meta["name"]), None if meta["root"] is None else Path(meta["root"]),
+                            [str(p) for p in data["paths"]], data["labels"].astype(np.int64),
+                            [str(x) for x in meta["label_names"]], data["split"].astype(np.int8),
+                            None if source is None else source.pixels, [str(x) for x in meta["notes"]])
+        features = Features(
+            source=src, depth=depth, cls={i: data[f"cls_{i}"] for i in range(depth + 1) if f"cls_{i}" in data},
+            mean={i: data[f"mean_{i}"] for i in range(depth + 1)},
+            **{name: data[name] for name in _ARRAYS}, grid=(int(meta["grid"][0]), int(meta["grid"][1])),
+            prefix_names=tuple(str(x) for x in meta["prefix_names"]), distance=data.get("distance"),
+            skipped=[str(x) for x in meta["skipped"]])
+    except (KeyError, TypeError, ValueError, IndexError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: a damaged feature cache ({error}); delete it to recompute") from None
+    arrays = [features.pooled, *features.mean.values(), *features.cls.values(), features.patches]
+    if len(src.paths) != n or any(a.shape[0] != n for a in arrays):
+        raise ValueError(f"{path}: a damaged feature cache (arrays of different lengths); delete it to recompute")
+    if source is not None and source.pixels is not None:
+        keep = {p: i for i, p in enumerate(source.paths)}
+        src.pixels = source.pixels[[keep[p] for p in src.paths]]
+    return features
+
+
+def features_for(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
+                 seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
+                 progress: Progress | None = None, cancel: threading.Event | None = None) -> Features:
+    """The features of `source`, from the cache folder `cache` when it holds them for these weights, images and
+    preprocessing (None: no cache), else extracted and stored there."""
+    key = path = None
+    if cache is not None:
+        key = cache_key(loaded, source, patches=patches, distance=distance, seed=seed)
+        path = cache / f"{key}.npz"
+        if path.is_file():
+            features = load_features(path, source)
+            features.key, features.from_cache = key, True
+            if progress is not None:
+                progress(len(source), len(source))
+            return features
+    features = extract(loaded, source, batch_size=batch_size, patches=patches, distance=distance, seed=seed,
+                       progress=progress, cancel=cancel)
+    if path is not None and key is not None:
+        save_features(features, path)
+        features.key = key
+    return features

@@ -1,0 +1,289 @@
+"""`vit-explorer embed | probe | cka SOURCE --data D --out DIR`: the dataset analyses headless, each writing CSV,
+PNG figures (drawn by the app's compositions: the CLI passes `gui.figures.render_png`) and a JSON summary.
+
+- embed: embeddings.npz with `paths` (relative to D), `labels`, `label_names`, `split` (0 train, 1 validation),
+  per state i `cls_<i>` (models with a [CLS] in their token states) and `mean_<i>` (N, D), plus `pooled` and
+  `predicted`; images.csv; the projector and token-norm figures.
+- probe: probe.csv with columns state,tokens,knn,linear (validation accuracies in 0..1); confusion.csv at the
+  best state; the probe curves and the confusion matrix.
+- cka: cka.csv with a header state,<j>,... and one row per state i of the first model; the heatmap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..checkpoints import LoadedModel
+from ..checkpoints.files import write_atomic
+from . import dataset as D
+from . import dataset_analysis as A
+from .attention import distance_figure
+from .figures import Figure
+
+Render = Callable[[Figure, Path, tuple[int, int]], Any]
+COMMANDS = ("embed", "probe", "cka")
+HELP = {
+    "embed": "write every image's features per token state (embeddings.npz, images.csv, projector figures)",
+    "probe": "k-NN and linear probe accuracy per token state on a dataset (probe.csv, figures)",
+    "cka": "CKA between the token states of a model, or of two models, on a dataset (cka.csv, heatmap)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument("source", help="hub id, folder or checkpoint file")
+    if command == "cka":
+        parser.add_argument("source_b", nargs="?", help="a second model to compare with (same images)")
+    parser.add_argument("--data", required=True,
+                        help="an image folder (one sub-folder per class, or flat and unlabelled; train/ and val/ "
+                             "sub-folders are the split), a built-in set (shapes, where) or a CIFAR folder")
+    parser.add_argument("--out", required=True, help="output folder (created; files in it are replaced)")
+    parser.add_argument("--limit", type=int, help="a seeded, stratified sample of this many images")
+    parser.add_argument("--val-fraction", type=float, default=0.2,
+                        help="share of each class held out for validation (default 0.2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sample, the split and the probes")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
+    parser.add_argument("--arch", default=None, help="timm model name for a bare weights file")
+    parser.add_argument("--cache", default=None,
+                        help=f"feature cache folder (default {D.default_cache()}; VIT_EXPLORER_CACHE sets it)")
+    parser.add_argument("--no-cache", action="store_true", help="always extract, never read or write the cache")
+    if command == "embed":
+        parser.add_argument("--projection", choices=A.PROJECTIONS, default="pca",
+                            help="2-D projection drawn (default pca; tsne and umap are seeded)")
+        parser.add_argument("--attention-distance", action="store_true",
+                            help="also measure the mean attention distance per head over the dataset (slower: "
+                                 "every block forms its attention explicitly)")
+    if command == "cka":
+        parser.add_argument("--tokens", choices=("cls", "mean"), default=None,
+                            help="compare the [CLS] token or the mean of the patch tokens (default: cls where "
+                                 "both models have one)")
+        parser.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
+        parser.add_argument("--threshold", type=float, default=0.5,
+                            help="RBF bandwidth as a fraction of the median distance (default 0.5)")
+        parser.add_argument("--debiased", action="store_true", help="the debiased (unbiased HSIC) estimator")
+        parser.add_argument("--minibatch", type=int, default=None,
+                            help="minibatch CKA with this many images per batch (default: exact up to "
+                                 f"{A.EXACT_CKA_IMAGES} images, batches of {A.MINIBATCH} beyond)")
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.batch_size < 1:
+        raise ValueError(f"argument --batch-size: must be at least 1, got {args.batch_size}")
+    if not 0 < args.val_fraction < 1:
+        raise ValueError(f"argument --val-fraction: must be between 0 and 1, got {args.val_fraction}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"argument --limit: must be at least 1, got {args.limit}")
+    if getattr(args, "minibatch", None) is not None and args.minibatch < 4:
+        raise ValueError(f"argument --minibatch: must be at least 4 images, got {args.minibatch}")
+    if getattr(args, "threshold", 1.0) <= 0:
+        raise ValueError(f"argument --threshold: must be > 0, got {args.threshold}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
+
+
+class _Bar:
+    """A tqdm progress bar on stderr, fed by extraction's progress(done, total)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.bar: Any = None  # a tqdm bar, made on the first call, when the total is known
+
+    def __call__(self, done: int, total: int) -> None:
+        from tqdm import tqdm
+
+        bar = self.bar = self.bar or tqdm(total=total, desc=self.what, unit="image", dynamic_ncols=True,
+                                          file=sys.stderr)
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+
+def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
+              distance: bool = False) -> D.Features:
+    cache = None if args.no_cache else Path(args.cache).expanduser() if args.cache else D.default_cache()
+    features = D.features_for(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
+                              cache=cache, progress=_Bar(what))
+    for message in features.skipped[:20]:
+        print(f"vit-explorer: warning: skipped {message}", file=sys.stderr)
+    if features.skipped:
+        print(f"vit-explorer: warning: skipped {len(features.skipped)} of {len(source)} images that cannot be read",
+              file=sys.stderr)
+    return features
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+
+    write_atomic(path, write)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, allow_nan=False, default=lambda v: None)
+            f.write("\n")
+
+    write_atomic(path, write)
+
+
+def _finite(v: float) -> float | None:
+    return float(v) if np.isfinite(v) else None
+
+
+def _summary(args: argparse.Namespace, features: D.Features, loaded: LoadedModel) -> dict[str, Any]:
+    src = features.source
+    return {"source": args.source, "data": args.data, "images": len(features), "skipped": len(features.skipped),
+            "train": int((src.split == 0).sum()), "validation": int((src.split == 1).sum()),
+            "classes": src.label_names, "depth": features.depth, "states": features.depth + 1,
+            "tokens": (["cls"] if features.cls else []) + ["mean"], "seed": args.seed, "limit": args.limit,
+            "val_fraction": args.val_fraction, "preprocessing": loaded.preprocessing.to_dict(),
+            "from_cache": features.from_cache, "notes": src.notes}
+
+
+def _figures(out: Path, render: Render, figures: dict[str, tuple[Figure, tuple[int, int]]]) -> list[str]:
+    for name, (figure, size) in figures.items():
+        render(figure, out / name, size)
+    return sorted(figures)
+
+
+def run(args: argparse.Namespace, render: Render) -> int:
+    """Run `args.command` (embed, probe or cka)."""
+    from ..checkpoints import load
+
+    _check(args)
+    out = Path(args.out)
+    source = D.open_source(args.data, limit=args.limit, seed=args.seed, val_fraction=args.val_fraction)
+    for note in source.notes:
+        print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
+    loaded = load(args.source, device=args.device, arch=args.arch)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.command == "embed":
+        return _embed(args, loaded, source, out, render)
+    if args.command == "probe":
+        return _probe(args, loaded, source, out, render)
+    return _cka(args, loaded, source, out, render)
+
+
+def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
+    f = _features(loaded, source, args, "embed", distance=args.attention_distance)
+    src = f.source
+    arrays: dict[str, np.ndarray] = {"paths": np.asarray(src.paths, dtype=str), "labels": src.labels,
+                                     "label_names": np.asarray(src.label_names, dtype=str), "split": src.split,
+                                     "pooled": f.pooled, "predicted": f.predicted}
+    arrays.update({f"cls_{i}": v for i, v in f.cls.items()})
+    arrays.update({f"mean_{i}": v for i, v in f.mean.items()})
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+    write_atomic(out / "embeddings.npz", write)
+    names = src.label_names
+    _write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
+               [[i, p, int(lab), names[lab] if 0 <= lab < len(names) else "", int(s), int(pred)]
+                for i, (p, lab, s, pred) in enumerate(zip(src.paths, src.labels, src.split, f.predicted, strict=True))])
+    last = (f.cls or f.mean)[f.depth]
+    points = A.project(last, args.projection, seed=args.seed)
+    _write_csv(out / "projection.csv", ["index", "x", "y"],
+               [[i, float(x), float(y)] for i, (x, y) in enumerate(points)])
+    groups = [names[lab] for lab in src.labels] if src.labelled else None
+    kind = "[CLS]" if f.cls else "mean of the patch tokens"
+    figures: dict[str, tuple[Figure, tuple[int, int]]] = {
+        "projection.png": (A.projection_figure(points, groups, f"{args.projection.upper()} of the {kind} after the "
+                                                               f"last block ({len(f):,} images)"), (900, 800)),
+        "norms.png": (A.norms_figure(A.norm_summary(f), f.depth), (900, 600)),
+    }
+    summary = _summary(args, f, loaded)
+    if f.distance is not None:
+        dist = A.distance_summary(f)
+        layout = loaded.model.layout(loaded.preprocessing.size)
+        figures["attention_distance.png"] = (distance_figure(dist.mean, layout), (900, 600))
+        figures["attention_distance_spread.png"] = (A.distance_spread_figure(dist), (900, 600))
+        _write_csv(out / "attention_distance.csv", ["block", "head", "mean_px", "std_px", "nearest_image"],
+                   [[b, h, float(dist.mean[b, h]), float(dist.std[b, h]), src.paths[dist.nearest[b, h]]]
+                    for b in range(dist.mean.shape[0]) for h in range(dist.mean.shape[1])])
+    summary["figures"] = _figures(out, render, figures)
+    summary["projection"] = args.projection
+    _write_json(out / "summary.json", summary)
+    print(f"wrote embeddings.npz ({len(f):,} images, {f.depth + 1} states), images.csv and "
+          f"{len(figures)} figures to {out}")
+    return 0
+
+
+def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
+    if not source.labelled:
+        raise ValueError(f"--data {args.data}: the images have no labels; probes need one sub-folder per class")
+    f = _features(loaded, source, args, "probe")
+    curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
+    rows = [[int(s), c.tokens, _finite(k), _finite(lin)]
+            for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
+    _write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
+    best = max(curves, key=lambda c: float(np.nanmax(c.linear)))
+    names = best.label_names
+    _write_csv(out / "confusion.csv", ["true", *names],
+               [[names[i], *map(int, row)] for i, row in enumerate(best.confusion)])
+    figures: dict[str, tuple[Figure, tuple[int, int]]] = {
+        "probe.png": (A.probe_figure(curves, f.depth), (900, 600)),
+        "confusion.png": (A.confusion_figure(best), (800, 750)),
+    }
+    summary = _summary(args, f, loaded)
+    summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine"},
+                   linear={"model": "StandardScaler + LogisticRegression (lbfgs, C=1)"},
+                   best={"tokens": best.tokens, "state": best.best_state,
+                         "linear": _finite(best.linear[list(best.states).index(best.best_state)])},
+                   curves={c.tokens: {"knn": [_finite(v) for v in c.knn], "linear": [_finite(v) for v in c.linear]}
+                           for c in curves})
+    summary["figures"] = _figures(out, render, figures)
+    _write_json(out / "summary.json", summary)
+    print(f"wrote probe.csv ({len(rows)} rows; best linear {summary['best']['linear']:.3f} at state "
+          f"{best.best_state}, {best.tokens}) and {len(figures)} figures to {out}")
+    return 0
+
+
+def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
+    from ..checkpoints import load
+
+    fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
+    fb = None
+    if args.source_b:
+        loaded_b = load(args.source_b, device=args.device, arch=args.arch)
+        fb = _features(loaded_b, source, args, "cka: model B")
+        if fa.source.paths != fb.source.paths:
+            keep = sorted(set(fa.source.paths) & set(fb.source.paths))
+            raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
+                             "both); fix or remove the unreadable ones")
+    tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
+    matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
+                          minibatch=args.minibatch)
+    minibatch = args.minibatch or (A.MINIBATCH if len(fa) > A.EXACT_CKA_IMAGES else None)
+    _write_csv(out / "cka.csv", ["state", *map(str, range(matrix.shape[1]))],
+               [[i, *(float(v) for v in row)] for i, row in enumerate(matrix)])
+    what = f"{args.kernel} CKA{' (debiased)' if args.debiased and not minibatch else ''}"
+    if minibatch:
+        what = f"minibatch {args.kernel} CKA ({minibatch} images per batch)"
+    title = (f"{what} of the {'[CLS]' if tokens == 'cls' else 'mean patch token'}: "
+             + (f"{args.source} states (rows) x {args.source_b} states" if fb else "state x state")
+             + " (0 = input)")
+    figures: dict[str, tuple[Figure, tuple[int, int]]] = {"cka.png": (A.cka_figure(matrix, title), (850, 800))}
+    summary = _summary(args, fa, loaded)
+    summary.update(source_b=args.source_b, tokens_compared=tokens, kernel=args.kernel, debiased=args.debiased,
+                   threshold=args.threshold if args.kernel == "rbf" else None, minibatch=minibatch,
+                   diagonal=[float(matrix[i, i]) for i in range(min(matrix.shape))],
+                   matrix=[[float(v) for v in row] for row in matrix])
+    summary["figures"] = _figures(out, render, figures)
+    _write_json(out / "summary.json", summary)
+    print(f"wrote cka.csv ({matrix.shape[0]} x {matrix.shape[1]} states, {tokens}) and the heatmap to {out}")
+    return 0

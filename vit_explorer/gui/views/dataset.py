@@ -1,0 +1,465 @@
+"""Dataset: what the model learned across many images. Choose a folder or a built-in set and analyse it (in a
+worker, with progress and cancel; features are cached on disk): probe accuracy per token state and the confusion
+matrix at the best state, CKA between states (and against the Compare view's model) where a click on a cell
+lists the images that drive it, a projector of images or patch tokens (hover: the thumbnail; click: open the
+image in the explorer, a patch as the query), and the mean attention distance and token norms over the dataset."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pyqtgraph as pg
+from PIL import Image, ImageDraw
+from PySide6.QtCore import QPoint, QPointF, Qt, Signal
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ...data import synthetic
+from ...explore import dataset as D
+from ...explore import dataset_analysis as A
+from ...explore.attention import distance_figure
+from ...explore.heads import Cancelled
+from .. import figures
+from ..session import Session
+from .base import Note, Table, View
+
+COLOURINGS = ("label", "model's prediction", "probe's prediction")
+POINTS = ("images", "patch tokens")
+DISTANCE_FIGURES = ("mean attention distance per head", "its spread over the images", "token norms")
+THUMB = 112  # pixels per side of the hover thumbnail
+DEFAULT_LIMIT = 1000
+CELL_HINT = "Click a cell: the images that drive it"
+
+
+def _qpixmap(image: Image.Image) -> QPixmap:
+    rgb = np.ascontiguousarray(np.asarray(image.convert("RGB")))
+    h, w, _ = rgb.shape
+    return QPixmap.fromImage(QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy())
+
+
+class DatasetView(View):
+    title = "Dataset"
+    progressed = Signal(int, int)  # (images done, in all), emitted from the worker
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(session, parent)
+        self.analysis: A.DatasetAnalysis | None = None
+        self.points: np.ndarray | None = None  # (M, 2) the projector's points
+        self.point_rows: np.ndarray | None = None  # (M,) image index of each point
+        self.point_patch: np.ndarray | None = None  # (M,) patch index of each point (-1: a whole image)
+        self.drivers: list[int] = []  # image indices listed for the CKA cell chosen
+        self._running = False
+        self.data = QComboBox()
+        self.data.setEditable(True)
+        self.data.addItems(list(synthetic.VARIANTS))
+        self.data.setMinimumContentsLength(14)
+        self.data.setToolTip("A built-in set, or a folder of images: one sub-folder per class (or flat, unlabelled).")
+        folder = QPushButton("Folder…")
+        folder.clicked.connect(self.choose_folder)
+        self.limit = QSpinBox()
+        self.limit.setRange(10, 1_000_000)
+        self.limit.setValue(DEFAULT_LIMIT)
+        self.limit.setPrefix("images ")
+        self.limit.setToolTip("A seeded, stratified sample of this many images.")
+        self.run_button = QPushButton("Analyse")
+        self.run_button.clicked.connect(self._run_clicked)
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setVisible(False)
+        self.progressed.connect(self._progress)
+        self.projection = QComboBox()
+        self.projection.addItems(list(A.PROJECTIONS))
+        self.projection.setToolTip("PCA (exact), t-SNE or UMAP (seeded) of the projector's features.")
+        self.state = QSpinBox()
+        self.state.setPrefix("state ")
+        self.state.setToolTip("The token state the projector shows: 0 the embedded input, i the output of block i-1.")
+        self.points_kind = QComboBox()
+        self.points_kind.addItems(list(POINTS))
+        self.colour = QComboBox()
+        self.colour.addItems(list(COLOURINGS))
+        for widget in (self.data, folder, self.limit, self.run_button, self.progress, self.projection, self.state,
+                       self.points_kind, self.colour):
+            self.controls.addWidget(widget)
+        for box in (self.projection, self.points_kind):
+            box.currentIndexChanged.connect(self.update_projection)
+        self.state.valueChanged.connect(self.update_projection)
+        self.colour.currentIndexChanged.connect(self._colour_points)
+
+        self.tabs = QTabWidget()
+        probe_page = QWidget()
+        probe_column = QVBoxLayout(probe_page)
+        probe_column.setContentsMargins(0, 0, 0, 0)
+        self.probe_kind = QComboBox()  # one figure at a time: each gets the whole page
+        self.probe_kind.addItems(["accuracy per token state", "confusion matrix at the best state"])
+        self.probe_kind.currentIndexChanged.connect(self._draw_probes)
+        probe_column.addWidget(self.probe_kind, 0, Qt.AlignmentFlag.AlignLeft)
+        self.probe_plots = pg.GraphicsLayoutWidget()
+        probe_column.addWidget(self.probe_plots, 1)
+        self.tabs.addTab(probe_page, "Probes")
+        cka_page = QWidget()
+        cka_row = QHBoxLayout(cka_page)
+        cka_row.setContentsMargins(0, 0, 0, 0)
+        left = QVBoxLayout()
+        self.cka_of = QComboBox()
+        self.cka_of.addItems(["within this model", "against the compared model"])
+        self.cka_of.currentIndexChanged.connect(self._draw_cka)
+        left.addWidget(self.cka_of, 0, Qt.AlignmentFlag.AlignLeft)
+        self.cka_plots = pg.GraphicsLayoutWidget()
+        self._cka_plot: pg.PlotItem | None = None  # the heatmap drawn now
+        self.cka_plots.scene().sigMouseClicked.connect(self._cka_clicked)
+        left.addWidget(self.cka_plots, 1)
+        cka_row.addLayout(left, 5)
+        right = QVBoxLayout()
+        self.cell_label = QLabel(CELL_HINT)
+        self.cell_label.setWordWrap(True)
+        right.addWidget(self.cell_label)
+        self.driver_list = QListWidget()
+        self.driver_list.itemActivated.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
+        self.driver_list.itemClicked.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
+        right.addWidget(self.driver_list, 1)
+        cka_row.addLayout(right, 2)
+        self.tabs.addTab(cka_page, "CKA")
+        projector = QWidget()
+        proj_row = QHBoxLayout(projector)
+        proj_row.setContentsMargins(0, 0, 0, 0)
+        self.projector = pg.GraphicsLayoutWidget()
+        self.scatter_plot = self.projector.ci.addPlot()
+        self.scatter_plot.setMenuEnabled(False)
+        self.scatter = pg.ScatterPlotItem(size=7, pen=None, hoverable=True, hoverSize=11,
+                                          hoverPen=pg.mkPen("k", width=1.5))
+        self.scatter_plot.addItem(self.scatter)
+        self.legend = self.scatter_plot.addLegend(offset=(-10, 10), labelTextSize="9pt")  # a swatch per class
+        self.scatter.sigHovered.connect(self._hovered)
+        self.scatter.sigClicked.connect(self._clicked)
+        proj_row.addWidget(self.projector, 4)
+        side = QVBoxLayout()
+        self.thumb = QLabel()
+        self.thumb.setFixedSize(THUMB, THUMB)
+        self.thumb.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.thumb_text = QLabel("Hover a point: its image; click: open it in the explorer")
+        self.thumb_text.setWordWrap(True)
+        self.thumb_text.setMaximumWidth(THUMB + 60)
+        side.addWidget(self.thumb)
+        side.addWidget(self.thumb_text)
+        side.addStretch(1)
+        proj_row.addLayout(side, 0)
+        self.tabs.addTab(projector, "Projector")
+        distance_page = QWidget()
+        distance_column = QVBoxLayout(distance_page)
+        distance_column.setContentsMargins(0, 0, 0, 0)
+        self.distance_kind = QComboBox()  # one figure at a time: each gets the whole page
+        self.distance_kind.addItems(list(DISTANCE_FIGURES))
+        self.distance_kind.currentIndexChanged.connect(self._draw_distance)
+        distance_column.addWidget(self.distance_kind, 0, Qt.AlignmentFlag.AlignLeft)
+        self.distance_plots = pg.GraphicsLayoutWidget()
+        distance_column.addWidget(self.distance_plots, 1)
+        self.tabs.addTab(distance_page, "Attention distance and norms")
+        self.body.addWidget(self.tabs, 1)
+        self.detail = Note()
+        self.body.addWidget(self.detail)
+        self.listen(session.model_changed, self._model_changed)
+        self.listen(session.compared_changed, self._draw_cka)
+        self._model_changed()
+
+    def picture(self) -> QWidget:
+        return self.tabs.currentWidget()
+
+    # ------------------------------------------------------------------ running
+    def choose_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Image folder (one sub-folder per class)")
+        if path:
+            self.data.setCurrentText(path)
+
+    def _model_changed(self) -> None:
+        self.session.cancel("dataset")
+        self._finished("")
+        self.analysis = None
+        for widget in (self.probe_plots, self.cka_plots, self.distance_plots):
+            widget.ci.clear()
+        self.scatter.clear()
+        self.driver_list.clear()
+        loaded = self.session.loaded
+        self.state.setRange(0, loaded.config.depth if loaded is not None else 0)
+        self.state.setValue(self.state.maximum())
+        self.run_button.setEnabled(loaded is not None)
+        self.note.setText("Choose a dataset and press Analyse: probes, CKA and a projector over its images."
+                          if loaded is not None else "")
+
+    def _run_clicked(self) -> None:
+        if self._running:
+            self.session.cancel("dataset")
+            self._finished("analysis cancelled")
+        else:
+            self.start()
+
+    def start(self) -> None:
+        """Open the dataset and analyse it in a worker (features come from the cache when they are there)."""
+        loaded = self.session.loaded
+        if loaded is None:
+            return
+        data, limit = self.data.currentText().strip(), self.limit.value()
+        compared = self.session.compared
+        self._running = True
+        self.run_button.setText("Cancel")
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(True)
+        self.note.setText(f"analysing {data}…")
+
+        def work(cancel: threading.Event) -> A.DatasetAnalysis | None:
+            try:
+                source = D.open_source(data, limit=limit)
+                return A.analyse(loaded, source, compared=compared, cache=D.default_cache(),
+                                 progress=self.progressed.emit, cancel=cancel)
+            except Cancelled:
+                return None
+
+        self.run_for_model(self.session.model_id, "dataset", work, self._done, self._failed)
+
+    def _progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+
+    def _finished(self, note: str) -> None:
+        self._running = False
+        self.run_button.setText("Analyse")
+        self.progress.setVisible(False)
+        self.note.setText(note)
+
+    def _failed(self, message: str) -> None:
+        self._finished(f"the analysis failed: {message}")
+
+    def _done(self, analysis: A.DatasetAnalysis | None) -> None:
+        if analysis is None:
+            return
+        self.analysis = analysis
+        f = analysis.features
+        skipped = f" ({len(f.skipped)} unreadable images skipped)" if f.skipped else ""
+        cached = ", features from the cache" if f.from_cache else ""
+        self._finished(f"{f.source.name}: {len(f):,} images, {int((f.source.split == 1).sum()):,} for validation"
+                       f"{skipped}{cached}" + ("" if f.source.labelled else "; no labels, so no probes"))
+        self.restyle()
+        self.update_projection()
+
+    # ------------------------------------------------------------------ drawing
+    def restyle(self) -> None:
+        if self.analysis is None:
+            return
+        self._draw_probes()
+        self._draw_cka()
+        self._draw_distance()
+
+    def _draw_probes(self, *_: object) -> None:
+        self.probe_plots.ci.clear()
+        best = None if self.analysis is None else self.analysis.best
+        if self.analysis is None or best is None:
+            return
+        if self.probe_kind.currentIndex() == 0:
+            figures.draw(self.probe_plots.ci, A.probe_figure(self.analysis.probes, self.analysis.features.depth))
+        else:
+            figures.draw(self.probe_plots.ci, A.confusion_figure(best))
+
+    def cka_matrix(self) -> tuple[np.ndarray, bool] | None:
+        """The matrix drawn and whether it is against the compared model."""
+        a = self.analysis
+        if a is None:
+            return None
+        against = self.cka_of.currentIndex() == 1 and a.cka_compared is not None
+        return (a.cka_compared if against and a.cka_compared is not None else a.cka), against
+
+    def _draw_cka(self, *_: object) -> None:
+        self.cka_plots.ci.clear()
+        self._cka_plot = None
+        self.driver_list.clear()  # they were the images of a cell of the matrix drawn before
+        self.drivers = []
+        self.cell_label.setText(CELL_HINT)
+        shown = self.cka_matrix()
+        if shown is None:
+            return
+        matrix, against = shown
+        a = self.analysis
+        assert a is not None
+        if self.cka_of.currentIndex() == 1 and not against:
+            self.cell_label.setText("Load a model in the Compare view, then Analyse again, for CKA between the two.")
+        kind = a.tokens_compared if against else a.tokens
+        title = (f"linear CKA of the {'[CLS]' if kind == 'cls' else 'mean patch token'}: states (rows) x "
+                 + (f"{self.session.compared_name} states" if against else "states") + " (0 = input)")
+        self._cka_plot = figures.draw(self.cka_plots.ci, A.cka_figure(matrix, title)).plots[0]
+
+    def _cka_clicked(self, event: object) -> None:
+        plot, shown = self._cka_plot, self.cka_matrix()
+        scene_pos = event.scenePos()
+        if plot is None or shown is None or not plot.vb.sceneBoundingRect().contains(scene_pos):
+            return
+        pos = plot.vb.mapSceneToView(scene_pos)
+        row, col = int(np.floor(pos.y())), int(np.floor(pos.x()))
+        if 0 <= row < shown[0].shape[0] and 0 <= col < shown[0].shape[1]:
+            self.show_drivers(row, col)
+
+    def show_drivers(self, row: int, col: int, k: int = 12) -> None:
+        """List the images that contribute most to CKA cell (row, col)."""
+        shown = self.cka_matrix()
+        a = self.analysis
+        if shown is None or a is None:
+            return
+        matrix, against = shown
+        tokens = a.tokens_compared if against else a.tokens  # both sides read the same kind of token
+        top, shares = A.cka_drivers(a.features, row, col, a.compared if against else None, tokens, k=k)
+        self.cell_label.setText(f"CKA {matrix[row, col]:.3f} of state {row} and state {col}: the {len(top)} images "
+                                "that contribute most (click one to open it)")
+        self.driver_list.clear()
+        self.drivers = [int(i) for i in top]
+        for i, share in zip(top, shares, strict=True):
+            item = QListWidgetItem(f"{share:+.4f}  {a.features.source.paths[int(i)]}")
+            item.setData(Qt.ItemDataRole.UserRole, int(i))
+            self.driver_list.addItem(item)
+
+    def _draw_distance(self, *_: object) -> None:
+        a = self.analysis
+        self.distance_plots.ci.clear()
+        if a is None:
+            return
+        kind = self.distance_kind.currentText()
+        if kind == DISTANCE_FIGURES[2] or a.distance is None or self.session.loaded is None:
+            figures.draw(self.distance_plots.ci, A.norms_figure(a.norms, a.features.depth))
+        elif kind == DISTANCE_FIGURES[1]:
+            figures.draw(self.distance_plots.ci, A.distance_spread_figure(a.distance))
+        else:
+            layout = self.session.loaded.model.layout(self.session.loaded.preprocessing.size)
+            figures.draw(self.distance_plots.ci, distance_figure(a.distance.mean, layout))
+
+    # ------------------------------------------------------------------ the projector
+    def update_projection(self, *_: object) -> None:
+        """Project the chosen state's features (in a worker: t-SNE and UMAP take seconds)."""
+        a = self.analysis
+        if a is None:
+            return
+        f, state, method = a.features, self.state.value(), self.projection.currentText()
+        patches = self.points_kind.currentText() == "patch tokens"
+        if patches:
+            n, k = f.patch_index.shape
+            x = f.patches[:, state].reshape(n * k, -1).astype(np.float32)
+            rows, patch = np.repeat(np.arange(n), k), f.patch_index.reshape(-1)
+        else:
+            x = f.tokens(a.tokens)[state]
+            rows, patch = np.arange(len(f)), np.full(len(f), -1)
+        self.detail.setText(f"projecting {len(x):,} points ({method})…")
+        self.run_for_model(self.session.model_id, "dataset-projection", lambda: A.project(x, method),
+                           lambda points: self._projected(points, rows, patch), self.detail.setText)
+
+    def _projected(self, points: np.ndarray, rows: np.ndarray, patch: np.ndarray) -> None:
+        self.points, self.point_rows, self.point_patch = points, rows, patch
+        a = self.analysis
+        assert a is not None
+        kind = "patch tokens" if (patch >= 0).any() else ("[CLS]" if a.tokens == "cls" else "mean patch token")
+        figures.set_title(self.scatter_plot, f"{self.projection.currentText().upper()} of the {kind}, state "
+                                             f"{self.state.value()} ({len(points):,} points)")
+        self._colour_points()
+        self.scatter_plot.autoRange()
+        self.detail.setText("")
+
+    def point_colours(self) -> np.ndarray | None:
+        """(M,) the class index each point is coloured by (-1: grey)."""
+        a, rows = self.analysis, self.point_rows
+        if a is None or rows is None:
+            return None
+        f = a.features
+        how = self.colour.currentText()
+        if how == "model's prediction":
+            by_image = f.predicted
+        elif how == "probe's prediction" and a.best is not None:
+            by_image = np.full(len(f), -1)
+            by_image[a.best.val] = a.best.predictions
+        else:
+            by_image = f.source.labels
+        return by_image[rows]
+
+    def _colour_points(self, *_: object) -> None:
+        colours = self.point_colours()
+        if colours is None or self.points is None:
+            return
+        classes = max(int(colours.max()) + 1, 1)
+        palette = [pg.mkBrush(pg.intColor(c, hues=max(classes, 2), alpha=200)) for c in range(classes)]
+        grey = pg.mkBrush(150, 150, 150, 120)
+        brushes = [palette[c] if c >= 0 else grey for c in colours]
+        self.scatter.setData(pos=self.points, brush=brushes, data=np.arange(len(self.points)))
+        self.legend.clear()
+        names = self.analysis.features.source.label_names if self.analysis is not None else []
+        for c in range(min(classes, len(names))):
+            self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=palette[c]), names[c])
+        if (colours < 0).any():
+            self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=grey), "training image (no probe)")
+
+    def _hovered(self, item: object, points: list[pg.SpotItem], event: object) -> None:
+        if not len(points) or self.analysis is None or self.point_rows is None or self.point_patch is None:
+            return
+        n = int(points[0].data())
+        row, patch = int(self.point_rows[n]), int(self.point_patch[n])
+        self.thumb.setPixmap(_qpixmap(self.thumbnail(row, patch)))
+        src = self.analysis.features.source
+        label = src.label_names[src.labels[row]] if src.labelled else "unlabelled"
+        where = f", patch {divmod(patch, self.analysis.features.grid[1])}" if patch >= 0 else ""
+        self.thumb_text.setText(f"{src.paths[row]}{where}\n{label}")
+
+    def thumbnail(self, row: int, patch: int = -1) -> Image.Image:
+        """The image, THUMB pixels wide, with the patch outlined (patch tokens)."""
+        assert self.analysis is not None
+        f = self.analysis.features
+        try:
+            image = f.source.image(row).convert("RGB").resize((THUMB, THUMB), Image.Resampling.BILINEAR)
+        except ValueError:
+            return Image.new("RGB", (THUMB, THUMB), (90, 90, 90))
+        if patch >= 0:
+            gh, gw = f.grid
+            r, c = divmod(patch, gw)
+            ImageDraw.Draw(image).rectangle((c * THUMB / gw, r * THUMB / gh, (c + 1) * THUMB / gw - 1,
+                                             (r + 1) * THUMB / gh - 1), outline=(255, 40, 40), width=2)
+        return image
+
+    def _clicked(self, item: object, points: list[pg.SpotItem], event: object) -> None:
+        if len(points) and self.point_rows is not None and self.point_patch is not None:
+            n = int(points[0].data())
+            self.open_image(int(self.point_rows[n]), int(self.point_patch[n]))
+
+    def open_image(self, row: int, patch: int = -1) -> None:
+        """Open image `row` in the explorer; a patch becomes the query token of the attention maps."""
+        a = self.analysis
+        if a is None:
+            return
+        try:
+            image = a.features.source.image(row)
+        except ValueError as error:
+            self.detail.setText(str(error))
+            return
+        self.session.set_image(image, a.features.source.paths[row])
+        if patch >= 0:
+            grid = a.features.grid
+            if tuple(self.session.grid) == tuple(grid):
+                self.session.select(query=divmod(patch, grid[1]))
+
+    def cell_at(self, row: int, col: int) -> QPoint:
+        """Where CKA cell (row, col) is drawn, in the heatmap widget's coordinates (tests click it)."""
+        assert self._cka_plot is not None
+        scene = self._cka_plot.vb.mapViewToScene(QPointF(col + 0.5, row + 0.5))
+        return self.cka_plots.mapFromScene(scene)
+
+    def table(self) -> Table | None:
+        a = self.analysis
+        if a is None or not a.probes:
+            return None
+        rows = [(int(s), c.tokens, float(k), float(lin)) for c in a.probes
+                for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
+        return ["state", "tokens", "knn", "linear"], rows
