@@ -219,13 +219,13 @@ class _Readout:
         if cfg.pool in ("map", "query"):
             self._attention_pool(model, normed, 0 if cfg.pool_prefix else prefix, inv, shift, u)
             return
-        if cfg.pool == "gap":
-            w = torch.zeros(t, dtype=x.dtype, device=x.device)
-            w[prefix:] = 1.0 / (t - prefix)  # the mean of the patch tokens
-            rows = [w]
-        else:
-            rows = [torch.eye(t, dtype=x.dtype, device=x.device)[0]]
-        heads = [u(cfg.pool)]
+        mean = torch.zeros(t, dtype=x.dtype, device=x.device)
+        mean[prefix:] = 1.0 / (t - prefix)  # the mean of the patch tokens
+        first = torch.eye(t, dtype=x.dtype, device=x.device)[0]
+        rows, heads = ([mean] if cfg.pool == "gap" else [first]), [u(cfg.pool)]
+        if cfg.pool == "cls+mean":  # DINOv2's classifiers: one head over [CLS] beside the mean, split in its halves
+            d = cfg.embed_dim
+            rows, heads = [first, mean], [heads[0][:d], heads[0][d:]]
         if cfg.distilled and cfg.dist_head and cfg.num_classes and not cfg.proj_dim:
             rows.append(torch.eye(t, dtype=x.dtype, device=x.device)[1])
             heads = [0.5 * heads[0], 0.5 * u("dist")]  # DeiT: the two heads averaged, on [CLS] and on dist
