@@ -104,12 +104,13 @@ _title_chars = 44  # titles wrap at about this many characters at text scale 1 (
 def title_width(chars: int) -> Iterator[None]:
     """Titles drawn inside wrap at about `chars` characters: for figures in narrow columns (the Compare view's
     two sides), whose titles would otherwise set a minimum width wider than the column."""
-    global _title_chars
-    saved, _title_chars = _title_chars, chars
+    global _title_chars, _wrap_scale
+    saved = _title_chars, _wrap_scale
+    _title_chars, _wrap_scale = chars, _text_scale  # measured on the page as it is: its text at its full scale
     try:
         yield
     finally:
-        _title_chars = saved
+        _title_chars, _wrap_scale = saved
 
 
 def wrap_title(text: str, heading: bool = False) -> str:

@@ -31,6 +31,11 @@ class ZoomArea(QScrollArea):
         self.setHorizontalScrollBarPolicy(zoomed if self.zoom > 1 else off)
         self._fit(self.size())
 
+    def fit(self) -> None:
+        """Lay the page out in the room the dock gives now: a hidden dock's area gets no resize event until it is
+        shown, so a view exported from a hidden tab asks for this first (View.bring_up_to_date)."""
+        self._fit(self.size())
+
     def _fit(self, size: QSize) -> None:
         widget = self.widget()
         if widget is None:

@@ -17,6 +17,7 @@ from ..flow import flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
 from ..settings import read_text
+from ..zoom import ZoomArea
 
 Table = tuple[list[str], Sequence[Sequence[Any]]]  # header, rows
 T = TypeVar("T")
@@ -191,6 +192,10 @@ class View(SessionWidget):
 
     def bring_up_to_date(self, seconds: float = 10.0) -> None:
         """Refresh a view, hidden ones too, and let its background work finish (bounded), before exporting."""
+        viewport = self.parentWidget()
+        area = viewport.parentWidget() if viewport is not None else None
+        if isinstance(area, ZoomArea):  # hidden, its page has not had the dock's room yet
+            area.fit()
         deadline = time.monotonic() + seconds
         quiet = 0  # idle turns in a row: a finished forward pass may start this view's own work a turn later
         while quiet < 3 and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ from ..session import Session
 from .base import Table, View
 
 TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
+MAPS_MIN_PX = 160
 DEFAULT_METHODS = ("rollout", "attention-gradient", "transformer-attribution", "gradcam", "integrated-gradients",
                    "occlusion")
 
@@ -94,6 +95,7 @@ class ExplainView(View):
             self.controls.addWidget(widget)
         self._set_busy(False)
         self.plots = pg.GraphicsLayoutWidget()
+        self.plots.setMinimumHeight(MAPS_MIN_PX)  # the maps are the view: never squeezed to a strip (a hidden tab too)
         self.curves = pg.GraphicsLayoutWidget()
         self.heading = QLabel("")  # what is explained and how the maps are ranked: one line over the maps
         self.heading.setWordWrap(True)
@@ -113,6 +115,10 @@ class ExplainView(View):
 
     def picture(self) -> QWidget:
         return self.plots
+
+    def bring_up_to_date(self, seconds: float = 120.0) -> None:
+        """As every view's, with the time six maps and their curves take on a CPU (a hybrid ResNet stem: a minute)."""
+        super().bring_up_to_date(seconds)
 
     def export_info(self) -> dict[str, str]:
         info = {**super().export_info(), "methods": ", ".join(e.method for e in self._order)}
