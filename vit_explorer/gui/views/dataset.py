@@ -496,6 +496,7 @@ class DatasetView(View):
         self.selection_list.clear()
         for i in images[:LISTED]:
             item = QListWidgetItem(paths[int(i)])
+            item.setToolTip(paths[int(i)])
             item.setData(Qt.ItemDataRole.UserRole, int(i))
             self.selection_list.addItem(item)
 
