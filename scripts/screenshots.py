@@ -156,6 +156,8 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
 
 def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: Path) -> int:
     """The Dataset view's tabs after analysing `data` (against `compare` too, when given)."""
+    import numpy as np
+
     if compare:
         window.views["Compare"].compare_with(compare)
         settle(app, window, 3.0)
@@ -181,10 +183,22 @@ def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: 
             box.setCurrentIndex(choice)
         if name == "projector":
             view._hovered(view.scatter, [view.scatter.points()[0]], None)
+            lasso = lasso_around(view.points)  # a selection, as a Shift+drag draws it
+            view.lasso_box.outline.setData(*np.vstack([lasso, lasso[:1]]).T)
+            view.select_inside(lasso)
         settle(app, window, 0.5)
         shoot(window, out / f"dataset_{name}.png")
     window.close()
     return 0
+
+
+def lasso_around(points):
+    """A freehand-looking loop around the middle of a 2-D point cloud: (40, 2)."""
+    import numpy as np
+
+    t = np.linspace(0, 2 * np.pi, 40, endpoint=False)
+    r = 0.8 + 0.2 * np.sin(3 * t)
+    return np.median(points, axis=0) + points.std(axis=0) * 0.8 * np.stack([r * np.cos(t), r * np.sin(t)], axis=1)
 
 
 def shoot(window, path: Path) -> None:

@@ -122,3 +122,74 @@ def test_against_the_compared_model(qtbot, window, tiny_checkpoint: Path) -> Non
     assert against and matrix is a.cka_compared
     view.show_drivers(2, 2)
     assert view.driver_list.count() == 12
+
+
+@pytest.fixture
+def every_move(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyqtgraph drops mouse moves closer than 10 ms apart; the test's moves come faster than a hand's."""
+    import pyqtgraph as pg
+
+    monkeypatch.setitem(pg.CONFIG_OPTIONS, "mouseRateLimit", -1)
+
+
+def _drag_lasso(qtbot, view, polygon: np.ndarray, modifier=Qt.KeyboardModifier.NoModifier) -> None:
+    """A real freehand lasso: press at the first vertex, move through the others (a few steps per edge), release."""
+    widget = view.projector.viewport()
+    closed = np.vstack([polygon, polygon[:1]])
+    path = [a + (b - a) * t for a, b in zip(closed[:-1], closed[1:], strict=True) for t in np.linspace(0, 1, 6)[:-1]]
+    qtbot.mousePress(widget, Qt.MouseButton.LeftButton, modifier, view.point_at(*path[0]))
+    for x, y in path[1:]:
+        qtbot.mouseMove(widget, view.point_at(x, y))
+    qtbot.mouseRelease(widget, Qt.MouseButton.LeftButton, modifier, view.point_at(*path[-1]))
+
+
+def test_lasso_selects_the_points_inside_and_lists_their_images(qtbot, window, every_move) -> None:
+    from vit_explorer.analysis.polygon import inside
+
+    view = analyse(qtbot, window)
+    view.tabs.setCurrentIndex(2)
+    qtbot.wait(100)  # laid out, so points are where they are drawn
+    pts = view.points
+    centre, spread = np.median(pts, axis=0), pts.std(axis=0)
+    # a lasso around the middle of the cloud (a diamond), drawn with Shift: the plain drag pans
+    polygon = centre + spread * np.array([[-1.0, 0.0], [0.0, -1.0], [1.0, 0.0], [0.0, 1.0]])
+    before = view.lasso_box.viewRange()
+    _drag_lasso(qtbot, view, polygon, Qt.KeyboardModifier.ShiftModifier)
+    assert view.lasso_box.viewRange() == before  # the lasso did not pan
+    drawn = view.lasso_box.vertices
+    assert len(drawn) > 10
+    expected = np.flatnonzero(inside(pts, np.asarray(drawn)))
+    assert 0 < len(expected) < len(pts)
+    assert np.array_equal(view.selected, expected)
+    assert np.array_equal(view.selected, np.flatnonzero(inside(pts, polygon)))  # the drawn path is the polygon
+    assert len(view.marks.data) == len(expected)  # highlighted
+    paths = view.analysis.features.source.paths
+    assert [view.selection_list.item(i).text() for i in range(view.selection_list.count())] == \
+        [paths[i] for i in expected]
+    assert f"{len(expected)} images" in view.selection_label.text()
+    view.selection_list.itemClicked.emit(view.selection_list.item(0))
+    assert window.session.image_name == paths[expected[0]]
+    view.clear_button.click()
+    assert len(view.selected) == 0 and view.selection_list.count() == 0 and len(view.marks.data) == 0
+
+
+def test_plain_drag_pans_and_the_lasso_button_draws(qtbot, window, every_move) -> None:
+    view = analyse(qtbot, window)
+    view.tabs.setCurrentIndex(2)
+    qtbot.wait(100)
+    pts = view.points
+    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    around = np.array([[lo[0], lo[1]], [hi[0], lo[1]], [hi[0], hi[1]], [lo[0], hi[1]]]) + [[-1, -1], [1, -1], [1, 1],
+                                                                                            [-1, 1]] * (hi - lo) * 0.05
+    before = view.lasso_box.viewRange()
+    _drag_lasso(qtbot, view, around)  # no Shift, no Lasso button: a pan
+    assert len(view.selected) == 0 and view.lasso_box.viewRange() != before
+    view.scatter_plot.autoRange()
+    qtbot.wait(50)
+    view.lasso_button.click()
+    _drag_lasso(qtbot, view, around)  # around every point
+    assert len(view.selected) == len(pts) and view.selection_list.count() == len(view.selected_images()) == 60
+    view.points_kind.setCurrentText("patch tokens")  # a new projection: the old selection goes
+    k = view.analysis.features.patch_index.shape[1]
+    qtbot.waitUntil(lambda: view.points is not None and len(view.points) == 60 * k, timeout=20000)
+    assert len(view.selected) == 0 and view.selection_list.count() == 0

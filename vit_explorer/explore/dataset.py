@@ -222,12 +222,12 @@ def readout_states(loaded: LoadedModel) -> bool:
     return "cls" in cfg.prefix_names and not cfg.class_attn_depth
 
 
-def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel: threading.Event | None
-             ) -> Iterator[tuple[list[int], torch.Tensor | None, list[str]]]:
-    """(indices kept, pixels (B, 3, H, W) or None, skipped messages) per batch; decoding runs one batch ahead on
-    a thread (Pillow and torch release the GIL while they work)."""
+def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel: threading.Event | None,
+             indices: np.ndarray) -> Iterator[tuple[list[int], torch.Tensor | None, list[str]]]:
+    """(indices kept, pixels (B, 3, H, W) or None, skipped messages) per batch of `indices`; decoding runs one batch
+    ahead on a thread (Pillow and torch release the GIL while they work)."""
     pre = loaded.preprocessing
-    chunks = [list(range(s, min(s + batch_size, len(source)))) for s in range(0, len(source), batch_size)]
+    chunks = [[int(i) for i in indices[s:s + batch_size]] for s in range(0, len(indices), batch_size)]
     ready: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
 
@@ -281,24 +281,33 @@ def _keep_heap_small() -> None:
             pass
 
 
-def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, patches: int = PATCHES_PER_IMAGE,
-            distance: bool = False, seed: int = 0, progress: Progress | None = None,
-            cancel: threading.Event | None = None) -> Features:
-    """Every image's features at every token state (see the module doc). `progress(done, total)` after each
-    batch; `cancel` stops between batches (Cancelled)."""
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+@dataclass
+class _Part:
+    """What one pass over some of the images computed: the arrays of the images kept, in the order of `kept`."""
+
+    kept: list[int]  # indices into the source
+    arrays: dict[str, np.ndarray]  # name -> (len(kept), ...), empty when no image was kept
+    skipped: list[str]
+
+
+def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.ndarray:
+    """(n, k) which patch tokens are kept per image: drawn for all n images at once, so that a shard of them
+    (torchrun) keeps the same patches as one process does."""
+    n_patch = loaded.model.layout(loaded.preprocessing.size).num_patches
+    k = min(patches, n_patch)
+    rng = np.random.default_rng(seed)
+    return np.stack([rng.choice(n_patch, k, replace=False) for _ in range(n)]) if n else np.zeros((0, k), np.int64)
+
+
+def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarray, patch_index: np.ndarray, *,
+                  batch_size: int, distance: bool, progress: Progress | None, cancel: threading.Event | None) -> _Part:
+    """The features of the images `indices` of `source` (see `extract`); `progress(done, len(indices))`."""
     _keep_heap_small()
     model, cfg = loaded.model, loaded.config
     device = loaded.device
     layout = model.layout(loaded.preprocessing.size)
     p = layout.num_prefix_tokens
-    n_patch = layout.num_patches
-    k = min(patches, n_patch)
     has_cls = readout_states(loaded)
-    rng = np.random.default_rng(seed)
-    patch_index = np.stack([rng.choice(n_patch, k, replace=False) for _ in range(len(source))]) if len(source) \
-        else np.zeros((0, k), np.int64)
     parts: dict[str, list[np.ndarray]] = {}
     kept_all: list[int] = []
     skipped: list[str] = []
@@ -309,7 +318,7 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
         distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
                          .cpu().numpy())  # (B, heads)
 
-    for kept, pixels, bad in _batches(source, loaded, batch_size, cancel):
+    for kept, pixels, bad in _batches(source, loaded, batch_size, cancel, indices):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
@@ -342,20 +351,43 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
                 parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
             kept_all += kept
         if progress is not None:
-            progress(done, len(source))
+            progress(done, len(indices))
+    return _Part(kept_all, {name: np.concatenate(values) for name, values in parts.items()}, skipped)
+
+
+def _assemble(loaded: LoadedModel, source: DatasetSource, parts: list[_Part], patch_index: np.ndarray) -> Features:
+    """One Features from the parts of consecutive shards of the source, in the source's order."""
+    kept_all = [i for part in parts for i in part.kept]
+    skipped = [message for part in parts for message in part.skipped]
     if not kept_all:
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
-    joined = {name: np.concatenate(values) for name, values in parts.items()}
+    filled = [part.arrays for part in parts if part.kept]
+    joined = {name: np.concatenate([arrays[name] for arrays in filled]) for name in filled[0]}
+    cfg = loaded.config
     states = cfg.depth + 1
+    layout = loaded.model.layout(loaded.preprocessing.size)
     return Features(
         source=source.subset(np.asarray(kept_all)), depth=cfg.depth,
-        cls={i: np.ascontiguousarray(joined["cls"][:, i]) for i in range(states)} if has_cls else {},
+        cls={i: np.ascontiguousarray(joined["cls"][:, i]) for i in range(states)} if "cls" in joined else {},
         mean={i: np.ascontiguousarray(joined["mean"][:, i]) for i in range(states)},
         pooled=joined["pooled"], predicted=joined["predicted"].astype(np.int64), patches=joined["patches"],
         patch_index=patch_index[kept_all].astype(np.int32), grid=layout.grid, norm_mean=joined["norm_mean"],
         norm_max=joined["norm_max"], norm_argmax=joined["norm_argmax"], prefix_norms=joined["prefix_norms"],
         prefix_names=layout.prefix_names, distance=joined.get("distance"), skipped=skipped)
+
+
+def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, patches: int = PATCHES_PER_IMAGE,
+            distance: bool = False, seed: int = 0, progress: Progress | None = None,
+            cancel: threading.Event | None = None) -> Features:
+    """Every image's features at every token state (see the module doc). `progress(done, total)` after each
+    batch; `cancel` stops between batches (Cancelled)."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    patch_index = _patch_sample(loaded, len(source), patches, seed)
+    part = _extract_part(loaded, source, np.arange(len(source)), patch_index, batch_size=batch_size,
+                         distance=distance, progress=progress, cancel=cancel)
+    return _assemble(loaded, source, [part], patch_index)
 
 
 # ---------------------------------------------------------------------------------------------- the cache
@@ -475,24 +507,93 @@ def load_features(path: Path, source: DatasetSource | None = None) -> Features:
     return features
 
 
+def _cached(loaded: LoadedModel, source: DatasetSource, cache: Path | None, *, patches: int, distance: bool,
+            seed: int) -> tuple[Path | None, str]:
+    """(the cache file for these weights, images and preprocessing, its key); (None, '') without a cache."""
+    if cache is None:
+        return None, ""
+    key = cache_key(loaded, source, patches=patches, distance=distance, seed=seed)
+    return cache / f"{key}.npz", key
+
+
 def features_for(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
                  seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
                  progress: Progress | None = None, cancel: threading.Event | None = None) -> Features:
     """The features of `source`, from the cache folder `cache` when it holds them for these weights, images and
     preprocessing (None: no cache), else extracted and stored there."""
-    key = path = None
-    if cache is not None:
-        key = cache_key(loaded, source, patches=patches, distance=distance, seed=seed)
-        path = cache / f"{key}.npz"
-        if path.is_file():
-            features = load_features(path, source)
-            features.key, features.from_cache = key, True
-            if progress is not None:
-                progress(len(source), len(source))
-            return features
+    path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed)
+    if path is not None and path.is_file():
+        features = load_features(path, source)
+        features.key, features.from_cache = key, True
+        if progress is not None:
+            progress(len(source), len(source))
+        return features
     features = extract(loaded, source, batch_size=batch_size, patches=patches, distance=distance, seed=seed,
                        progress=progress, cancel=cancel)
-    if path is not None and key is not None:
+    if path is not None:
+        save_features(features, path)
+        features.key = key
+    return features
+
+
+def rank_and_world() -> tuple[int, int]:
+    """(this process's rank, the number of processes) under torchrun's process group; (0, 1) outside one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def shard(n: int, rank: int, world: int) -> np.ndarray:
+    """The indices of the images rank `rank` of `world` extracts: consecutive, the first shards one longer."""
+    return np.array_split(np.arange(n), world)[rank]
+
+
+def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
+                    seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
+                    progress: Progress | None = None) -> Features | None:
+    """`features_for` under torchrun (as `train` runs): each rank extracts its shard of the images on its own
+    device and rank 0 gathers them in the source's order, reads and writes the cache and returns the features;
+    the other ranks return None. `progress` is called on rank 0 only. In one process: `features_for`."""
+    import torch.distributed as dist
+
+    rank, world = rank_and_world()
+    if world == 1:
+        return features_for(loaded, source, batch_size=batch_size, distance=distance, seed=seed, patches=patches,
+                            cache=cache, progress=progress)
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed) if rank == 0 \
+        else (None, "")
+    hit = [path is not None and path.is_file()]
+    dist.broadcast_object_list(hit, src=0)  # every rank must know whether to extract
+    if hit[0]:
+        return features_for(loaded, source, cache=cache, patches=patches, distance=distance, seed=seed,
+                            progress=progress) if rank == 0 else None
+    n = len(source)
+    patch_index = _patch_sample(loaded, n, patches, seed)  # the same draw on every rank
+    mine = shard(n, rank, world)
+
+    def report(done: int, total: int) -> None:  # rank 0's shard is the longest: scaled, it reaches n last
+        if progress is not None:
+            progress(min(n, done * world), n)
+
+    part: _Part | str
+    try:
+        part = _extract_part(loaded, source, mine, patch_index, batch_size=batch_size, distance=distance,
+                             progress=report if rank == 0 else None, cancel=None)
+    except Exception as error:  # noqa: BLE001 - sent to rank 0, which raises it: a rank that stops would hang the rest
+        part = f"rank {rank}: {type(error).__name__}: {error}"
+    gathered: list[_Part | str] | None = [""] * world if rank == 0 else None
+    dist.gather_object(part, gathered, dst=0)
+    if gathered is None:
+        return None
+    failed = [g for g in gathered if isinstance(g, str)]
+    if failed:
+        raise ValueError(f"feature extraction failed on {len(failed)} of {world} processes: {failed[0]}")
+    features = _assemble(loaded, source, [g for g in gathered if isinstance(g, _Part)], patch_index)
+    if path is not None:
         save_features(features, path)
         features.key = key
     return features

@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..checkpoints import LoadedModel
 from ..checkpoints.files import write_atomic
@@ -108,10 +110,13 @@ class _Bar:
 
 
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
-              distance: bool = False) -> D.Features:
+              distance: bool = False) -> D.Features | None:
+    """The features (None on the ranks other than 0 under torchrun, which write nothing)."""
     cache = None if args.no_cache else Path(args.cache).expanduser() if args.cache else D.default_cache()
-    features = D.features_for(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
-                              cache=cache, progress=_Bar(what))
+    features = D.features_across(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
+                                 cache=cache, progress=_Bar(what))
+    if features is None:
+        return None
     for message in features.skipped[:20]:
         print(f"vit-explorer: warning: skipped {message}", file=sys.stderr)
     if features.skipped:
@@ -160,16 +165,34 @@ def _figures(out: Path, render: Render, figures: dict[str, tuple[Figure, tuple[i
 
 
 def run(args: argparse.Namespace, render: Render) -> int:
-    """Run `args.command` (embed, probe or cka)."""
-    from ..checkpoints import load
+    """Run `args.command` (embed, probe or cka). Under torchrun (as `train` runs) every process extracts a shard
+    of the images on its own GPU (or the CPU, with gloo) and rank 0 alone writes."""
+    from ..training.command import setup_distributed
 
     _check(args)
+    distributed = setup_distributed()
+    try:
+        rank, _ = D.rank_and_world()
+        if distributed and args.device in (None, "cuda") and torch.cuda.is_available():
+            args.device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"  # each rank its own GPU
+        return _run(args, render, rank)
+    finally:
+        if distributed:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
+    from ..checkpoints import load
+
     out = Path(args.out)
     source = D.open_source(args.data, limit=args.limit, seed=args.seed, val_fraction=args.val_fraction)
-    for note in source.notes:
+    for note in source.notes if rank == 0 else ():
         print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
     loaded = load(args.source, device=args.device, arch=args.arch)
-    out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
     if args.command == "embed":
         return _embed(args, loaded, source, out, render)
     if args.command == "probe":
@@ -179,6 +202,8 @@ def run(args: argparse.Namespace, render: Render) -> int:
 
 def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
     f = _features(loaded, source, args, "embed", distance=args.attention_distance)
+    if f is None:
+        return 0
     src = f.source
     arrays: dict[str, np.ndarray] = {"paths": np.asarray(src.paths, dtype=str), "labels": src.labels,
                                      "label_names": np.asarray(src.label_names, dtype=str), "split": src.split,
@@ -227,6 +252,8 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     if not source.labelled:
         raise ValueError(f"--data {args.data}: the images have no labels; probes need one sub-folder per class")
     f = _features(loaded, source, args, "probe")
+    if f is None:
+        return 0
     curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
     rows = [[int(s), c.tokens, _finite(k), _finite(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
@@ -261,10 +288,12 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
     if args.source_b:
         loaded_b = load(args.source_b, device=args.device, arch=args.arch)
         fb = _features(loaded_b, source, args, "cka: model B")
-        if fa.source.paths != fb.source.paths:
-            keep = sorted(set(fa.source.paths) & set(fb.source.paths))
-            raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
-                             "both); fix or remove the unreadable ones")
+    if fa is None:
+        return 0
+    if fb is not None and fa.source.paths != fb.source.paths:
+        keep = sorted(set(fa.source.paths) & set(fb.source.paths))
+        raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
+                         "both); fix or remove the unreadable ones")
     tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
     matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
                           minibatch=args.minibatch)

@@ -85,7 +85,7 @@ def _one_line_errors(parser: argparse.ArgumentParser) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
-def _setup_distributed() -> bool:
+def setup_distributed() -> bool:
     """Join the torchrun process group when launched by torchrun; True if distributed."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
@@ -205,7 +205,7 @@ def _world() -> int:
 def run(args: argparse.Namespace) -> int:
     from .checkpoint import hold_folder
 
-    distributed = _setup_distributed()
+    distributed = setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
         config, data, recipe = build(args)

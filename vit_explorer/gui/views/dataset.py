@@ -7,6 +7,7 @@ image in the explorer, a patch as the query), and the mean attention distance an
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -16,6 +17,7 @@ from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
+    QGraphicsSceneMouseEvent,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...analysis.polygon import inside
 from ...data import synthetic
 from ...explore import dataset as D
 from ...explore import dataset_analysis as A
@@ -43,6 +46,53 @@ DISTANCE_FIGURES = ("mean attention distance per head", "its spread over the ima
 THUMB = 112  # pixels per side of the hover thumbnail
 DEFAULT_LIMIT = 1000
 CELL_HINT = "Click a cell: the images that drive it"
+LASSO_HINT = "Lasso: Shift+drag (or the Lasso button, then drag) around points"
+LISTED = 1000  # selected images listed at most (the count says how many there are)
+
+
+class LassoViewBox(pg.ViewBox):
+    """A ViewBox whose left drag draws a freehand lasso when `lasso` is on or Shift is held (a plain drag pans);
+    on release `lassoed` gives the polygon in data coordinates, (V, 2)."""
+
+    lassoed = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lasso = False
+        self._shift = False  # Shift was held at the last press
+        self._drawing = False  # the drag going on draws a lasso
+        self.vertices: list[tuple[float, float]] = []
+        self.outline = pg.PlotCurveItem(pen=pg.mkPen((20, 20, 20), width=1.5, style=Qt.PenStyle.DashLine))
+        self.outline.setZValue(20)
+        self.addItem(self.outline, ignoreBounds=True)
+
+    def mousePressEvent(self, ev: QGraphicsSceneMouseEvent) -> None:  # noqa: N802 - Qt's name
+        # Shift is read at the press: the drag that follows is a lasso to its end, whatever the keys do meanwhile
+        self._shift = bool(ev.modifiers() & Qt.KeyboardModifier.ShiftModifier)
+        ev.ignore()  # pyqtgraph's scene turns the press and the moves into its drag event
+
+    def mouseDragEvent(self, ev: Any, axis: int | None = None) -> None:  # noqa: N802 - pyqtgraph's name
+        if ev.isStart():
+            self._drawing = ev.button() == Qt.MouseButton.LeftButton and (self.lasso or self._shift)
+        if not self._drawing:
+            super().mouseDragEvent(ev, axis)
+            return
+        ev.accept()
+        if ev.isStart():
+            start = self.mapSceneToView(ev.buttonDownScenePos())
+            self.vertices = [(start.x(), start.y())]
+        here = self.mapSceneToView(ev.scenePos())
+        self.vertices.append((here.x(), here.y()))
+        finished = ev.isFinish()
+        xy = np.asarray(self.vertices + self.vertices[:1] if finished else self.vertices)
+        self.outline.setData(xy[:, 0], xy[:, 1])
+        if finished:
+            self._drawing = False
+            self.lassoed.emit(np.asarray(self.vertices))
+
+    def clear_outline(self) -> None:
+        self.vertices = []
+        self.outline.setData([], [])
 
 
 def _qpixmap(image: Image.Image) -> QPixmap:
@@ -62,6 +112,7 @@ class DatasetView(View):
         self.point_rows: np.ndarray | None = None  # (M,) image index of each point
         self.point_patch: np.ndarray | None = None  # (M,) patch index of each point (-1: a whole image)
         self.drivers: list[int] = []  # image indices listed for the CKA cell chosen
+        self.selected = np.zeros(0, dtype=np.int64)  # the projector's points inside the lasso
         self._running = False
         self.data = QComboBox()
         self.data.setEditable(True)
@@ -137,11 +188,16 @@ class DatasetView(View):
         proj_row = QHBoxLayout(projector)
         proj_row.setContentsMargins(0, 0, 0, 0)
         self.projector = pg.GraphicsLayoutWidget()
-        self.scatter_plot = self.projector.ci.addPlot()
+        self.lasso_box = LassoViewBox()
+        self.lasso_box.lassoed.connect(self.select_inside)
+        self.scatter_plot = self.projector.ci.addPlot(viewBox=self.lasso_box)
         self.scatter_plot.setMenuEnabled(False)
         self.scatter = pg.ScatterPlotItem(size=7, pen=None, hoverable=True, hoverSize=11,
                                           hoverPen=pg.mkPen("k", width=1.5))
         self.scatter_plot.addItem(self.scatter)
+        self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
+        self.marks.setZValue(10)
+        self.scatter_plot.addItem(self.marks)
         self.legend = self.scatter_plot.addLegend(offset=(-10, 10), labelTextSize="9pt")  # a swatch per class
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
@@ -155,7 +211,27 @@ class DatasetView(View):
         self.thumb_text.setMaximumWidth(THUMB + 60)
         side.addWidget(self.thumb)
         side.addWidget(self.thumb_text)
-        side.addStretch(1)
+        lasso_row = QHBoxLayout()
+        self.lasso_button = QPushButton("Lasso")
+        self.lasso_button.setCheckable(True)
+        self.lasso_button.setToolTip("On: a drag draws a lasso around points instead of panning (or hold Shift).")
+        self.lasso_button.toggled.connect(lambda on: setattr(self.lasso_box, "lasso", on))
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.setToolTip("Clear the lasso selection.")
+        self.clear_button.clicked.connect(self.clear_selection)
+        lasso_row.addWidget(self.lasso_button)
+        lasso_row.addWidget(self.clear_button)
+        side.addLayout(lasso_row)
+        self.selection_label = QLabel(LASSO_HINT)
+        self.selection_label.setWordWrap(True)
+        self.selection_label.setMaximumWidth(THUMB + 60)
+        side.addWidget(self.selection_label)
+        self.selection_list = QListWidget()
+        self.selection_list.setMaximumWidth(THUMB + 60)
+        self.selection_list.itemClicked.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
+        self.selection_list.itemActivated.connect(
+            lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
+        side.addWidget(self.selection_list, 1)
         proj_row.addLayout(side, 0)
         self.tabs.addTab(projector, "Projector")
         distance_page = QWidget()
@@ -192,6 +268,7 @@ class DatasetView(View):
             widget.ci.clear()
         self.scatter.clear()
         self.driver_list.clear()
+        self.clear_selection()
         loaded = self.session.loaded
         self.state.setRange(0, loaded.config.depth if loaded is not None else 0)
         self.state.setValue(self.state.maximum())
@@ -362,6 +439,7 @@ class DatasetView(View):
 
     def _projected(self, points: np.ndarray, rows: np.ndarray, patch: np.ndarray) -> None:
         self.points, self.point_rows, self.point_patch = points, rows, patch
+        self.clear_selection()  # the lasso was drawn around the points of another projection
         a = self.analysis
         assert a is not None
         kind = "patch tokens" if (patch >= 0).any() else ("[CLS]" if a.tokens == "cls" else "mean patch token")
@@ -402,6 +480,42 @@ class DatasetView(View):
             self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=palette[c]), names[c])
         if (colours < 0).any():
             self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=grey), "training image (no probe)")
+
+    def select_inside(self, polygon: np.ndarray) -> None:
+        """Select the projector's points inside `polygon` ((V, 2), data coordinates): mark them and list their
+        images (each once, in dataset order; a click opens one)."""
+        if self.points is None or self.point_rows is None or self.point_patch is None or self.analysis is None:
+            return
+        self.selected = np.flatnonzero(inside(self.points, polygon))
+        self.marks.setData(pos=self.points[self.selected])
+        images = self.selected_images()
+        paths = self.analysis.features.source.paths
+        patches = f"{len(self.selected):,} patch tokens of " if (self.point_patch >= 0).any() else ""
+        listed = f" (the first {LISTED:,} listed)" if len(images) > LISTED else ""
+        self.selection_label.setText(f"selected {patches}{len(images):,} images{listed}; click one to open it")
+        self.selection_list.clear()
+        for i in images[:LISTED]:
+            item = QListWidgetItem(paths[int(i)])
+            item.setToolTip(paths[int(i)])
+            item.setData(Qt.ItemDataRole.UserRole, int(i))
+            self.selection_list.addItem(item)
+
+    def selected_images(self) -> np.ndarray:
+        """The image indices of the selected points, each once, sorted."""
+        if self.point_rows is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(self.point_rows[self.selected])
+
+    def clear_selection(self) -> None:
+        self.selected = np.zeros(0, dtype=np.int64)
+        self.marks.clear()
+        self.lasso_box.clear_outline()
+        self.selection_list.clear()
+        self.selection_label.setText(LASSO_HINT)
+
+    def point_at(self, x: float, y: float) -> QPoint:
+        """Where data point (x, y) of the projector is drawn, in its widget's coordinates (tests drag through it)."""
+        return self.projector.mapFromScene(self.lasso_box.mapViewToScene(QPointF(x, y)))
 
     def _hovered(self, item: object, points: list[pg.SpotItem], event: object) -> None:
         if not len(points) or self.analysis is None or self.point_rows is None or self.point_patch is None:
