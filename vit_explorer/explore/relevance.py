@@ -284,7 +284,7 @@ def halves_readout(pooled: torch.Tensor, gradient: torch.Tensor, layout: TokenLa
     that half's term of the logit), over both halves' (1/2 each when both are zero): a half the head ignores adds
     nothing, and with one half alone the map is that pooling's own."""
     d = pooled.shape[-1] // 2
-    part = (pooled.detach().float() * gradient.float()).unflatten(-1, (2, d)).sum(dim=-1).abs()  # (B, 2)
+    part = (pooled.detach().float() * gradient.float()).reshape(-1, 2, d).sum(dim=-1).abs()  # (B, 2)
     total = part.sum(dim=-1, keepdim=True)
     share = torch.where(total > 0, part / total.clamp(min=torch.finfo(part.dtype).tiny), torch.full_like(part, 0.5))
     k = layout.num_prefix_tokens
