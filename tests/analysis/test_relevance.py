@@ -65,6 +65,50 @@ def test_cait_class_attention_readout_follows_the_equations() -> None:
     torch.testing.assert_close(ours, full[:, 0, 1:].reshape(2, 2, 2), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("every_token", [False, True])
+def test_an_attention_pool_reads_the_rows_of_the_tokens_it_attends(every_token: bool) -> None:
+    """The latent query has no residual: its row is abar_pool R over the tokens it reads, the patches (SigLIP,
+    AIMv2) or every token, [CLS] and registers included (the Perception Encoder). A pool all on one token reads
+    exactly that token's row; with unit gradients it is the mean over heads of the pool times 2^L rollout."""
+    layout = LAYOUTS[1]
+    maps = _attention(layout)
+    ones = [torch.ones_like(a) for a in maps]
+    read = layout.num_tokens if every_token else layout.num_patches
+    first = layout.num_tokens - read
+    for token in (0, layout.num_prefix_tokens + 2) if every_token else (layout.num_prefix_tokens + 2,):
+        onto = torch.zeros(2, 3, 1, read)
+        onto[..., token - first] = 1.0
+        ours = rel.attention_gradient(maps, ones, layout, pool=(onto, torch.ones_like(onto)))
+        torch.testing.assert_close(ours, rel.attention_gradient(maps, ones, layout, query=token), atol=1e-6, rtol=0)
+    g = torch.Generator().manual_seed(2)
+    pool = torch.randn(2, 3, 1, read, generator=g).softmax(-1)
+    rows = 2 ** len(maps) * torch.eye(layout.num_tokens)[None] @ _joint(maps)  # (B, T, T): R with unit gradients
+    expected = attn.to_grid((pool.mean(1) @ rows[:, first:])[:, 0], layout)
+    torch.testing.assert_close(rel.attention_gradient(maps, ones, layout, pool=(pool, torch.ones_like(pool))),
+                               expected, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_gradient_reads_rows_by_weight() -> None:
+    layout = LAYOUTS[1]
+    maps = _attention(layout)
+    grads = [torch.randn_like(a) for a in maps]
+    weights = torch.zeros(2, layout.num_tokens)
+    weights[:, 0], weights[:, layout.num_prefix_tokens:] = 0.3, 0.7 / layout.num_patches
+    expected = 0.3 * rel.attention_gradient(maps, grads, layout, query=0) + 0.7 * rel.attention_gradient(
+        maps, grads, layout, query=list(range(layout.num_prefix_tokens, layout.num_tokens)))
+    torch.testing.assert_close(rel.attention_gradient(maps, grads, layout, query=weights), expected, atol=1e-5,
+                               rtol=1e-5)
+
+
+def _joint(maps: list[torch.Tensor]) -> torch.Tensor:
+    """prod_l (I + A_l) / 2, later blocks on the left: rollout's joint attention, (B, T, T)."""
+    t = maps[0].shape[-1]
+    joint = torch.eye(t).expand(maps[0].shape[0], t, t)
+    for a in maps:
+        joint = (torch.eye(t) + a.mean(1)) / 2 @ joint
+    return joint
+
+
 @pytest.mark.parametrize("layout", LAYOUTS[:2])
 def test_attribution_rollout_of_attention_with_unit_gradients_is_rollout(layout: TokenLayout) -> None:
     maps = _attention(layout)

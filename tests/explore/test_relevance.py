@@ -16,16 +16,29 @@ from vit_explorer.checkpoints import LoadedModel
 from vit_explorer.checkpoints.preprocess import Preprocess
 from vit_explorer.explore import relevance as rel
 from vit_explorer.explore.forward import Inputs
+from vit_explorer.models import VisionTransformer
 
 from ..models.test_families import FAMILY_PRESETS, IMAGE, tiny
 
-FAMILIES = FAMILY_PRESETS + ["vit-s16", "deit-s-distilled", "cait-xxs24"]
+VARIANTS = {"aimv2-l14-query": ("aimv2-l14", dict(pool="query", num_classes=5))}  # AIMv2 with its classifier's pool
+FAMILIES = FAMILY_PRESETS + ["vit-s16", "deit-s-distilled", "cait-xxs24"] + list(VARIANTS)
 
 
-def _inputs(name: str, mask: np.ndarray | None = None, head_mask: np.ndarray | None = None, **overrides) -> Inputs:
-    model = tiny(name, **overrides)
+def _model(name: str, **overrides) -> VisionTransformer:
+    preset_name, extra = VARIANTS.get(name, (name, {}))
+    return tiny(preset_name, **{**extra, **overrides})
+
+
+def _loaded(model: VisionTransformer) -> LoadedModel:
     cfg = model.config
-    loaded = LoadedModel(model, cfg, [f"class{i}" for i in range(cfg.num_classes)], Preprocess(IMAGE))
+    return LoadedModel(model, cfg, [f"class{i}" for i in range(cfg.num_classes)], Preprocess(IMAGE))
+
+
+def _inputs(name: str, mask: np.ndarray | None = None, head_mask: np.ndarray | None = None, *,
+            model: VisionTransformer | None = None, **overrides) -> Inputs:
+    model = model or _model(name, **overrides)
+    cfg = model.config
+    loaded = _loaded(model)
     image = Image.fromarray((np.random.default_rng(0).random((*IMAGE, 3)) * 255).astype(np.uint8))
     grid = model.layout().grid
     heads = (cfg.depth + cfg.class_attn_depth, cfg.num_heads)
@@ -53,17 +66,21 @@ def test_every_family_gives_a_finite_map_or_a_clear_refusal(name: str, method: s
 
 
 def test_the_table_refuses_only_where_the_rules_are_missing() -> None:
-    refused = {name for name in FAMILIES if rel.METHODS["transformer-attribution"].reason(tiny(name).config)}
-    assert refused == {"siglip-b16", "cait-xxs24"}
-    assert all(m.reason(tiny(name).config) is None for name in FAMILIES for key, m in rel.METHODS.items()
+    refused = {name for name in FAMILIES if rel.METHODS["transformer-attribution"].reason(_model(name).config)}
+    # CaiT's class attention and the attention pools (SigLIP's and PE's MAP, AIMv2's query) have no LRP rule
+    assert refused == {"siglip-b16", "siglip2-b16-naflex", "pe-core-b16", "aimv2-l14-query", "cait-xxs24"}
+    assert all(m.reason(_model(name).config) is None for name in FAMILIES for key, m in rel.METHODS.items()
                if key != "transformer-attribution")
 
 
 @pytest.mark.parametrize("method", ["attention-gradient", "transformer-attribution", "gradcam",
                                     "integrated-gradients", "occlusion"])
-@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "beit-b16"])
+@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "beit-b16", "pe-core-b16", "aimv2-l14-query",
+                                  "dinov2-s14-in1k"])
 def test_class_specific_maps_follow_the_target_class(name: str, method: str) -> None:
     inputs = _inputs(name)
+    if rel.METHODS[method].reason(inputs.loaded.config):
+        pytest.skip("refused by the table (checked in the family test)")
     maps = [rel.explain(inputs, [method], rel.Target(index=i), measure=False)[0].relevance for i in (0, 3)]
     assert not np.allclose(maps[0], maps[1], atol=1e-7, rtol=1e-4)
     rollout = [rel.explain(inputs, ["rollout"], rel.Target(index=i), measure=False)[0].relevance for i in (0, 3)]
@@ -156,7 +173,8 @@ def test_json_contract() -> None:
     assert {"deletion", "insertion"} <= set(f["curves"])
 
 
-@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "deit3-s16", "beit-b16", "clip-b16", "eva02-ti14"])
+@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "deit3-s16", "beit-b16", "clip-b16", "eva02-ti14",
+                                  "dinov2-s14-in1k", "aimv2-l14"])
 def test_lrp_conserves_the_target_relevance_from_the_output_to_the_first_blocks_input(name: str) -> None:
     inputs = _inputs(name)
     classifier = rel.has_classifier(inputs.loaded.config)
@@ -172,3 +190,36 @@ def test_lrp_conserves_the_target_relevance_from_the_output_to_the_first_blocks_
         assert float(done.start.sum()) == pytest.approx(cosine, abs=1e-4)
     assert float(done.input.sum()) == pytest.approx(float(done.start.sum()), rel=1e-3)
     assert len(done.attention) == inputs.loaded.config.depth
+
+
+@pytest.mark.parametrize("half", ["cls", "mean"])
+def test_a_head_over_cls_beside_the_mean_reads_the_rows_its_halves_weigh(half: str) -> None:
+    """DINOv2's classifier: logit = W_cls [CLS] + W_mean mean(patches). With one half of W zero the model is the
+    same function as one pooling by [CLS] (pool='cls') or by the mean of the patches (pool='gap', no fc_norm) with
+    the other half as its head, so both gradient methods must give that model's map."""
+    both = _model("dinov2-s14-in1k")
+    d = both.config.embed_dim
+    alone = _model("dinov2-s14-in1k", pool="cls" if half == "cls" else "gap")
+    kept, dropped = (slice(0, d), slice(d, 2 * d)) if half == "cls" else (slice(d, 2 * d), slice(0, d))
+    with torch.no_grad():
+        both.head.weight[:, dropped] = 0
+    state = both.state_dict()
+    alone.load_state_dict({**state, "head.weight": state["head.weight"][:, kept]})
+    target = rel.Target(index=2)
+    for method in ("attention-gradient", "transformer-attribution"):
+        ours = rel.explain(_inputs("", model=both), [method], target, measure=False)[0].relevance
+        theirs = rel.explain(_inputs("", model=alone), [method], target, measure=False)[0].relevance
+        np.testing.assert_allclose(ours, theirs, atol=1e-6 * np.abs(theirs).max(), rtol=1e-4)
+        assert np.abs(ours).max() > 0
+
+
+def test_the_halves_readout_weighs_each_half_by_the_size_of_its_contribution() -> None:
+    layout = _model("dinov2-s14-in1k").layout()
+    pooled = torch.tensor([[1.0, 2.0, 3.0, 4.0]])  # [CLS] half (1, 2), mean half (3, 4)
+    weights = rel.halves_readout(pooled, torch.tensor([[1.0, 1.0, 1.0, -1.5]]), layout)  # contributions 3 and -3
+    assert float(weights[0, 0]) == pytest.approx(0.5) and float(weights.sum()) == pytest.approx(1.0)
+    weights = rel.halves_readout(pooled, torch.tensor([[1.0, 0.0, 1.0, 0.0]]), layout)  # 1 and 3
+    assert float(weights[0, 0]) == pytest.approx(0.25)
+    torch.testing.assert_close(weights[0, 1:], torch.full((layout.num_patches,), 0.75 / layout.num_patches))
+    assert float(rel.halves_readout(pooled, torch.tensor([[0.0, 0.0, 2.0, 0.0]]), layout)[0, 0]) == 0  # mean alone
+    assert float(rel.halves_readout(pooled, torch.zeros(1, 4), layout)[0, 0]) == 0.5  # neither half: both alike

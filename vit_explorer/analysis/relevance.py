@@ -30,17 +30,19 @@ def gradient_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.
 
 
 def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layout: TokenLayout,
-                       *, query: Query = 0, class_attentions: Sequence[torch.Tensor] = (),
+                       *, query: Query | torch.Tensor = 0, class_attentions: Sequence[torch.Tensor] = (),
                        class_gradients: Sequence[torch.Tensor] = (), pool: tuple[torch.Tensor, torch.Tensor] | None
                        = None) -> torch.Tensor:
     """Chefer et al. 2021b (Generic Attention-model Explainability): R = I over the tokens; for each
     self-attention block in order R <- R + Abar R with Abar = mean_heads((grad A * A)+) (Eq. 6, no
     renormalisation); the map is the readout's row of R over the patches, (B, gh, gw).
 
-    The readout: `query`, one token or several whose rows are averaged (GAP: every patch). CaiT: [CLS]
-    joins in the class-attention blocks, each adding abar [r; R] to [CLS]'s row r over [CLS; patches]
-    (its initial row: itself). A MAP pool (SigLIP): its latent query has no residual, so its row is
-    abar_pool R over the patches (`pool` = (attention, gradient), each (B, heads, 1, N)).
+    The readout: `query`, one token or several whose rows are averaged (GAP: every patch), or (B, T) weights
+    of the rows (DINOv2's [CLS] beside the mean of the patches). CaiT: [CLS] joins in the class-attention
+    blocks, each adding abar [r; R] to [CLS]'s row r over [CLS; patches] (its initial row: itself). An
+    attention pool (SigLIP's MAP, AIMv2's query): its latent query has no residual, so its row is abar_pool R
+    over the tokens it reads, the last ones (`pool` = (attention, gradient), each (B, heads, 1, N), or
+    (B, heads, 1, T) when it reads every token, the Perception Encoder's).
     """
     if len(attentions) != len(gradients) or len(class_attentions) != len(class_gradients):
         raise ValueError("one gradient per attention map is needed")
@@ -57,9 +59,11 @@ def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[t
                                                        dim=1)
         return row[:, 1:].reshape(b, *layout.grid)
     if pool is not None:
-        abar = gradient_weighted(*pool)[:, 0]  # (B, N): the latent's weights over the patch tokens
-        k = layout.num_prefix_tokens
+        abar = gradient_weighted(*pool)[:, 0]  # (B, N or T): the latent's weights over the tokens it reads
+        k = t - abar.shape[-1]  # the pool reads the patches, or (PE) every token, [CLS] included
         return to_grid((abar[:, None] @ relevance[:, k:])[:, 0], layout)
+    if isinstance(query, torch.Tensor):
+        return to_grid((query[:, None].to(relevance) @ relevance)[:, 0], layout)
     return to_grid(relevance[:, _rows(query)].mean(dim=1), layout)
 
 

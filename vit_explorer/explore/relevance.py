@@ -54,9 +54,9 @@ def _lrp_refusal(config: ViTConfig) -> str | None:
     if config.class_attn_depth or config.talking_heads:
         return ("CaiT's class attention and talking heads have no LRP rules in Chefer et al. 2021; use "
                 "attention-gradient, which covers them")
-    if config.pool == "map":
-        return ("the attention-pool (MAP) head has no LRP rule in Chefer et al. 2021; use attention-gradient, "
-                "which covers it")
+    if config.pool in ("map", "query"):
+        pool = "attention-pool (MAP)" if config.pool == "map" else "query-pool (AIMv2)"
+        return (f"the {pool} head has no LRP rule in Chefer et al. 2021; use attention-gradient, which covers it")
     return None
 
 
@@ -263,23 +263,45 @@ def _readout(layout: TokenLayout, config: ViTConfig, head: str) -> list[int]:
 
 
 def _grad_pass(scorer: Scorer) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
-    """One pass with every attention map in the output's graph; (outputs, maps, d target / d map)."""
-    capture = ["attentions", "class_attentions", "pool_attention", "hidden_states", "embedded"]
+    """One pass with every attention map in the output's graph; (outputs, maps, d target / d map); for a head
+    over [CLS] beside the mean of the patches, last the pooled vector and its gradient."""
+    capture = ["attentions", "class_attentions", "pool_attention", "hidden_states", "embedded", "pre_logits"]
     with torch.enable_grad():
         out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask, capture=capture, attn_rows=GRAD)
         maps = list(out["attentions"]) + list(out.get("class_attentions", []))
         if out.get("pool_attention") is not None:
             maps.append(out["pool_attention"])
+        if scorer.model.config.pool == "cls+mean":
+            maps.append(out["pre_logits"])
         grads = list(torch.autograd.grad(target_logit(out, scorer.resolved).sum(), maps))
     return out, maps, grads
+
+
+def halves_readout(pooled: torch.Tensor, gradient: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+    """DINOv2's classifier reads [CLS] beside the mean of the patches: (B, T) weights of the token rows, [CLS]'s
+    half's share on [CLS] and the mean's share spread evenly over the patches (the mean's own 1/N). A half's share
+    is the size of its contribution to the target, |gradient . input| over the half (for a linear head |W_c x|,
+    that half's term of the logit), over both halves' (1/2 each when both are zero): a half the head ignores adds
+    nothing, and with one half alone the map is that pooling's own."""
+    d = pooled.shape[-1] // 2
+    part = (pooled.detach().float() * gradient.float()).reshape(-1, 2, d).sum(dim=-1).abs()  # (B, 2)
+    total = part.sum(dim=-1, keepdim=True)
+    share = torch.where(total > 0, part / total.clamp(min=torch.finfo(part.dtype).tiny), torch.full_like(part, 0.5))
+    k = layout.num_prefix_tokens
+    weights = share.new_zeros(share.shape[0], layout.num_tokens)  # (B, T)
+    weights[:, 0] = share[:, 0]
+    weights[:, k:] = share[:, 1:] / layout.num_patches
+    return weights
 
 
 def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     out, maps, grads = _grad_pass(scorer)
     depth, layout = config.depth, scorer.layout
-    pool = (maps[-1].detach(), grads[-1]) if config.pool == "map" else None
-    return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout,
-                                  query=_readout(layout, config, scorer.resolved.head),
+    pool = (maps[-1].detach(), grads[-1]) if config.pool in ("map", "query") else None
+    query: list[int] | torch.Tensor = _readout(layout, config, scorer.resolved.head)
+    if config.pool == "cls+mean":
+        query = halves_readout(maps[-1], grads[-1], layout)
+    return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout, query=query,
                                   class_attentions=[m.detach() for m in maps[depth:depth + config.class_attn_depth]],
                                   class_gradients=grads[depth:depth + config.class_attn_depth], pool=pool)[0]
 
@@ -289,8 +311,11 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
     """LRP from the explained output back to the final tokens (B, T, D) (the final norm passes it through)."""
     cfg, layout, resolved = model.config, scorer.layout, scorer.resolved
     tokens = model.norm(final)  # (1, T, D)
+    k = layout.num_prefix_tokens
     if cfg.pool == "gap":
-        pooled = model.fc_norm(tokens[:, layout.num_prefix_tokens:].mean(dim=1))
+        pooled = model.fc_norm(tokens[:, k:].mean(dim=1))
+    elif cfg.pool == "cls+mean":
+        pooled = torch.cat([tokens[:, 0], tokens[:, k:].mean(dim=1)], dim=-1)  # (1, 2D)
     else:
         pooled = tokens[:, 0]
     relevance = torch.zeros_like(tokens)
@@ -314,7 +339,11 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
         else:
             r_pooled = lrp.linear_rule(pooled, model.head, one_hot)
     if cfg.pool == "gap":
-        relevance[:, layout.num_prefix_tokens:] = lrp.mean_rule(tokens[:, layout.num_prefix_tokens:], r_pooled)
+        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled)
+    elif cfg.pool == "cls+mean":  # the head's rule split the relevance between its halves
+        d = tokens.shape[-1]
+        relevance[:, 0] = r_pooled[:, :d]
+        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled[:, d:])
     else:
         relevance[:, 0] = r_pooled
     if r_dist is not None:
@@ -355,7 +384,7 @@ def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
 def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     done = propagate(scorer, config)
     readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
-    if config.pool == "gap":  # each token's relevance at the output weighs its row
+    if config.pool in ("gap", "cls+mean"):  # each token's relevance at the output weighs its row
         readout = done.start.sum(dim=-1)  # (1, T)
     return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
 
