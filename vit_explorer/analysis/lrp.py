@@ -29,6 +29,11 @@ from ..models.position import apply_rope
 EPS = 1e-9  # the authors' stabiliser
 
 
+def _f32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rules divide by small sums: a bf16 / fp16 model's activations and weights go through them in float32."""
+    return tuple(t.float() for t in tensors)
+
+
 def safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a / b with b pushed away from zero by EPS, and 0 where b is exactly 0 (the authors' safe_divide)."""
     den = b.clamp(min=EPS) + b.clamp(max=EPS)
@@ -42,6 +47,7 @@ def linear_rule(x: torch.Tensor, weight: torch.Tensor | nn.Module, relevance: to
     if isinstance(weight, nn.Module):
         assert isinstance(weight, nn.Linear), f"LRP: no linear rule for {type(weight).__name__}"
         weight = weight.weight
+    x, weight, relevance = _f32(x, weight, relevance)
     pw, nw = weight.clamp(min=0), weight.clamp(max=0)
     px, nx = x.clamp(min=0), x.clamp(max=0)
     s = safe_divide(relevance, F.linear(px, pw) + F.linear(nx, nw))  # (..., out)
@@ -50,12 +56,14 @@ def linear_rule(x: torch.Tensor, weight: torch.Tensor | nn.Module, relevance: to
 
 def matmul_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 3 on both operands of z = a @ b, each halved: (..., n, m) @ (..., m, p) with relevance (..., n, p)."""
+    a, b, relevance = _f32(a, b, relevance)
     s = safe_divide(relevance, a @ b)  # (..., n, p)
     return a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2
 
 
 def add_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 3 and 6 for z = a + b: each branch's x * R / z, rescaled to its share of the incoming sum (per image)."""
+    a, b, relevance = _f32(a, b, relevance)
     s = safe_divide(relevance, a + b)
     ra, rb = a * s, b * s
     dims = tuple(range(1, relevance.ndim))
@@ -68,6 +76,7 @@ def add_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple
 
 def mean_rule(x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
     """Eq. 3 for the mean over tokens (B, N, D) -> (B, D): each token's share x / (N mean) of the relevance."""
+    x, relevance = _f32(x, relevance)
     return x * safe_divide(relevance, x.mean(dim=1))[:, None] / x.shape[1]
 
 
