@@ -299,6 +299,15 @@ class ClassAttentionBlock(nn.Module):
         return cls, probs
 
 
+def _attend_latent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, capture: bool | str
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A pool's latent query (B, H, 1, hd) over keys and values (B, H, N, hd): its output (B, H, 1, hd) and, when
+    captured, its attention (B, H, 1, N); with GRAD the output is computed from that attention (in its graph)."""
+    probs = ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
+    out = probs @ v if capture == GRAD and probs is not None else F.scaled_dot_product_attention(q, k, v)
+    return out, probs
+
+
 class AttentionPool(nn.Module):
     """Multi-head attention pooling (MAP, SigLIP's and the Perception Encoder's head): one learned latent
     query attends over the patch tokens (with `pool_prefix` over every token), then a residual MLP on
@@ -325,8 +334,7 @@ class AttentionPool(nn.Module):
         q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         kv = self.kv(x).reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = kv.unbind(0)  # (B, H, N, hd)
-        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None  # (B, H, 1, N)
-        out = probs @ v if capture == GRAD else F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
+        out, probs = _attend_latent(q, k, v, self.scale, capture)
         out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
         return out + self.mlp(self.norm(out)), probs
 
@@ -354,6 +362,5 @@ class QueryPool(nn.Module):
         q = self.latent.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None  # (B, H, 1, N)
-        out = probs @ v if capture == GRAD else F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, hd)
+        out, probs = _attend_latent(q, k, v, self.scale, capture)
         return self.proj(out.transpose(1, 2).reshape(b, c)), probs
