@@ -308,19 +308,26 @@ def _attend_latent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     return out, probs
 
 
-class AttentionPool(nn.Module):
+class _LatentPool(nn.Module):
+    """A learned latent query's heads (`pool_heads`, else the blocks'), shared by the two attention pools."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.num_heads = config.pool_heads or config.num_heads
+        self.head_dim = config.embed_dim // self.num_heads
+        self.scale = self.head_dim**-0.5
+        self.latent = nn.Parameter(torch.zeros(1, 1, config.embed_dim))
+
+
+class AttentionPool(_LatentPool):
     """Multi-head attention pooling (MAP, SigLIP's and the Perception Encoder's head): one learned latent
     query attends over the patch tokens (with `pool_prefix` over every token), then a residual MLP on
     its normed output (timm's AttentionPoolLatent, HF's SiglipMultiheadAttentionPoolingHead). Its
     heads and MLP width may differ from the blocks' (`pool_heads`, `pool_mlp_ratio`: PE's)."""
 
     def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         dim = config.embed_dim
-        self.num_heads = config.pool_heads or config.num_heads
-        self.head_dim = dim // self.num_heads
-        self.scale = self.head_dim**-0.5
-        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.q = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -339,18 +346,14 @@ class AttentionPool(nn.Module):
         return out + self.mlp(self.norm(out)), probs
 
 
-class QueryPool(nn.Module):
+class QueryPool(_LatentPool):
     """AIMv2's attention-pooling head (HF's Aimv2AttentionPoolingHead): a learned query, used as it is (no
     query projection), attends over the patch tokens; the heads' outputs go through one output layer. No
     norm, no MLP."""
 
     def __init__(self, config: ViTConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         dim = config.embed_dim
-        self.num_heads = config.pool_heads or config.num_heads
-        self.head_dim = dim // self.num_heads
-        self.scale = self.head_dim**-0.5
-        self.latent = nn.Parameter(torch.zeros(1, 1, dim))
         self.k = nn.Linear(dim, dim, bias=config.qkv_bias)
         self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
         self.proj = nn.Linear(dim, dim)

@@ -178,9 +178,7 @@ class DatasetView(View):
         self.cell_label = QLabel(CELL_HINT)
         self.cell_label.setWordWrap(True)
         right.addWidget(self.cell_label)
-        self.driver_list = QListWidget()
-        self.driver_list.itemActivated.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
-        self.driver_list.itemClicked.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
+        self.driver_list = self._image_list()
         right.addWidget(self.driver_list, 1)
         cka_row.addLayout(right, 2)
         self.tabs.addTab(cka_page, "CKA")
@@ -226,11 +224,8 @@ class DatasetView(View):
         self.selection_label.setWordWrap(True)
         self.selection_label.setMaximumWidth(THUMB + 60)
         side.addWidget(self.selection_label)
-        self.selection_list = QListWidget()
+        self.selection_list = self._image_list()
         self.selection_list.setMaximumWidth(THUMB + 60)
-        self.selection_list.itemClicked.connect(lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
-        self.selection_list.itemActivated.connect(
-            lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole))))
         side.addWidget(self.selection_list, 1)
         proj_row.addLayout(side, 0)
         self.tabs.addTab(projector, "Projector")
@@ -547,6 +542,14 @@ class DatasetView(View):
         if len(points) and self.point_rows is not None and self.point_patch is not None:
             n = int(points[0].data())
             self.open_image(int(self.point_rows[n]), int(self.point_patch[n]))
+
+    def _image_list(self) -> QListWidget:
+        """A list of images (each item's UserRole: its index in the dataset); a click opens it in the explorer."""
+        images = QListWidget()
+        opened = lambda item: self.open_image(int(item.data(Qt.ItemDataRole.UserRole)))
+        images.itemClicked.connect(opened)
+        images.itemActivated.connect(opened)
+        return images
 
     def open_image(self, row: int, patch: int = -1) -> None:
         """Open image `row` in the explorer; a patch becomes the query token of the attention maps."""
