@@ -19,22 +19,28 @@ from vit_explorer.analysis.components import decompose
 pytest.importorskip("transformers")
 
 
+def _record(layers: list[tuple[torch.nn.Module, torch.nn.Module]], final_norm: torch.nn.Module) -> tuple:
+    """Hooks on transformers' own modules: each block's input to its attention output layer (the heads'
+    outputs), its MLP's output, and the final norm's input; with the handles to remove them."""
+    contexts: dict[int, torch.Tensor] = {}
+    mlps: dict[int, torch.Tensor] = {}
+    final: dict[str, torch.Tensor] = {}
+    handles = []
+    for i, (out_proj, mlp) in enumerate(layers):
+        handles.append(out_proj.register_forward_pre_hook(lambda m, args, i=i: contexts.__setitem__(i, args[0])))
+        handles.append(mlp.register_forward_hook(lambda m, args, out, i=i: mlps.__setitem__(i, out)))
+    handles.append(final_norm.register_forward_pre_hook(lambda m, args: final.__setitem__("x", args[0])))
+    return contexts, mlps, final, handles
+
+
 def test_per_head_shares_equal_those_from_transformers_hooks(tmp_path: Path) -> None:
     ref = build_hf("vit")
     ref.save_pretrained(tmp_path)
     ours = load(str(tmp_path)).model
     cfg = ref.config
     heads, hd = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
-    contexts: dict[int, torch.Tensor] = {}
-    mlps: dict[int, torch.Tensor] = {}
-    final: dict[str, torch.Tensor] = {}
-    handles = []
-    for i, layer in enumerate(ref.vit.layers):
-        handles.append(layer.attention.o_proj.register_forward_pre_hook(
-            lambda m, args, i=i: contexts.__setitem__(i, args[0])))
-        handles.append(layer.mlp.fc2.register_forward_hook(
-            lambda m, args, out, i=i: mlps.__setitem__(i, out)))
-    handles.append(ref.vit.layernorm.register_forward_pre_hook(lambda m, args: final.__setitem__("x", args[0])))
+    contexts, mlps, final, handles = _record([(layer.attention.o_proj, layer.mlp.fc2) for layer in ref.vit.layers],
+                                             ref.vit.layernorm)
     pixels = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
         logits = ref(pixel_values=pixels).logits[0]
@@ -84,15 +90,8 @@ def test_aimv2_shares_equal_those_from_transformers_hooks(tmp_path: Path) -> Non
     assert ours.config.pool == "query" and ours.config.norm == "rmsnorm"
     cfg = ref.config
     heads, hd = cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads
-    contexts: dict[int, torch.Tensor] = {}
-    mlps: dict[int, torch.Tensor] = {}
-    final: dict[str, torch.Tensor] = {}
-    handles = []
-    for i, layer in enumerate(ref.encoder.layers):
-        handles.append(layer.attention.out_proj.register_forward_pre_hook(
-            lambda m, args, i=i: contexts.__setitem__(i, args[0])))
-        handles.append(layer.ffn.register_forward_hook(lambda m, args, out, i=i: mlps.__setitem__(i, out)))
-    handles.append(ref.rms_norm.register_forward_pre_hook(lambda m, args: final.__setitem__("x", args[0])))
+    contexts, mlps, final, handles = _record([(layer.attention.out_proj, layer.ffn) for layer in ref.encoder.layers],
+                                             ref.rms_norm)
     pixels = torch.randn(1, 3, 32, 32)
     direction = torch.randn(cfg.hidden_size)
     with torch.no_grad():
