@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import warnings
@@ -105,11 +104,6 @@ def _check_flags(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _finite(value: float) -> float | None:
-    """Strict JSON has no NaN or Infinity: those are written as null."""
-    return value if math.isfinite(value) else None
-
-
 def _loading(command: str, after: float = 3.0) -> Callable[[float, str], None]:
     """A load's progress on stderr, once it has taken more than `after` seconds (a large model's)."""
     import time
@@ -128,6 +122,7 @@ def _predict(args: argparse.Namespace) -> int:
 
     from .checkpoints import CheckpointWarning, load
     from .data.images import open_image
+    from .explore.figures import json_number
     from .explore.forward import nonfinite_outputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
@@ -141,9 +136,9 @@ def _predict(args: argparse.Namespace) -> int:
         warnings.warn(warning, CheckpointWarning, stacklevel=1)  # NaN weights were warned about on loading
     rows = loaded.top_k(logits, args.top_k)
     if args.json:
-        top = [{**row, "prob": _finite(row["prob"])} for row in rows]
+        top = [{**row, "prob": json_number(row["prob"])} for row in rows]
         result = {"source": args.source, "image": args.image, "top_k": top,
-                  "logits": [_finite(v) for v in logits.tolist()]}
+                  "logits": [json_number(v) for v in logits.tolist()]}
         print(json.dumps(result, allow_nan=False))
     else:
         width = max(len(r["label"]) for r in rows)

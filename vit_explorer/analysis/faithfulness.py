@@ -50,7 +50,7 @@ def scores(score: Score, masks: np.ndarray, batch: int) -> Iterator[int | np.nda
 
 
 def perturbation_masks(relevance: np.ndarray, positive: bool,
-                       fractions: tuple[float, ...] = PERTURBATION_FRACTIONS) -> np.ndarray:
+                       fractions: tuple[float, ...] | np.ndarray = PERTURBATION_FRACTIONS) -> np.ndarray:
     """Chefer et al.'s test: (10, N) masks removing the most (positive) or least (negative) relevant patches."""
     flat = np.asarray(relevance).reshape(-1)
     return removal_masks(removal_order(flat, most_first=positive), counts(fractions, flat.size))
@@ -63,15 +63,12 @@ def deletion_fractions(n: int, steps: int = DELETION_STEPS) -> np.ndarray:
 
 def deletion_masks(relevance: np.ndarray, fractions: np.ndarray) -> np.ndarray:
     """Petsiuk's deletion: the most relevant patches removed first."""
-    flat = np.asarray(relevance).reshape(-1)
-    return removal_masks(removal_order(flat, most_first=True), counts(fractions, flat.size))
+    return perturbation_masks(relevance, True, fractions)
 
 
 def insertion_masks(relevance: np.ndarray, fractions: np.ndarray) -> np.ndarray:
     """Petsiuk's insertion: from the fully removed image, the most relevant patches put back first."""
-    flat = np.asarray(relevance).reshape(-1)
-    inserted = removal_masks(removal_order(flat, most_first=True), counts(fractions, flat.size))
-    return ~inserted
+    return ~deletion_masks(relevance, fractions)
 
 
 def auc(curve: np.ndarray, fractions: np.ndarray | tuple[float, ...]) -> float:

@@ -70,7 +70,7 @@ def read(source: Source, device: torch.device, dtype: torch.dtype | None = None,
     # the weights are mapped now; building converts those in another dtype than `target` one at a time (an
     # upcast needs the new copy), then inference runs on `device` (which, if not the CPU, gets the parameters)
     cpu = torch.device("cpu")
-    itemsize = torch.empty((), dtype=target).element_size()
+    itemsize = target.itemsize
     converted = sum(t.numel() * itemsize for t in checkpoint.state.values()
                     if t.is_floating_point() and t.dtype != target)
     if device == cpu:

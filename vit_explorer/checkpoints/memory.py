@@ -99,7 +99,7 @@ def check_model_fits(config: ViTConfig, device: torch.device, where: str, image_
     """Refuse a model whose parameters in `dtype` (unless `loaded` there already) and activations at
     `image_size`, plus `extra` bytes, would not fit on `device`."""
     h, w = image_size or config.image_size
-    itemsize = torch.empty((), dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     needed = extra + estimate_bytes(config, image_size, batch, captures, parameters=not loaded,
                                     parameter_bytes=itemsize)
     what = (f"this model ({config.estimate_parameters():,} parameters in {str(dtype).removeprefix('torch.')}) on "

@@ -103,7 +103,7 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         if last == first:
             state[name] = torch.zeros(entry["shape"], dtype=dtype)
             continue
-        size = torch.empty((), dtype=dtype).element_size()
+        size = dtype.itemsize
         view = torch.frombuffer(mapped, dtype=dtype, count=(last - first) // size, offset=start + first)
         state[name] = (view if (start + first) % size == 0 else view.clone()).reshape(entry["shape"])
     return state

@@ -6,7 +6,6 @@ layers x heads."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +26,7 @@ from ..analysis.components import (
     sweep,
 )
 from ..models import TokenLayout
-from .figures import MapsFigure
+from .figures import MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
 
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
@@ -51,16 +50,13 @@ def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Te
                      reference=reference)
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None  # strict JSON has no NaN
-
-
 def decomposition_json(d: Decomposition) -> dict[str, Any]:
     """`vit-explorer components --json`: {"target", "logit", "parts": [{"name", "layer", "head", "value"}],
     "bias"}; the parts plus the bias add up to the logit."""
-    return {"target": d.target, "logit": _finite(d.logit),
-            "parts": [{"name": p.name, "layer": p.layer, "head": p.head, "value": _finite(p.value)} for p in d.parts],
-            "bias": _finite(d.bias)}
+    return {"target": d.target, "logit": json_number(d.logit),
+            "parts": [{"name": p.name, "layer": p.layer, "head": p.head, "value": json_number(p.value)}
+                      for p in d.parts],
+            "bias": json_number(d.bias)}
 
 
 def part_label(name: str, layer: int | None, head: int | None) -> str:
@@ -207,10 +203,10 @@ def sweep_json(result: Sweep) -> dict[str, Any]:
     """`vit-explorer patch --json` (keys documented in the README): the component, target and foil classes, both
     runs' logit differences, the layers, the positions (token indices) or heads, and per layer the normalised
     effects and the patched runs' logit differences (null where not finite)."""
-    rows = [[_finite(float(v)) for v in row] for row in result.effects.tolist()]
-    raw = [[_finite(float(v)) for v in row] for row in result.raw.tolist()]
+    rows = [[json_number(v) for v in row] for row in result.effects.tolist()]
+    raw = [[json_number(v) for v in row] for row in result.raw.tolist()]
     return {"component": result.component, "target": result.target, "foil": result.foil,
-            "clean_difference": _finite(result.clean), "corrupted_difference": _finite(result.corrupted),
+            "clean_difference": json_number(result.clean), "corrupted_difference": json_number(result.corrupted),
             "layers": result.layers, "positions" if result.axis == "position" else "heads": result.columns,
             "effects": rows, "differences": raw}
 

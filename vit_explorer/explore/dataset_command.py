@@ -28,7 +28,7 @@ from ..checkpoints.files import write_atomic
 from . import dataset as D
 from . import dataset_analysis as A
 from .attention import distance_figure
-from .figures import Figure
+from .figures import Figure, json_number
 
 Render = Callable[[Figure, Path, tuple[int, int]], Any]
 COMMANDS = ("embed", "probe", "cka")
@@ -144,10 +144,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, write)
 
 
-def _finite(v: float) -> float | None:
-    return float(v) if np.isfinite(v) else None
-
-
 def _summary(args: argparse.Namespace, features: D.Features, loaded: LoadedModel) -> dict[str, Any]:
     src = features.source
     return {"source": args.source, "data": args.data, "images": len(features), "skipped": len(features.skipped),
@@ -255,7 +251,7 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     if f is None:
         return 0
     curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
-    rows = [[int(s), c.tokens, _finite(k), _finite(lin)]
+    rows = [[int(s), c.tokens, json_number(k), json_number(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
     _write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
     best = max(curves, key=lambda c: float(np.nanmax(c.linear)))
@@ -270,9 +266,9 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine"},
                    linear={"model": "StandardScaler + LogisticRegression (lbfgs, C=1)"},
                    best={"tokens": best.tokens, "state": best.best_state,
-                         "linear": _finite(best.linear[list(best.states).index(best.best_state)])},
-                   curves={c.tokens: {"knn": [_finite(v) for v in c.knn], "linear": [_finite(v) for v in c.linear]}
-                           for c in curves})
+                         "linear": json_number(best.linear[list(best.states).index(best.best_state)])},
+                   curves={c.tokens: {"knn": [json_number(v) for v in c.knn],
+                                      "linear": [json_number(v) for v in c.linear]} for c in curves})
     summary["figures"] = _figures(out, render, figures)
     _write_json(out / "summary.json", summary)
     print(f"wrote probe.csv ({len(rows)} rows; best linear {summary['best']['linear']:.3f} at state "

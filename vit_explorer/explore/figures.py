@@ -178,6 +178,12 @@ def arrays(figure: Figure) -> dict[str, np.ndarray]:
     return {"tiles": figure.tiles}
 
 
+
+def json_number(value: float) -> float | None:
+    """A number as strict JSON holds it (a Python float; NaN and infinities, which JSON has not, as null)."""
+    number = float(value)
+    return number if math.isfinite(number) else None
+
 def small_multiples_shape(k: int) -> tuple[int, int]:
     """(rows, columns) of k small multiples: as square as possible, wider than tall."""
     columns = max(1, math.ceil(math.sqrt(k)))

@@ -31,17 +31,14 @@ from ..checkpoints import LoadedModel
 from ..models import TokenLayout, VisionTransformer, ViTConfig
 from ..models.blocks import ALL, GRAD, Block
 from .attention import query_for
-from .figures import LinesFigure, MapsFigure
+from .figures import LinesFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
+from .heads import Cancelled  # the one the views catch
 
 BASELINES = ("zero", "mask", "blur")
 HEADS = ("average", "cls", "dist")  # DeiT distilled: the mean of both heads (what it predicts), or one of them
 BATCH = 10  # perturbed images per forward pass
 Progress = Callable[[float, str], None]
-
-
-class Cancelled(Exception):
-    """The caller's cancel event was set: the work stopped between two batches."""
 
 
 # ---------------------------------------------------------------------------- the methods table
@@ -632,27 +629,25 @@ def ranked(explanations: Sequence[Explanation]) -> list[Explanation]:
 
 def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]:
     """The CLI's JSON object of one method (non-finite numbers as null)."""
-    def num(value: float) -> float | None:
-        return float(value) if math.isfinite(float(value)) else None
-
     def curve(values: np.ndarray) -> list[float | None]:
-        return [num(v) for v in values]
+        return [json_number(v) for v in values]
 
     t = explanation.target
     f = explanation.faithfulness
     faithful = None
     if f is not None:
-        faithful = {"positive_auc": num(f.positive_auc), "negative_auc": num(f.negative_auc),
-                    "deletion_auc": num(f.deletion_auc), "insertion_auc": num(f.insertion_auc),
+        faithful = {"positive_auc": json_number(f.positive_auc), "negative_auc": json_number(f.negative_auc),
+                    "deletion_auc": json_number(f.deletion_auc), "insertion_auc": json_number(f.insertion_auc),
                     "baseline": f.baseline,
                     "curves": {"positive": curve(f.positive), "negative": curve(f.negative),
                                "deletion": curve(f.deletion), "insertion": curve(f.insertion),
                                "deletion_fractions": curve(f.deletion_fractions)}}
         if f.pointing is not None:
-            faithful.update(pointing=f.pointing, iou=num(f.iou or 0.0))
+            faithful.update(pointing=f.pointing, iou=json_number(f.iou or 0.0))
     return {"source": source, "image": image, "method": explanation.method,
             "target": {"index": t.index, "label": t.label, "head": t.head},
-            "grid": list(explanation.grid), "relevance": [[num(v) for v in row] for row in explanation.relevance],
+            "grid": list(explanation.grid),
+            "relevance": [[json_number(v) for v in row] for row in explanation.relevance],
             "faithfulness": faithful}
 
 

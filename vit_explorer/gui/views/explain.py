@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
 
@@ -29,15 +29,10 @@ DEFAULT_METHODS = ("rollout", "attention-gradient", "transformer-attribution", "
                    "occlusion")
 
 
-class _Progress(QObject):
-    """Carries a worker's progress to the GUI thread (a signal emitted from another thread is queued)."""
-
-    changed = Signal(float, str)
-
-
 class ExplainView(View):
     title = "Explain"
     PANELS = lessons.PANELS["Explain"]  # a lesson step may show rollout and the best map alone, larger
+    progressed = Signal(float, str)  # the worker's (share, what); emitted from its thread, queued to the GUI's
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -107,8 +102,7 @@ class ExplainView(View):
         self.body.addWidget(self.plots, 3)
         self.body.addWidget(self.curves, 2)
         self.plots.scene().sigMouseClicked.connect(self._clicked)
-        self.reporter = _Progress(self)
-        self.reporter.changed.connect(self._progressed)
+        self.progressed.connect(self._progressed)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -206,11 +200,11 @@ class ExplainView(View):
         head = self.head.currentText() if not self.head.isHidden() else "average"
         target = rel.Target(self.target.currentData(), head)
         baseline = self.baseline.currentText()
-        reporter = self.reporter
+        progressed = self.progressed
 
         def job(cancel: threading.Event) -> list[Explanation]:
             return rel.explain(inputs, methods, target, baseline, cancel=cancel,
-                               progress=lambda share, what: reporter.changed.emit(share, what))
+                               progress=progressed.emit)
 
         request = (tuple(methods), target.index, head, baseline)
         if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
