@@ -3,8 +3,8 @@
 The DINOv2-L/14 shape (304M parameters, 518x518 position table) with random weights, written once to a
 temporary folder in timm's hub layout and in Hugging Face's `save_pretrained` layout, each as float32 and as
 bfloat16 safetensors. Each (layout, dtype, loader) then runs in a fresh process: the libraries are imported
-first, then the timed load, then one forward pass at --image-size (224 by default: 518x518 takes minutes on a
-small shared CPU), and the child's peak resident memory (`ru_maxrss`) is reported. Loaders:
+first, then the timed load, then one forward pass at --image-size (518 by default, the issue's shape), and the
+child's peak resident memory (`ru_maxrss`) is reported. Loaders:
 
 - ours: `vit_explorer.load(folder)`: a memory map of the file, the stored dtype kept (bf16 runs in bf16);
 - timm-on-meta: `timm.create_model(name)` on the meta device, then `load_state_dict(assign=True)` from the
@@ -14,13 +14,25 @@ small shared CPU), and the child's peak resident memory (`ru_maxrss`) is reporte
 Ratios are ours / the reference on the same file in the same run; the targets are peak <= 1.05x and
 load <= 1.2x. Each child also checks that the model's parameters are in the file's dtype.
 
-    .venv/bin/python bench/bench_load.py [--image-size 224] [--threads N] [--keep DIR] [--json OUT]
+With --cold, the file's pages are dropped from the page cache before each child (`posix_fadvise`
+DONTNEED, no root needed), so the load reads from disk what it touches: ours reads every weight at load
+(the NaN check), the references at their first forward pass, so there "load + forward" is the figure to
+compare.
+
+With --giant, the DINOv3 7B shape instead (timm's `vit_7b_patch16_dinov3`, 6.7e9 parameters) as 12.5 GiB of
+bfloat16 safetensors in timm's layout, written tensor by tensor (the whole model is never in memory), ours
+against timm-on-meta: whether a 7B model opens on a 24 GiB machine, and at what peak.
+
+    .venv/bin/python bench/bench_load.py [--image-size 518] [--threads N] [--keep DIR] [--json OUT] [--cold]
+                                         [--giant]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import resource
 import subprocess
 import sys
@@ -29,6 +41,7 @@ import time
 from pathlib import Path
 
 NAME = "vit_large_patch14_dinov2"  # timm's DINOv2-L/14
+GIANT = "vit_7b_patch16_dinov3"  # timm's DINOv3 7B
 HF = dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, image_size=518, patch_size=14)
 DTYPES = ("float32", "bfloat16")
 REFERENCE = {"timm": "timm-on-meta", "hf": "transformers"}
@@ -51,6 +64,43 @@ def write_checkpoints(root: Path) -> None:
         hf.to(getattr(torch, dtype)).save_pretrained(root / f"hf-{dtype}")
 
 
+def write_giant(folder: Path) -> None:
+    """DINOv3 7B's random bf16 weights in timm's hub layout, one tensor at a time (the model is built on meta)."""
+    import timm
+    import torch
+    from timm.models._hub import save_config_for_hf
+
+    with torch.device("meta"):
+        model = timm.create_model(GIANT, pretrained=False)
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    folder.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    with open(folder / "model.safetensors.part", "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for name, shape in shapes.items():
+            ones = name.endswith(("norm.weight", "norm1.weight", "norm2.weight")) or ".gamma" in name
+            t = torch.ones(shape) if ones else torch.randn(shape, generator=generator) * 0.02
+            f.write(t.to(torch.bfloat16).view(torch.int16).numpy().tobytes())
+    save_config_for_hf(model, str(folder / "config.json"))
+    (folder / "model.safetensors.part").rename(folder / "model.safetensors")
+
+
+def evict(path: Path) -> None:
+    """Drop the file's clean pages from the page cache, so the next reader reads it from disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def measure(loader: str, layout: str, dtype: str, folder: Path, image_size: int, threads: int | None) -> dict:
     """One load and one forward in this (fresh) process."""
     import torch
@@ -70,7 +120,8 @@ def measure(loader: str, layout: str, dtype: str, folder: Path, image_size: int,
         model = load(folder).model
     elif loader == "timm-on-meta":
         with torch.device("meta"):
-            model = timm.create_model(NAME, pretrained=False, dynamic_img_size=True)
+            name = json.loads((folder / "config.json").read_text())["architecture"]
+            model = timm.create_model(name, pretrained=False, dynamic_img_size=True)
         model.load_state_dict(load_file(str(folder / "model.safetensors")), assign=True)
         model.eval()
     else:
@@ -91,15 +142,17 @@ def measure(loader: str, layout: str, dtype: str, folder: Path, image_size: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--image-size", type=int, default=518)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--keep", default=None, help="write (or reuse) the checkpoints here instead of a temp folder")
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument("--cold", action="store_true", help="drop each file from the page cache before each load")
+    parser.add_argument("--giant", action="store_true", help="DINOv3 7B in bf16 from timm's layout instead")
     parser.add_argument("--one", nargs=4, default=None, help=argparse.SUPPRESS)  # internal: loader layout dtype dir
     parser.add_argument("--write", default=None, help=argparse.SUPPRESS)  # internal: write the checkpoints there
     args = parser.parse_args()
     if args.write:
-        write_checkpoints(Path(args.write))
+        (write_giant if args.giant else write_checkpoints)(Path(args.write))
         return
     if args.one:
         loader, layout, dtype, folder = args.one
@@ -108,16 +161,20 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
-        folders = {(lay, dt): root / f"{lay}-{dt}" for lay in REFERENCE for dt in DTYPES}
+        folders = ({("timm", "bfloat16"): root / "timm-7b-bfloat16"} if args.giant else
+                   {(lay, dt): root / f"{lay}-{dt}" for lay in REFERENCE for dt in DTYPES})
         if not all((folder / "model.safetensors").exists() for folder in folders.values()):
             # in a process of its own: a child inherits its parent's peak (ru_maxrss) when forked
             print("writing the checkpoints…", file=sys.stderr)
-            subprocess.run([sys.executable, __file__, "--write", str(root)], check=True)
+            target = folders["timm", "bfloat16"] if args.giant else root
+            subprocess.run([sys.executable, __file__, "--write", str(target)] + ["--giant"] * args.giant, check=True)
         rows = []
         for (layout, dtype), folder in folders.items():
             for loader in ("ours", REFERENCE[layout]):
                 command = [sys.executable, __file__, "--image-size", str(args.image_size), "--one", loader, layout,
                            dtype, str(folder)] + (["--threads", str(args.threads)] if args.threads else [])
+                if args.cold:
+                    evict(folder / "model.safetensors")
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 row = json.loads(out.strip().splitlines()[-1])
                 row["file_mib"] = (folder / "model.safetensors").stat().st_size / 2**20

@@ -102,7 +102,7 @@ def test_a_rope_argument_we_do_not_model_is_refused(tmp_path: Path) -> None:
 REAL_NAMES = ["vit_small_plus_patch16_dinov3", "vit_large_patch16_dinov3_qkvb", "vit_huge_plus_patch16_dinov3",
               "vit_tiny_patch16_dinov3_qkvb", "aimv2_huge_patch14_448", "aimv2_3b_patch14_224",
               "vit_pe_core_tiny_patch16_384", "vit_pe_core_large_patch14_336", "vit_pe_core_gigantic_patch14_448",
-              "naflexvit_so400m_patch16_siglip"]
+              "naflexvit_so400m_patch16_siglip", "vit_7b_patch16_dinov3"]
 
 
 @pytest.mark.parametrize("name", REAL_NAMES)
@@ -121,6 +121,28 @@ def test_real_sizes_read_exactly(name: str) -> None:
     check_state_dict(ours, native, name)  # raises, naming every difference
     assert config.num_heads == heads and count_parameters(ours) == sum(t.numel() for t in state.values()
                                                                          if not t.dtype == torch.long)
+
+
+@pytest.mark.parametrize("free_gib, fits", [(16, True), (10, False)])
+def test_whether_dinov3_7b_opens_is_the_memory_checks_to_say(monkeypatch: pytest.MonkeyPatch, free_gib: int,
+                                                            fits: bool) -> None:
+    """DINOv3 7B (6.7e9 parameters, 12.5 GiB in bf16) is within the configuration's limits; in its stored bf16
+    it fits in 16 GiB free and not in 10, and the refusal says what it needs in which dtype."""
+    from vit_explorer.checkpoints import memory
+    from vit_explorer.checkpoints.timm_format import config_from_timm
+
+    from .test_timm_names import timm_meta_state
+
+    state, _ = timm_meta_state("vit_7b_patch16_dinov3")
+    config = config_from_timm("vit_7b_patch16_dinov3", state, {}, "vit_7b_patch16_dinov3")
+    assert config.estimate_parameters() == sum(t.numel() for t in state.values() if t.dtype != torch.long)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: free_gib * 2**30)
+    check = lambda: memory.check_model_fits(config, torch.device("cpu"), "7b", dtype=torch.bfloat16)  # noqa: E731
+    if fits:
+        check()
+    else:
+        with pytest.raises(memory.BudgetError, match=r"in bfloat16\) on .* needs about 12\.\d GiB"):
+            check()
 
 
 def test_fixed_resolution_siglip2_is_timm_siglip_with_the_v2_tag() -> None:

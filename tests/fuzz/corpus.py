@@ -381,7 +381,7 @@ weights_case("missing-file", "hf", lambda p: p.unlink(), ["no weights found"])
 weights_case("folder-instead", "hf", lambda p: (p.unlink(), p.mkdir()), ["a folder"])
 weights_case("fifo", "hf", lambda p: (p.unlink(), os.mkfifo(p)), ["named pipe"])
 weights_case("dev-zero", "hf", lambda p: (p.unlink(), p.symlink_to("/dev/zero")), ["character device"])
-weights_case("sparse-32GiB", "hf", lambda p: os.truncate(p, 32 * 2**30), ["32.0 GiB"])
+weights_case("sparse-128GiB", "hf", lambda p: os.truncate(p, 128 * 2**30), ["128.0 GiB"])
 
 
 # ---------------------------------------------------------------------------------------- pickles

@@ -30,7 +30,7 @@ from .pickles import downgrade, downgrade_bytes, protocol
 PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
 WEIGHT_SUFFIXES = (".safetensors",) + PICKLE_SUFFIXES
 WEIGHT_NAMES = ("model.safetensors", "pytorch_model.bin")  # what a hub-style folder holds, preferred first
-MAX_WEIGHTS_BYTES = 16 * 2**30  # 3e9 parameters (models.config.MAX_PARAMETERS) in fp32 is 12 GiB
+MAX_WEIGHTS_BYTES = 100 * 2**30  # 25e9 parameters (models.config.MAX_PARAMETERS) in fp32 are 93 GiB
 MAX_TENSORS = 10_000  # ViT-H has about 400, CaiT-M48 about 1000
 MAX_HEADER_BYTES = 16 * 2**20  # a safetensors header lists name, dtype, shape and offsets: ~100 bytes a tensor
 MAX_PICKLE_BYTES = 64 * 2**20  # data.pkl holds only the structure; the tensors' bytes are separate entries

@@ -41,8 +41,9 @@ POS_EMBEDS = tuple(SCHEMES)  # the position-embedding schemes, described in posi
 PE_RESAMPLES = ("bicubic", "bilinear")  # SigLIP 2 (NaFlex) resamples its table bilinearly for each image's grid
 
 # Refuse configurations that would allocate more than this many parameters: a typo such as
-# depth=12000 should produce a message, not a machine that swaps for ten minutes.
-MAX_PARAMETERS = 3_000_000_000
+# depth=12000 should produce a message, not a machine that swaps for ten minutes. Real models reach ViT-22B
+# (21.7e9) and DINOv3 7B (6.7e9); whether one of them fits is the memory check's to say (checkpoints/memory.py).
+MAX_PARAMETERS = 25_000_000_000
 MIN_ROPE_THETA = 1.0  # RoPE's base frequency (real models: 10, 100, 10000)
 
 
