@@ -8,7 +8,8 @@ child's peak resident memory (`ru_maxrss`) is reported. Loaders:
 
 - ours: `vit_explorer.load(folder)`: a memory map of the file, the stored dtype kept (bf16 runs in bf16);
 - timm-on-meta: `timm.create_model(name)` on the meta device, then `load_state_dict(assign=True)` from the
-  file read by `safetensors.torch.load_file` (which maps it), for timm's layout;
+  file read by `safetensors.torch.load_file`, and the computed buffers (in no file) made again on the CPU by
+  timm's `reinit_non_persistent_buffers`, for timm's layout;
 - transformers: `Dinov2Model.from_pretrained(folder, dtype="auto")`, for HF's layout (it keeps the stored dtype).
 
 Ratios are ours / the reference on the same file in the same run; the targets are peak <= 1.05x and
@@ -112,6 +113,7 @@ def measure(loader: str, layout: str, dtype: str, folder: Path, image_size: int,
     elif loader == "timm-on-meta":
         import timm
         from safetensors.torch import load_file
+        from timm.models._manipulate import reinit_non_persistent_buffers
     else:
         from transformers import Dinov2Model
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -123,6 +125,11 @@ def measure(loader: str, layout: str, dtype: str, folder: Path, image_size: int,
             name = json.loads((folder / "config.json").read_text())["architecture"]
             model = timm.create_model(name, pretrained=False, dynamic_img_size=True)
         model.load_state_dict(load_file(str(folder / "model.safetensors")), assign=True)
+        for module in model.modules():  # computed buffers (DINOv3's RoPE periods) are in no file: timm's recipe
+            for key, buffer in module._buffers.items():
+                if buffer is not None and buffer.is_meta:
+                    module._buffers[key] = torch.empty_like(buffer, device="cpu")
+        reinit_non_persistent_buffers(model)
         model.eval()
     else:
         model = Dinov2Model.from_pretrained(folder, dtype="auto").eval()

@@ -89,12 +89,18 @@ def test_family_preprocessing_without_a_pretrained_cfg(case: str, mean: tuple, s
     assert parse_name(name).family == case
 
 
-def test_a_rope_argument_we_do_not_model_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rope_type", ["dinov3", "mixed", "cat"])
+def test_a_rope_argument_is_checked_against_the_one_the_name_builds_with(tmp_path: Path, rope_type: str) -> None:
+    """model_args rope_type='dinov3' is DINOv3's own (it loads); another value is refused, naming the name's."""
     folder = save_timm_hub(build("dinov3"), tmp_path / "dinov3")
     config = json.loads((folder / "config.json").read_text())
-    config["model_args"]["rope_type"] = "mixed"
+    config["model_args"]["rope_type"] = rope_type
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match="rope_type"):
+    if rope_type == "dinov3":
+        assert load(folder).config.pos_embed == "rope_dinov3"
+        return
+    with pytest.raises(CheckpointError, match=f"model_args.rope_type = '{rope_type}' is not supported; vit-explorer "
+                                              "builds 'vit_.*_dinov3.*' with rope_type = 'dinov3'"):
         load(folder)
 
 

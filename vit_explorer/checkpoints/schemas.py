@@ -329,7 +329,8 @@ TIMM_FLAG_ARGS = ("qkv_bias", "class_token", "no_embed_class", "pre_norm", "use_
 TIMM_AUTO_FLAG_ARGS = ("fc_norm", "use_fc_norm")  # null: timm decides from global_pool
 TIMM_CHOICE_ARGS = {"global_pool": ("token", "avg", "map"), "act_layer": ("gelu", "gelu_tanh", "quick_gelu")}
 TIMM_PAIR_ARGS = ("img_size", "ref_feat_shape", "pos_embed_grid_size")
-# model_args that must keep timm's default: other values build architectures vit-explorer does not have
+# model_args that must keep the value the model's name builds with (timm's default, unless the name sets
+# another, e.g. DINOv3's rope_type 'dinov3'): other values build architectures vit-explorer does not have
 TIMM_FIXED_ARGS: dict[str, Any] = {"qk_norm": False, "dynamic_img_pad": False, "final_norm": True, "proj_bias": True,
                                    "pos_embed": "learn", "use_shared_rel_pos_bias": False, "scale_attn_inner": False,
                                    "use_post_norm": False, "attn_type": "eva", "rope_type": "cat",
@@ -379,12 +380,14 @@ def parse_timm_config(data: Any, where: str, arch: str | None) -> TimmConfig:
 
 
 def parse_model_args(f: Fields) -> dict[str, Any]:
-    for key, allowed in TIMM_FIXED_ARGS.items():
-        value = f.data.get(key, allowed)
-        if type(value) is not type(allowed) or value != allowed:
-            raise CheckpointError(f"{f.where}: {f.name(key)} = {describe(value)} is not supported; vit-explorer "
-                                  f"builds timm's models with {key} = {allowed!r}")
     args: dict[str, Any] = {}
+    for key, default in TIMM_FIXED_ARGS.items():  # the value each name builds with is checked with the name
+        if f.has(key):
+            value = f.data[key]
+            if type(value) is not type(default):
+                raise CheckpointError(f"{f.where}: {f.name(key)} = {describe(value)} is not supported; vit-explorer "
+                                      f"builds timm's models with {key} as a {type(default).__name__}")
+            args[key] = value
     for key, (low, high) in TIMM_SIZE_ARGS.items():
         if f.has(key):
             args[key] = f.integer(key, low=low, high=high)

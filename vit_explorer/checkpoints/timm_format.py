@@ -24,7 +24,7 @@ from .errors import CheckpointError
 from .hf_names import patch_linear_to_conv
 from .labels import generic_labels, imagenet_labels
 from .preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
-from .schemas import TimmConfig, parse_timm_config, timm_preprocess
+from .schemas import TIMM_FIXED_ARGS, TimmConfig, parse_timm_config, timm_preprocess
 from .source import Checkpoint, Declared, Source
 from .weights import check_weights_file, find_weights, release
 
@@ -346,6 +346,12 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
     name's width and other heads is a tampered or mislabelled config, not the named model.
     """
     parsed = parse_name(name)
+    for key in sorted(set(model_args) & set(TIMM_FIXED_ARGS)):
+        own = parsed.args.get(key, TIMM_FIXED_ARGS[key])
+        if model_args[key] != own:
+            raise CheckpointError(f"{where}: model_args.{key} = {model_args[key]!r} is not supported; vit-explorer "
+                                  f"builds {name!r} with {key} = {own!r}")
+    model_args = {k: v for k, v in model_args.items() if k not in TIMM_FIXED_ARGS}  # the name's own values
     foreign = sorted(set(model_args) - CLASS_ARGS[parsed.model_class])
     if foreign:
         timm_class = TIMM_CLASS.get(parsed.model_class, parsed.model_class)
