@@ -221,3 +221,23 @@ def test_cifar_folder_keeps_its_own_test_split(tmp_path: Path, loaded) -> None:
     assert src.paths[0] == "train/00000" and src.paths[-1] == "test/00002" and src.label_names[0] == "c0"
     np.testing.assert_array_equal(np.asarray(src.image(0)), src.pixels[0].permute(1, 2, 0).numpy())
     assert len(D.extract(loaded, src)) == 23
+
+
+def test_a_naflex_model_runs_a_dataset_of_mixed_shapes_at_one_size(tmp_path: Path, loaded) -> None:
+    """SigLIP 2's NaFlex gives each image its own grid; a batch of a landscape and a portrait image needs one, so
+    the dataset runs every image at the model's square input, with the features of that fixed recipe."""
+    import dataclasses
+
+    naflex = copy.copy(loaded)
+    naflex.preprocessing = dataclasses.replace(loaded.preprocessing, max_patches=16,
+                                               patch_size=loaded.config.patch_size)
+    assert naflex.preprocessing(Image.new("RGB", (40, 20))).shape[-2:] != (16, 16)  # its own grid, one image
+    root = write_images(tmp_path / "wide", {"a": 2}, size=(20, 40))
+    write_images(root, {"b": 2}, size=(40, 20), seed=1)
+    features = D.extract(naflex, D.open_source(str(root)), batch_size=4)
+    fixed = copy.copy(loaded)
+    fixed.preprocessing = naflex.preprocessing.with_size((16, 16))
+    again = D.extract(fixed, D.open_source(str(root)), batch_size=4)
+    assert len(features) == 4 and not features.skipped
+    np.testing.assert_array_equal(features.mean[2], again.mean[2])
+    np.testing.assert_array_equal(features.pooled, again.pooled)

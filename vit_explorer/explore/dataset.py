@@ -2,7 +2,8 @@
 
 A source is an image folder (one sub-folder per class, or a flat unlabelled folder; train/ and val/
 sub-folders are taken as the split), a built-in set, or a CIFAR folder. `--limit N` keeps a seeded,
-stratified sample. Images go through the model's own preprocessing and then, in batches, through the
+stratified sample. Images go through the model's own preprocessing (at one size for all: a NaFlex model's
+square input) and then, in batches, through the
 model on its device (the next batch is decoded on a second thread while the model runs); an image
 that cannot be read is reported and skipped, never a crash.
 
@@ -35,7 +36,7 @@ import torch
 from PIL import Image
 
 from ..analysis.attention import attention_distance
-from ..checkpoints import LoadedModel
+from ..checkpoints import LoadedModel, Preprocess
 from ..checkpoints.files import open_regular, write_atomic
 from ..data import cifar, folder, synthetic
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
@@ -226,7 +227,7 @@ def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel
              indices: np.ndarray) -> Iterator[tuple[list[int], torch.Tensor | None, list[str]]]:
     """(indices kept, pixels (B, 3, H, W) or None, skipped messages) per batch of `indices`; decoding runs one batch
     ahead on a thread (Pillow and torch release the GIL while they work)."""
-    pre = loaded.preprocessing
+    pre = dataset_preprocessing(loaded)
     chunks = [[int(i) for i in indices[s:s + batch_size]] for s in range(0, len(indices), batch_size)]
     ready: queue.Queue[Any] = queue.Queue(maxsize=2)
     stop = threading.Event()
@@ -288,6 +289,13 @@ class _Part:
     kept: list[int]  # indices into the source
     arrays: dict[str, np.ndarray]  # name -> (len(kept), ...), empty when no image was kept
     skipped: list[str]
+
+
+def dataset_preprocessing(loaded: LoadedModel) -> Preprocess:
+    """The model's preprocessing at one input size for every image: a NaFlex model (SigLIP 2) gives each image
+    its own patch grid, but a batch and the patch-level features need one, so there it resizes every image to
+    the square input the model starts with (`Preprocess.size`)."""
+    return loaded.preprocessing.with_size(loaded.preprocessing.size)
 
 
 def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.ndarray:
@@ -435,7 +443,7 @@ def data_hash(source: DatasetSource) -> str:
 def cache_key(loaded: LoadedModel, source: DatasetSource, *, patches: int, distance: bool, seed: int) -> str:
     h = hashlib.blake2b(digest_size=20)
     for part in (str(CACHE_VERSION), model_hash(loaded), data_hash(source),
-                 json.dumps(loaded.preprocessing.to_dict(), sort_keys=True), str(patches), str(distance), str(seed)):
+                 json.dumps(dataset_preprocessing(loaded).to_dict(), sort_keys=True), str(patches), str(distance), str(seed)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
