@@ -89,10 +89,9 @@ def run(args: argparse.Namespace) -> int:
         if reference is not None:
             if loaded.config.num_classes:
                 raise ValueError("argument --reference: this model has a classifier; give --target instead")
-            import torch
+            from .relevance import embed_image
 
-            with torch.inference_mode():
-                ref = loaded.model(loaded.preprocess(reference).to(loaded.device))[0].float()
+            ref = embed_image(loaded, reference)
         d = decomposition(inputs, args.target, ref)
         if args.json:
             print(json.dumps(decomposition_json(d), allow_nan=False))

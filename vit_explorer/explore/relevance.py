@@ -152,7 +152,7 @@ def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[s
             raise ValueError("this model has no classifier (its outputs are embeddings): no class to choose; its "
                              "target is the similarity to a reference embedding")
         if target.reference is not None:
-            ref, named = _embed_image(loaded, target.reference), "the reference image"
+            ref, named = embed_image(loaded, target.reference), "the reference image"
         else:
             ref, named = unmasked(), "the same image unmasked"
         return Resolved("similarity", None, f"similarity to {named}", "embedding",
@@ -176,7 +176,8 @@ def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[s
     return Resolved("class", index, label, head, f"class {index} '{label}'" + (f" ({where})" if distilled else ""))
 
 
-def _embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:
+def embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:
+    """(D,) the model's output for an image (an embedding model's: what a reference image is compared by)."""
     pixels = loaded.preprocess(image).to(loaded.device)
     with torch.inference_mode():
         return loaded.model(pixels)[0].float()
