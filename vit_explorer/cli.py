@@ -44,6 +44,7 @@ def _app_parser() -> argparse.ArgumentParser:
 
 def _command_parser() -> argparse.ArgumentParser:
     from . import explain, report
+    from .checkpoints.arguments import add_model_arguments
     from .explore import components_command, dataset_command
     from .training import command as train_command
 
@@ -55,9 +56,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("image", help="image file")
     p.add_argument("--top-k", type=int, default=5, help="how many classes to print (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
-    report.add_dtype_argument(p)
+    add_model_arguments(p)
 
     p = sub.add_parser("inspect", help="write a report (PNG/CSV/JSON) of a checkpoint's learned structure")
     report.add_arguments(p)
@@ -69,8 +68,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="hub id, folder or checkpoint file")
     p.add_argument("--to", choices=("native", "hf"), required=True)
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--arch", default=None, help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
-    report.add_dtype_argument(p)
+    add_model_arguments(p, device=False)
 
     explain.add_arguments(sub.add_parser("explain", help="relevance maps of an image, each with its faithfulness"))
     components_command.add_arguments(sub)
@@ -121,12 +119,13 @@ def _predict(args: argparse.Namespace) -> int:
     import torch
 
     from .checkpoints import CheckpointWarning, load
+    from .checkpoints.arguments import load_options
     from .data.images import open_image
     from .explore.figures import json_number
     from .explore.forward import nonfinite_outputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("predict"))
+    loaded = load(args.source, **load_options(args), progress=_loading("predict"))
     if not loaded.config.num_classes:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(image)
@@ -150,11 +149,12 @@ def _predict(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from . import report
     from .checkpoints import load
+    from .checkpoints.arguments import load_options
     from .gui.figures import render_png  # the app's compositions draw the report's figures
 
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
     report.check_out(Path(args.out), args.overwrite)  # before the (slower) load: a folder in the way fails at once
-    loaded = load(args.source, device=args.device, arch=args.arch, dtype=args.dtype, progress=_loading("inspect"))
+    loaded = load(args.source, **load_options(args), progress=_loading("inspect"))
     image, image_info = report.choose_image(args.image)
     built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
     report.write_report(built, args.out, render_png, progress=True, overwrite=args.overwrite)
@@ -165,8 +165,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _convert(args: argparse.Namespace) -> int:
     from .checkpoints import convert, load
+    from .checkpoints.arguments import load_options
 
-    loaded = load(args.source, device="cpu", arch=args.arch, dtype=args.dtype, progress=_loading("convert"))
+    loaded = load(args.source, device="cpu", **load_options(args), progress=_loading("convert"))
     path = convert(loaded, to=args.to, out_dir=args.out)
     print(f"wrote {args.to} checkpoint to {path}")
     return 0

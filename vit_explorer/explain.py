@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .checkpoints.arguments import add_model_arguments, load_options
 from .explore import relevance as rel
 
 Render = Callable[[Any, Path, tuple[int, int]], Any]
@@ -42,9 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "blur (default zero)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", default=None, help="folder for the PNGs and relevance.csv (new or empty)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None,
-                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    add_model_arguments(parser)
 
 
 def run(args: argparse.Namespace, render: Render | None = None) -> int:
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
     out = Path(args.out) if args.out else None
     if out is not None:
         report.check_out(out, overwrite=False)
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, **load_options(args))
     cfg = loaded.config
     methods = args.method or rel.supported(cfg)
     for name in methods:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from .analysis.params import ParameterTable
 from .analysis.pe import PESimilarity
+from .checkpoints.arguments import add_model_arguments
 from .checkpoints.errors import CheckpointWarning
 from .checkpoints.files import write_folder
 from .checkpoints.loaded import LoadedModel
@@ -51,18 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "report with --overwrite")
     parser.add_argument("--overwrite", action="store_true", help="replace the report already in --out")
     parser.add_argument("--top-k", type=int, default=5, help="classes listed in summary.json (default 5)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None,
-                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
-    add_dtype_argument(parser)
-
-
-def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
-    """--dtype, for the commands that load a model (predict, inspect, convert)."""
-    from .checkpoints.build import DTYPES
-
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="run in this dtype, e.g. float32 to upcast bf16/fp16 weights (default: the weights' own)")
+    add_model_arguments(parser)
 
 
 def parse_resolution(text: str) -> tuple[int, int]:

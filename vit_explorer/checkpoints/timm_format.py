@@ -335,6 +335,16 @@ def _position(name: TimmName, args: dict[str, Any]) -> dict[str, Any]:
     return dict(pos_embed="learned" if absolute else "none", pos_embed_prefix=not args.get("no_embed_class"))
 
 
+def _without_fixed(model_args: dict[str, Any], parsed: TimmName, name: str, where: str) -> dict[str, Any]:
+    """model_args without those that must keep the value the name builds with (TIMM_FIXED_ARGS), each checked."""
+    for key in sorted(set(model_args) & set(TIMM_FIXED_ARGS)):
+        own = parsed.args.get(key, TIMM_FIXED_ARGS[key])
+        if model_args[key] != own:
+            raise CheckpointError(f"{where}: model_args.{key} = {model_args[key]!r} is not supported; vit-explorer "
+                                  f"builds {name!r} with {key} = {own!r}")
+    return {k: v for k, v in model_args.items() if k not in TIMM_FIXED_ARGS}
+
+
 def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict[str, Any], where: str,
                      num_classes: dict[str, int] | None = None) -> ViTConfig:
     """Our config for a timm model name and its (validated, see schemas.parse_model_args) model_args.
@@ -346,12 +356,7 @@ def config_from_timm(name: str, state: dict[str, torch.Tensor], model_args: dict
     name's width and other heads is a tampered or mislabelled config, not the named model.
     """
     parsed = parse_name(name)
-    for key in sorted(set(model_args) & set(TIMM_FIXED_ARGS)):
-        own = parsed.args.get(key, TIMM_FIXED_ARGS[key])
-        if model_args[key] != own:
-            raise CheckpointError(f"{where}: model_args.{key} = {model_args[key]!r} is not supported; vit-explorer "
-                                  f"builds {name!r} with {key} = {own!r}")
-    model_args = {k: v for k, v in model_args.items() if k not in TIMM_FIXED_ARGS}  # the name's own values
+    model_args = _without_fixed(model_args, parsed, name, where)
     foreign = sorted(set(model_args) - CLASS_ARGS[parsed.model_class])
     if foreign:
         timm_class = TIMM_CLASS.get(parsed.model_class, parsed.model_class)

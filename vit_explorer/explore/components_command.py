@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis.components import SITES
+from ..checkpoints.arguments import add_model_arguments, load_options
 from .components import corrupted_inputs, decomposition, decomposition_json, part_label, run_sweep, sweep_json
 
 COMMANDS = ("components", "patch")
@@ -17,9 +18,7 @@ COMMANDS = ("components", "patch")
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None,
-                        help="timm model name for a bare weights file, e.g. vit_small_patch16_224")
+    add_model_arguments(parser)
 
 
 def add_arguments(sub: Any) -> None:
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "components":
         image = open_image(args.image)
         reference = open_image(args.reference) if args.reference else None
-        loaded = load(args.source, device=args.device, arch=args.arch)
+        loaded = load(args.source, **load_options(args))
         inputs = _inputs(loaded, image)
         ref = None
         if reference is not None:
@@ -105,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"argument --batch: must be at least 1, got {args.batch}")
     clean_image = open_image(args.clean)
     other = None if args.corrupted in ("mask", "heads") else open_image(args.corrupted)
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, **load_options(args))
     clean = _inputs(loaded, clean_image)
     if other is not None:
         corrupted = corrupted_inputs(clean, "image", image=other, image_id=1)

@@ -442,8 +442,9 @@ def data_hash(source: DatasetSource) -> str:
 
 def cache_key(loaded: LoadedModel, source: DatasetSource, *, patches: int, distance: bool, seed: int) -> str:
     h = hashlib.blake2b(digest_size=20)
-    for part in (str(CACHE_VERSION), model_hash(loaded), data_hash(source),
-                 json.dumps(dataset_preprocessing(loaded).to_dict(), sort_keys=True), str(patches), str(distance), str(seed)):
+    recipe = json.dumps(dataset_preprocessing(loaded).to_dict(), sort_keys=True)
+    for part in (str(CACHE_VERSION), model_hash(loaded), data_hash(source), recipe, str(patches), str(distance),
+                 str(seed)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..checkpoints import LoadedModel
+from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
 from . import dataset as D
 from . import dataset_analysis as A
@@ -52,8 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                         help="share of each class held out for validation (default 0.2)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sample, the split and the probes")
     parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default 64)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: the CPU)")
-    parser.add_argument("--arch", default=None, help="timm model name for a bare weights file")
+    add_model_arguments(parser)
     parser.add_argument("--cache", default=None,
                         help=f"feature cache folder (default {D.default_cache()}; VIT_EXPLORER_CACHE sets it)")
     parser.add_argument("--no-cache", action="store_true", help="always extract, never read or write the cache")
@@ -186,7 +186,7 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
     source = D.open_source(args.data, limit=args.limit, seed=args.seed, val_fraction=args.val_fraction)
     for note in source.notes if rank == 0 else ():
         print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
-    loaded = load(args.source, device=args.device, arch=args.arch)
+    loaded = load(args.source, **load_options(args))
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
     if args.command == "embed":
@@ -282,7 +282,7 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
     fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
     fb = None
     if args.source_b:
-        loaded_b = load(args.source_b, device=args.device, arch=args.arch)
+        loaded_b = load(args.source_b, **load_options(args))
         fb = _features(loaded_b, source, args, "cka: model B")
     if fa is None:
         return 0
