@@ -9,8 +9,8 @@ How each scheme treats the prefix tokens ([CLS], distillation):
 - learned (1D): with `pos_embed_prefix` the table has a row per prefix token in front of the
   patch rows (ViT, DeiT); without it only patches get a position (CaiT; DeiT III and timm's
   `no_embed_class`), prefix tokens a zero row.
-- learned_2d, sincos_1d, sincos_2d, sincos_2d_xy (AIMv2 native: the column's half first): prefix tokens get no position (a zero row, as MAE does);
-  their own learned embedding already tells them apart.
+- learned_2d, sincos_1d, sincos_2d, sincos_2d_xy (AIMv2 native: the column's half first): prefix
+  tokens get no position (a zero row, as MAE does); their own learned embedding already tells them apart.
 - rope: nothing is added to the tokens; queries and keys of patch tokens are rotated by their
   (row, col) inside attention, prefix tokens are not rotated.
 - learned+rope (EVA-02): both of the above.
