@@ -1,9 +1,11 @@
 """The families of issue 18 from Hugging Face transformers (DINOv3 with registers, its qkv and SwiGLU
-variants, and AIMv2's image tower with its attention-pooling head), tiny and random, saved with
-`save_pretrained` and loaded through our loaders: the embedded tokens, every hidden state, every
-attention map and the pooled features equal transformers' (eager attention, float32, max |diff| <= 1e-4).
-DINOv3's RoPE follows any input, so it runs at the built size and at a rectangular one; AIMv2's
-transformers model has a fixed square table, so it is built, and compared, at two square sizes."""
+variants, and AIMv2's image tower with its attention-pooling head, without it, and native-resolution), tiny and
+random, saved with `save_pretrained` and loaded through our loaders: the embedded tokens, every hidden state, every
+attention map, the final normed tokens and the pooled features equal transformers' (eager attention, float32,
+max |diff| <= 1e-4). DINOv3's RoPE and AIMv2-native's sine-cosine table follow any input, so they run at the built
+size and at a rectangular one; AIMv2's other transformers models have a fixed square table, so they are built,
+and compared, at two square sizes. Without its head AIMv2 has no pooled output: our features are the mean of the
+normed patch tokens, compared with transformers' last_hidden_state.mean(1)."""
 
 from __future__ import annotations
 
@@ -30,18 +32,23 @@ def _dinov3(**extra: Any) -> Callable[[int], torch.nn.Module]:
     return make
 
 
-def _aimv2(size: int) -> torch.nn.Module:
-    from transformers import Aimv2VisionConfig, Aimv2VisionModel
+def _aimv2(**extra: Any) -> Callable[[int], torch.nn.Module]:
+    def make(size: int) -> torch.nn.Module:
+        from transformers import Aimv2VisionConfig, Aimv2VisionModel
 
-    return Aimv2VisionModel(Aimv2VisionConfig(**TINY, image_size=size))
+        return Aimv2VisionModel(Aimv2VisionConfig(**TINY, image_size=size, **extra))
+    return make
 
 
-def _aimv2_model(size: int) -> torch.nn.Module:
+def _aimv2_model(**extra: Any) -> Callable[[int], torch.nn.Module]:
     """The two-tower model: we read its image tower and the projection to the joint space."""
-    from transformers import Aimv2Config, Aimv2Model
+    def make(size: int) -> torch.nn.Module:
+        from transformers import Aimv2Config, Aimv2Model
 
-    text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=99)
-    return Aimv2Model(Aimv2Config(text_config=text, vision_config=dict(**TINY, image_size=size), projection_dim=16))
+        text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=99)
+        return Aimv2Model(Aimv2Config(text_config=text, vision_config=dict(**TINY, image_size=size, **extra),
+                                      projection_dim=16))
+    return make
 
 
 # case -> (model at a square size, the input sizes it is compared at, the square sizes it is built at)
@@ -50,8 +57,12 @@ CASES: dict[str, tuple[Callable[[int], torch.nn.Module], list[tuple[int, int]]]]
     "dinov3_qkv_bias": (_dinov3(key_bias=True), [(32, 32), (24, 48)]),
     "dinov3_swiglu": (_dinov3(use_gated_mlp=True, hidden_act="silu", query_bias=False, value_bias=False),
                       [(32, 32), (24, 48)]),
-    "aimv2": (_aimv2, [(32, 32), (48, 48)]),
-    "aimv2_model": (_aimv2_model, [(32, 32)]),
+    "aimv2": (_aimv2(), [(32, 32), (48, 48)]),
+    "aimv2_model": (_aimv2_model(), [(32, 32)]),
+    "aimv2_native": (_aimv2(is_native=True), [(32, 32), (24, 48)]),
+    "aimv2_headless": (_aimv2(use_head=False), [(32, 32), (48, 48)]),
+    "aimv2_native_headless": (_aimv2(is_native=True, use_head=False), [(32, 32), (40, 16)]),
+    "aimv2_model_native": (_aimv2_model(is_native=True), [(32, 32), (24, 48)]),
 }
 PARAMS = [(case, size) for case, (_, sizes) in CASES.items() for size in sizes]
 
@@ -75,7 +86,8 @@ def saved(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.parametrize("case,size", PARAMS, ids=[f"{c}-{h}x{w}" for c, (h, w) in PARAMS])
 def test_recent_hf_family_parity(saved, case: str, size: tuple[int, int]) -> None:
-    # a fixed table (AIMv2) is built at the size it runs at; RoPE (DINOv3) runs at any size from the 32x32 model
+    # a learned table (AIMv2) is built at the size it runs at; RoPE (DINOv3) and a sine-cosine table (AIMv2
+    # native) run at any size from the 32x32 model
     model, folder = saved(case, size[0] if size[0] == size[1] else 32)
     loaded = load(folder)
     assert loaded.kind == "hf"
@@ -84,13 +96,17 @@ def test_recent_hf_family_parity(saved, case: str, size: tuple[int, int]) -> Non
     with torch.no_grad():
         ref = tower(x, output_hidden_states=True, output_attentions=True)
         ours = loaded.model.forward_intermediates(x, capture="all")
-    features = model.visual_projection(ref.pooler_output) if tower is not model else ref.pooler_output
+    # without its head (use_head=False) HF has no pooled output: ours is the mean of the normed patch tokens
+    pooled = ref.last_hidden_state.mean(1) if ref.pooler_output is None else ref.pooler_output
+    features = model.visual_projection(pooled) if tower is not model else pooled
     assert_close(ours["logits"], features, "pooled (projected) features")
     assert len(ref.hidden_states) == 3 and len(ref.attentions) == 2
     assert_close(ours["embedded"], ref.hidden_states[0], "embedded tokens")
     for i in range(2):
         assert_close(ours["hidden_states"][i], ref.hidden_states[i + 1], f"hidden state {i}")
         assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
+    with torch.no_grad():
+        assert_close(loaded.model.norm(ours["hidden_states"][-1]), ref.last_hidden_state, "last hidden state")
 
 
 def test_dinov3_layout_registers_and_mask_token(saved) -> None:
@@ -121,17 +137,42 @@ def test_what_hf_cannot_hold_is_refused(saved, tmp_path: Path) -> None:
         convert(loaded, "hf", tmp_path / "out")
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("is_native", True, "is_native"), ("use_head", False, "use_head"), ("mlp_bias", True, "mlp_bias")])
-def test_aimv2_variants_we_do_not_have_are_named(saved, tmp_path: Path, field: str, value: Any, message: str) -> None:
+def test_aimv2_native_and_headless_say_what_they_are(saved, tmp_path: Path) -> None:
+    """is_native: no learned table (none in the weights, none in ours), the columns-first sine-cosine scheme;
+    use_head=False: the mean of the normed patches, which the details say; neither is written as HF."""
+    native = load(saved("aimv2_native_headless", 32)[1])
+    assert (native.config.pos_embed, native.config.pool) == ("sincos_2d_xy", "gap")
+    assert not any(name.startswith("pos_embed") for name, _ in native.model.named_parameters())
+    assert "mean of the normed patch tokens" in native.details["features"]
+    assert "features" not in load(saved("aimv2_native", 32)[1]).details  # its head pools
+    with pytest.raises(CheckpointError, match="position embedding 'sincos_2d_xy'"):
+        convert(native, "hf", tmp_path / "out")
+
+
+def _edited(folder: Path, tmp_path: Path, **fields: Any) -> Path:
+    """A copy of a saved folder whose config.json (or its vision_config, for the keys given there) is changed."""
     import json
     import shutil
 
-    folder = shutil.copytree(saved("aimv2", 32)[1], tmp_path / "copy")
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, field: value}))
-    with pytest.raises(CheckpointError, match=message):
-        load(folder)
+    copy = shutil.copytree(folder, tmp_path / "copy")
+    config = json.loads((copy / "config.json").read_text())
+    vision = fields.pop("vision_config", None)
+    config.update(fields)
+    if vision:
+        config["vision_config"].update(vision)
+    (copy / "config.json").write_text(json.dumps(config))
+    return copy
+
+
+def test_aimv2_variants_we_do_not_have_are_named(saved, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="mlp_bias"):
+        load(_edited(saved("aimv2", 32)[1], tmp_path, mlp_bias=True))
+
+
+def test_a_two_tower_aimv2_without_its_head_is_refused(saved, tmp_path: Path) -> None:
+    """Aimv2Model's projection reads the head's pooled output: without the head transformers has no image features."""
+    with pytest.raises(CheckpointError, match=r"vision_config\.use_head must be true in an Aimv2Model"):
+        load(_edited(saved("aimv2_model", 32)[1], tmp_path, vision_config={"use_head": False}))
 
 
 # ------------------------------------------------------------------------------ SigLIP 2 (NaFlex)

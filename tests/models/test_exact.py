@@ -240,18 +240,21 @@ def test_sincos_formulas() -> None:
             assert one[pos, i].item() == pytest.approx(math.sin(pos * omega), abs=1e-6)
             assert one[pos, d // 2 + i].item() == pytest.approx(math.cos(pos * omega), abs=1e-6)
     two = sincos_2d((3, 5), d)  # (15, 16): first half encodes the row, second half the column
+    xy = sincos_2d((3, 5), d, cols_first=True)  # AIMv2 native: the column first
     for r, c in [(0, 0), (1, 4), (2, 2)]:
-        torch.testing.assert_close(two[r * 5 + c], torch.cat([sincos_1d(torch.tensor([r]), 8)[0],
-                                                              sincos_1d(torch.tensor([c]), 8)[0]]))
+        row, col = sincos_1d(torch.tensor([r]), 8)[0], sincos_1d(torch.tensor([c]), 8)[0]
+        torch.testing.assert_close(two[r * 5 + c], torch.cat([row, col]))
+        torch.testing.assert_close(xy[r * 5 + c], torch.cat([col, row]))
 
 
-@pytest.mark.parametrize("pe", ["sincos_1d", "sincos_2d"])
+@pytest.mark.parametrize("pe", ["sincos_1d", "sincos_2d", "sincos_2d_xy"])
 def test_fixed_pe_in_the_model(pe: str) -> None:
     cfg = tiny("cls+dist", pos_embed=pe)
     model = VisionTransformer(cfg)
     table = model.position_embedding((3, 5))
     assert torch.equal(table[:2], torch.zeros(2, 32))  # prefix tokens get no position
-    expected = sincos_1d(torch.arange(15), 32) if pe == "sincos_1d" else sincos_2d((3, 5), 32)
+    expected = sincos_1d(torch.arange(15), 32) if pe == "sincos_1d" else \
+        sincos_2d((3, 5), 32, cols_first=pe == "sincos_2d_xy")
     assert torch.equal(table[2:], expected)  # and nothing of it is learned:
     assert not any("pos_embed" in name for name, _ in model.named_parameters())
 

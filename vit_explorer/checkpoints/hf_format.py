@@ -8,7 +8,10 @@ Features-only models (ViTModel, Dinov2Model, CLIPVisionModel, ViTMAEModel, ...) 
 output: the normed [CLS] (ViT's pooler layer aside), CLIP's projected embedding, SigLIP's pooling head.
 
 Dinov2(WithRegisters)ForImageClassification: a linear head over [CLS] beside the mean of the patches.
-I-JEPA (IJepaModel, IJepaForImageClassification) has no [CLS]: its features are the mean of the normed patches.
+I-JEPA (IJepaModel, IJepaForImageClassification) has no [CLS]: its features are the mean of the normed patches,
+as are those of SigLIP's and AIMv2's towers without their pooling head (use_head=False: no pooled output in
+transformers); `details["features"]` says so. AIMv2's native-resolution towers (is_native) add a fixed sine-cosine
+table for each input's grid, the column's half first (position scheme sincos_2d_xy).
 
 Reads config.json, preprocessor_config.json and the weights with safetensors/torch only; never
 imports transformers.
@@ -208,6 +211,8 @@ def convert(declared: Declared[tuple[HFConfig, Preprocess]], raw: dict[str, torc
     config = config_from_hf(hf, state, declared.described_by)
     labels = labels_from_hf(hf, config.num_classes, declared.described_by)
     details = {"architecture": hf.architecture or hf.model_type, "weights": str(declared.weights)}
+    if config.pool == "gap" and not (config.fc_norm or config.num_classes):  # I-JEPA; SigLIP, AIMv2 without a head
+        details["features"] = "the mean of the normed patch tokens (transformers' last_hidden_state.mean(1))"
     names = HF_NAMES if hf.model_type not in ("dinov2", "dinov2_with_registers") else \
         {**HF_NAMES, "mlp_width": "MLP width (hidden_size x mlp_ratio)"}
     return Checkpoint(config, state, labels, preprocessing, details, names,

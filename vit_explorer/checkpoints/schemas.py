@@ -127,6 +127,9 @@ def parse_hf_config(data: Any, where: str) -> HFConfig:
                      choices=tuple(HF_ACTIVATIONS) + (("silu",) if kind in HF_SILU else ()))
     width = tower.integer("hidden_size", high=MAX_WIDTH)
     family = _hf_family_fields(tower, kind, width)
+    if model_type == "aimv2" and family["pool"] == "gap":  # transformers' visual_projection would read None
+        tower.fail("use_head", "true in an Aimv2Model (its projection reads the pooled output of the head; load the "
+                   "image tower, Aimv2VisionModel, for the patch features)", False)
     return HFConfig(
         model_type=kind,
         architecture=architecture,
@@ -197,15 +200,15 @@ def _hf_recent_fields(f: Fields, kind: str) -> dict[str, Any]:
     if gated != (act == "silu"):
         f.fail("hidden_act", "'silu' with the gated MLP (SwiGLU), a GELU without it", act)
     if kind == "aimv2_vision_model":
-        if f.flag("is_native", False):
-            f.fail("is_native", "false (the native-resolution variant's sine-cosine table is not supported)", True)
-        if not f.flag("use_head", True):
-            f.fail("use_head", "true (without its attention-pooling head the model has no pooled output)", False)
         bias = f.flag("qkv_bias", False)  # q, k, v and the attention output layer
         if f.flag("mlp_bias", False) != bias:
             f.fail("mlp_bias", f"{bias} like qkv_bias (vit-explorer has one switch for the dense layers' biases)",
                    not bias)
-        return dict(mlp="swiglu", qkv_bias=bias, proj_bias=bias, norm="rmsnorm", embed_norm=True, pool="query")
+        # is_native: no learned table, a fixed sine-cosine one for each input's grid, the column's half first;
+        # without the head (use_head=False) there is no pooled output: the features are the mean of the normed patches
+        return dict(mlp="swiglu", qkv_bias=bias, proj_bias=bias, norm="rmsnorm", embed_norm=True,
+                    pool="query" if f.flag("use_head", True) else "gap",
+                    position="sincos_2d_xy" if f.flag("is_native", False) else "learned")
     q, k, v = (f.flag(name, default) for name, default in (("query_bias", True), ("key_bias", False),
                                                            ("value_bias", True)))
     if q != v or (k and not q):

@@ -9,8 +9,8 @@ How each scheme treats the prefix tokens ([CLS], distillation):
 - learned (1D): with `pos_embed_prefix` the table has a row per prefix token in front of the
   patch rows (ViT, DeiT); without it only patches get a position (CaiT; DeiT III and timm's
   `no_embed_class`), prefix tokens a zero row.
-- learned_2d, sincos_1d, sincos_2d: prefix tokens get no position (a zero row, as MAE does);
-  their own learned embedding already tells them apart.
+- learned_2d, sincos_1d, sincos_2d, sincos_2d_xy (AIMv2 native: the column's half first): prefix
+  tokens get no position (a zero row, as MAE does); their own learned embedding already tells them apart.
 - rope: nothing is added to the tokens; queries and keys of patch tokens are rotated by their
   (row, col) inside attention, prefix tokens are not rotated.
 - learned+rope (EVA-02): both of the above.
@@ -49,12 +49,14 @@ def sincos_1d(positions: torch.Tensor, dim: int, temperature: float = 10000.0) -
     return torch.cat([angles.sin(), angles.cos()], dim=1).float()
 
 
-def sincos_2d(grid: tuple[int, int], dim: int) -> torch.Tensor:
-    """(gh*gw, dim): the first half encodes the row, the second the column, in raster order."""
+def sincos_2d(grid: tuple[int, int], dim: int, cols_first: bool = False) -> torch.Tensor:
+    """(gh*gw, dim): the first half encodes the row, the second the column, in raster order
+    (`cols_first`: the column first, AIMv2's native-resolution table)."""
     gh, gw = grid
     rows = torch.arange(gh).repeat_interleave(gw)
     cols = torch.arange(gw).repeat(gh)
-    return torch.cat([sincos_1d(rows, dim // 2), sincos_1d(cols, dim // 2)], dim=1)
+    first, second = (cols, rows) if cols_first else (rows, cols)
+    return torch.cat([sincos_1d(first, dim // 2), sincos_1d(second, dim // 2)], dim=1)
 
 
 def learned_2d(table_y: torch.Tensor, table_x: torch.Tensor) -> torch.Tensor:
@@ -299,12 +301,24 @@ class SinCos2D(Scheme):
 
     def check(self, config: ViTConfig) -> str | None:
         if config.embed_dim % 4:
-            return (f"sincos_2d splits D into sin/cos of rows and columns: "
+            return (f"{self.name} splits D into sin/cos of rows and columns: "
                     f"embed_dim {config.embed_dim} must be divisible by 4")
         return None
 
     def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
         return sincos_2d(grid, model.config.embed_dim)
+
+
+class SinCos2DXY(SinCos2D):
+    """AIMv2's native-resolution models (HF is_native=True): SinCos2D's table with the column's half first,
+    computed for each input's grid (SinCos2D's checks)."""
+
+    name, label = "sincos_2d_xy", "sine-cosine 2D, columns first (AIMv2 native)"
+    note = ("fixed sines and cosines of the column (first half) and the row (second half), for any grid "
+            "(AIMv2's native-resolution models)")
+
+    def table(self, model: VisionTransformer, grid: tuple[int, int]) -> torch.Tensor:
+        return sincos_2d(grid, model.config.embed_dim, cols_first=True)
 
 
 class NoPosition(Scheme):
@@ -386,4 +400,4 @@ class RelativeBias(Scheme):
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (Learned1D(), Learned2D(), SinCos1D(), SinCos2D(), NoPosition(),
                                                   Rotary2D(), LearnedRotary(), RelativeBias(),
-                                                  RotaryDinoV3(), LearnedRotaryXY())}
+                                                  RotaryDinoV3(), LearnedRotaryXY(), SinCos2DXY())}

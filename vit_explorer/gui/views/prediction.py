@@ -78,8 +78,10 @@ class PredictionView(View):
         if not result.inputs.loaded.config.num_classes:  # features only: the embedding is what there is
             self.figure = embedding_figure(result, self.shown_k)
             self._draw(self.figure)
+            features = result.inputs.loaded.details.get("features")
             what = ("its image embedding (the projection to the joint image-text space) is shown"
-                    if result.inputs.loaded.config.proj_dim else "its pooled embedding is shown")
+                    if result.inputs.loaded.config.proj_dim else f"its features, {features}, are shown" if features
+                    else "its pooled embedding is shown")
             self.change.setText(f"This model has no classifier (features only): {what}, "
                                 f"{result.logits.numel()} numbers. The Features view finds the nearest images and "
                                 "shows its patch features.")
