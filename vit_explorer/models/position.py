@@ -313,7 +313,7 @@ class SinCos2DXY(SinCos2D):
     """AIMv2's native-resolution models (HF is_native=True): SinCos2D's table with the column's half first,
     computed for each input's grid (SinCos2D's checks)."""
 
-    name, label = "sincos_2d_xy", "sine-cosine 2D, columns first (AIMv2 native)"
+    name, label = "sincos_2d_xy", "sine-cosine 2D, columns first (AIMv2)"
     note = ("fixed sines and cosines of the column (first half) and the row (second half), for any grid "
             "(AIMv2's native-resolution models)")
 
