@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         dock.raise_()
         settle(app, window)
         shoot(window, out / f"{title.lower().replace(' ', '_')}.png", window.views.get(title))
+    if args.compare and (chosen is None or "Compare" in chosen):
+        window.docks["Compare"].raise_()
+        window.views["Compare"].compare_with(args.compare)
+        settle(app, window, 3.0)
+        shoot(window, out / "compare.png", window.views["Compare"])
     if chosen is not None:
         window.close()
         return 0
@@ -123,11 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         features.mode.setCurrentText(mode)
         settle(app, window)
         shoot(window, out / f"features_{mode.replace(' ', '_').replace('[', '').replace(']', '')}.png")
-    if args.compare:
-        window.docks["Compare"].raise_()
-        window.views["Compare"].compare_with(args.compare)
-        settle(app, window, 3.0)
-        shoot(window, out / "compare.png")
     window.close()
     return 0
 
