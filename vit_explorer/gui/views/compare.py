@@ -169,8 +169,9 @@ class CompareView(View):
                     figures.MapsPlot(row, one.rollout)
 
     def _titles_fitting(self) -> AbstractContextManager[None]:
-        """Titles that fit one column (half the view), each beside a colour bar (the rows of a preset too)."""
-        return self.titles_fitting(self.plots, 2, beside=280, most=44)
+        """Titles that fit one column (half the view; the rows of a preset too), each column's patch axes and
+        colour bar taking about 160 px."""
+        return self.titles_fitting(self.plots, 2, beside=320, most=44)
 
     def restyle(self) -> None:
         if self.sides is not None:
