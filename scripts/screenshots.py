@@ -3,7 +3,7 @@
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
         [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
-        [--theme light|dark]
+        [--theme light|dark] [--views Explain,Dataset]
         [--dataset shapes [--dataset-limit N]]  (only the Dataset view, one screenshot per tab)
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--presentation", action="store_true", help="in presentation mode (full screen, large text)")
     parser.add_argument("--theme", choices=("light", "dark"), default=None,
                         help="the colour theme (remembered, as the View menu does; default: the remembered one)")
+    parser.add_argument("--views", default=None,
+                        help="comma-separated view titles to shoot (default: every view and mode)")
     parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
     parser.add_argument("--dataset", default=None, help="a dataset for the Dataset view: its tabs, and nothing else")
     parser.add_argument("--dataset-limit", type=int, default=1000, help="images of --dataset analysed (default 1000)")
@@ -96,12 +98,21 @@ def main(argv: list[str] | None = None) -> int:
         window.image_panel.percent.setValue(args.mask)
         window.image_panel.random_mask()
     settle(app, window)
+    chosen = args.views.split(",") if args.views else None
     for title, dock in window.docks.items():
-        if title in ("Image", "Prediction"):
+        if title in ("Image", "Prediction") or (chosen is not None and title not in chosen):
             continue
         dock.raise_()
         settle(app, window)
-        shoot(window, out / f"{title.lower().replace(' ', '_')}.png")
+        shoot(window, out / f"{title.lower().replace(' ', '_')}.png", window.views.get(title))
+    if args.compare and (chosen is None or "Compare" in chosen):
+        window.docks["Compare"].raise_()
+        window.views["Compare"].compare_with(args.compare)
+        settle(app, window, 3.0)
+        shoot(window, out / "compare.png", window.views["Compare"])
+    if chosen is not None:
+        window.close()
+        return 0
     window.docks["Attention"].raise_()
     modes = ["all heads", "rollout", "mean attention distance"]
     if session.result.class_attentions:
@@ -117,11 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         features.mode.setCurrentText(mode)
         settle(app, window)
         shoot(window, out / f"features_{mode.replace(' ', '_').replace('[', '').replace(']', '')}.png")
-    if args.compare:
-        window.docks["Compare"].raise_()
-        window.views["Compare"].compare_with(args.compare)
-        settle(app, window, 3.0)
-        shoot(window, out / "compare.png")
     window.close()
     return 0
 
@@ -201,9 +207,15 @@ def lasso_around(points):
     return np.median(points, axis=0) + points.std(axis=0) * 0.8 * np.stack([r * np.cos(t), r * np.sin(t)], axis=1)
 
 
-def shoot(window, path: Path) -> None:
+def shoot(window, path: Path, view=None) -> None:
+    """Save the window as a PNG; with `view`, print the (width, height) of its data areas as a person sees them."""
     window.grab().save(str(path), "PNG")
     print(path)
+    if view is not None:
+        from vit_explorer.gui.measure import data_areas
+
+        areas = [(a.rect.width(), a.rect.height()) for a in data_areas(view.picture(), window)]
+        print(json.dumps({"shot": path.name, "data_areas": areas}))
 
 
 def train(app, window, steps: int, out: Path) -> None:

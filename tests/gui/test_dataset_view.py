@@ -4,15 +4,19 @@ its patch as the query), cancel stops a run, and the compared model gives a CKA 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import QApplication
 
 from vit_explorer.analysis import cka as C
 from vit_explorer.checkpoints import load
 from vit_explorer.explore import dataset_analysis as A
+from vit_explorer.gui import theme
 
 
 @pytest.fixture(autouse=True)
@@ -51,6 +55,34 @@ def test_analyse_draws_every_panel(qtbot, window) -> None:
     assert [label.text for _, label in view.legend.items] == view.analysis.features.source.label_names
     header, rows = view.table()
     assert header == ["state", "tokens", "knn", "linear"] and len(rows) == 2 * (depth + 1)
+
+
+def test_before_analyse_a_note_in_the_themes_colours_says_what_to_do(qtbot, window) -> None:
+    """Before Analyse the pages were empty plots, a pane of the plots' background (white in the light theme):
+    what a person sees there now is the window's own background with a note saying what to do, in both
+    themes; once analysed, the pages."""
+    app = QApplication.instance()
+    window.docks["Dataset"].raise_()
+    view = window.views["Dataset"]
+    try:
+        for name in ("dark", "light"):
+            theme.apply(app, name)
+            qtbot.wait(50)
+            assert view.placeholder.isVisible() and not view.tabs.isVisible()
+            assert "press Analyse" in view.placeholder.text() and view.picture() is view.placeholder
+            shot = window.grab().toImage()  # the pane as it is on screen, whatever paints it
+            pane = QRect(view.pane.mapTo(window, QPoint(0, 0)), view.pane.size())
+            colours = Counter(shot.pixel(x, y) for x in range(pane.left(), pane.right(), 3)
+                              for y in range(pane.top(), pane.bottom(), 3))
+            background, count = colours.most_common(1)[0]
+            window_colour = app.palette().color(QPalette.ColorRole.Window)
+            assert QColor(background) == window_colour, (name, QColor(background).name(), window_colour.name())
+            assert (window_colour.lightness() < 128) == (name == "dark")
+            assert count < sum(colours.values()) - 50  # the note's text is drawn on it
+    finally:
+        theme.apply(app, "system")
+    view = analyse(qtbot, window)
+    assert view.tabs.isVisible() and not view.placeholder.isVisible() and view.picture() is view.tabs.currentWidget()
 
 
 def test_cka_cell_lists_its_images_and_opens_one(qtbot, window) -> None:

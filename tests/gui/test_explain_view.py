@@ -3,11 +3,16 @@ faithfulness, the curves of the map clicked, a new target recomputed, [MASK] pat
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from vit_explorer.explore import relevance as rel
 
 from .conftest import wait_result
+from .screens import run_on_screen
 
 
 def _wait_maps(qtbot, view, methods: list[str]) -> None:
@@ -60,3 +65,25 @@ def test_cancel_stops_the_work_and_says_so(window, qtbot) -> None:
     qtbot.waitUntil(lambda: view.progress.isVisible(), timeout=10000)
     view.cancel()
     assert "cancelled" in view.note.full_text and not view.progress.isVisible()
+
+
+EQUAL_MAPS_CHILD = """
+present()
+window.show_view("Explain")
+view = window.views["Explain"]
+settle(lambda: view._drawn is not None and len(view._drawn.plots) == 6, seconds=300)
+print(json.dumps({"sides": [a.short_side for a in data_areas(view.plots, window)],
+                  "titles": [plot.titleLabel.text for plot in view._drawn.plots], "height": window.height()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("screen", [(1920, 1080), (1280, 800)], ids=["1920x1080", "1280x800"])
+def test_every_map_of_the_grid_is_the_same_size_when_presenting(tmp_path: Path, screen: tuple[int, int]) -> None:
+    """Presenting full screen on a projector's screen, the six default maps of the bundled model: a map whose
+    title wrapped onto more lines was drawn smaller than the others (164 px against 197 at 1920x1080); every map
+    now has the same data area, as a person sees it (gui/measure.py)."""
+    shown = run_on_screen(tmp_path, screen, EQUAL_MAPS_CHILD)[-1]
+    sides = shown["sides"]
+    assert shown["height"] == screen[1] and len(sides) == 6, shown
+    assert min(sides) >= 0.12 * screen[1] and max(sides) - min(sides) <= 3, json.dumps(shown)

@@ -43,3 +43,33 @@ def test_bar_markers_follow_new_values(layout) -> None:
     texts = [item for item in plot.items if isinstance(item, pg.TextItem)]
     assert [t.toPlainText() for t in texts] == ["20.0%", "10.0%"]
     assert texts[0].pos().x() == pytest.approx(0.9)  # written after the furthest of bar and marker
+
+
+@pytest.mark.parametrize("heading", ["six maps, one scale", ""])
+def test_small_multiples_are_all_the_same_size_whatever_their_titles_wrap_to(qtbot, heading: str) -> None:
+    """A title wrapped onto three lines took its height from its own map alone (the Explain view's second row
+    drawn smaller); every map of the grid gets the same data area, and an empty heading takes no row."""
+    from vit_explorer.explore.figures import MapsFigure
+    from vit_explorer.gui.measure import data_areas
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    widget.resize(900, 600)
+    titles = ("1. rollout", "2. a long title that wraps onto three lines", "3. grad", "4. occlusion",
+              "5. another title long enough to wrap", "6. cam")
+    rgb = np.zeros((32, 32, 3), np.uint8)
+    figure = MapsFigure(heading, np.random.default_rng(0).random((6, 4, 4)), titles, rgb, (4, 4))
+    with figures.title_width(14):
+        drawn = figures.MapsPlot(widget.ci, figure)
+    widget.show()
+    qtbot.waitExposed(widget)
+    qtbot.wait(50)
+    lines = [p.titleLabel.text.count("<br>") + 1 for p in drawn.plots]
+    assert max(lines) >= 3 and min(lines) == 1  # the titles do wrap differently
+    sides = [a.short_side for a in data_areas(widget, widget)]
+    assert len(sides) == 6 and min(sides) > 40 and max(sides) - min(sides) <= 2, sides
+    assert (drawn.heading is None) == (heading == "")
+    drawn.update(replace(figure, titles=("1. short",) * 6))  # new titles in place: the rows follow them
+    qtbot.wait(50)
+    shorter = [a.short_side for a in data_areas(widget, widget)]
+    assert max(shorter) - min(shorter) <= 2 and min(shorter) > max(sides), (shorter, sides)

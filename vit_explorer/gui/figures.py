@@ -100,6 +100,14 @@ def _is_integer(values: np.ndarray) -> bool:
 _title_chars = 44  # titles wrap at about this many characters at text scale 1 (headings a few more)
 
 
+def title_char_px() -> float:
+    """The width (px) of an average character of a title at text scale 1, in the font the titles are drawn in:
+    how many characters fit a column of a view (`View.titles_fitting`)."""
+    font = QtGui.QFont()
+    font.setPointSizeF(TITLE_POINTS)
+    return QtGui.QFontMetricsF(font).averageCharWidth()
+
+
 @contextmanager
 def title_width(chars: int) -> Iterator[None]:
     """Titles drawn inside wrap at about `chars` characters: for figures in narrow columns (the Compare view's
@@ -134,9 +142,25 @@ def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str |
     if plot.titleLabel.text == wrapped:
         return
     plot.setTitle(wrapped, size=size or title_size())
-    height = plot.titleLabel.item.boundingRect().height() + 4
+    _title_row(plot, _title_height(plot))
+
+
+def _title_height(plot: pg.PlotItem) -> float:
+    return plot.titleLabel.item.boundingRect().height() + 4
+
+
+def _title_row(plot: pg.PlotItem, height: float) -> None:
     plot.titleLabel.setMaximumHeight(height)
     plot.layout.setRowFixedHeight(0, height)
+
+
+def even_title_rows(plots: Sequence[pg.PlotItem]) -> None:
+    """Give the title row of every plot of small multiples the height of the tallest: a title wrapped onto more
+    lines than the others' would take that height from its plot's image alone, drawing that map smaller."""
+    titled = [plot for plot in plots if plot.titleLabel.isVisible()]
+    height = max((_title_height(plot) for plot in titled), default=0.0)
+    for plot in titled:
+        _title_row(plot, height)
 
 
 def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: str = "",
@@ -609,9 +633,10 @@ class MapsPlot:
         single = k == 1
         values, levels = figure.shown(), figure.shown_levels()
         self.heading = None
-        if not single:
+        if not single and figure.heading:  # an empty heading (said elsewhere, e.g. the Explain view) takes no row
             self.heading = add_title(layout, figure.heading, colspan=columns + 1)
             layout.nextRow()
+        first_row = layout.currentRow
         self.plots: list[pg.PlotItem] = []
         self.photos: list[pg.ImageItem] = []
         self.heats: list[pg.ImageItem] = []
@@ -631,17 +656,18 @@ class MapsPlot:
                 heat = overlay
             self.plots.append(plot)
             self.heats.append(heat)
+        even_title_rows(self.plots)  # every map the same size, whatever lines its title takes
         if single:
             self.bar = _colorbar_of(self.plots[0])
         else:
             self.bar = draw_colorbar(layout, self.heats, levels=levels, cmap=figure.cmap, label=figure.colorbar_label,
-                                     row=1, col=columns, rowspan=rows)  # row 0 is the heading
+                                     row=first_row, col=columns, rowspan=rows)
 
     def matches(self, figure: MapsFigure) -> bool:
         """Whether `update` can show this figure (the same plots and colour bar, only other numbers and titles)."""
         def look(f: MapsFigure) -> tuple[object, ...]:
             return (len(f.maps), f.grid, None if f.image is None else f.image.shape, f.scale, f.cmap, f.colorbar_label,
-                    f.levels)
+                    f.levels, bool(f.heading))
 
         return look(figure) == look(self.figure)
 
@@ -663,6 +689,7 @@ class MapsPlot:
                     plot.removeItem(item)
                 if figure.masked is not None and figure.masked.any():
                     draw_masked_cells(plot, figure.masked, *figure.image.shape[:2])
+        even_title_rows(self.plots)
         if self.bar is not None:
             self.bar.setLevels(values=levels)
         if figure.opacity != old.opacity:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ from PySide6.QtCore import QEventLoop, QPoint, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QImage, QPainter, QResizeEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
+from .. import figures
 from ..flow import flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
@@ -81,6 +83,7 @@ class View(SessionWidget):
         self._dirty = False
         self._refresh_pending = False  # a scheduled refresh waits for the next turn of the event loop
         self.on_screen = True  # the window says when a tabbed dock hides the view
+        self._titles: tuple[Callable[[], int], int] | None = None  # titles_fitting's width now, and as drawn
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         self.toolbar = QWidget()  # hidden while a lesson is presented: the step has set what the figure shows
@@ -120,6 +123,26 @@ class View(SessionWidget):
 
     def shows(self, panel: str) -> bool:
         return panel in self.panels
+
+    @contextmanager
+    def titles_fitting(self, plots: QWidget, columns: int, beside: int, most: int) -> Iterator[None]:
+        """Draw the figures inside with titles wrapped to the characters (at text scale 1, at most `most`) that
+        fit one of `columns` columns of `plots`, `beside` pixels of its width going to colour bars and axes:
+        wider titles would make the columns wider than the view. A resize that changes that width draws the view
+        again (`restyle`)."""
+        char_px = figures.title_char_px()
+
+        def chars() -> int:
+            return max(14, min(most, int((plots.width() - beside) / columns / char_px)))
+
+        self._titles = chars, chars()
+        with figures.title_width(self._titles[1]):
+            yield
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if self._titles is not None and self._titles[0]() != self._titles[1]:
+            self.restyle()
 
     def refresh(self, *_: object) -> None:
         """Recompute and redraw from the session (views that compute something override it)."""

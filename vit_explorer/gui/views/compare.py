@@ -4,8 +4,9 @@ second model is the session's (`Session.compared`)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import pyqtgraph as pg
-from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
@@ -28,7 +29,6 @@ class CompareView(View):
         super().__init__(session, parent)
         self.sides: tuple[Side, ...] | None = None
         self.preset: list[tuple[str, LoadedModel]] | None = None  # a preset's models, shown instead of two
-        self._drawn_chars = 0  # the title width the sides were drawn with
         self.choice = QComboBox()
         self.choice.addItem("compare with a bundled model…", "")
         for name, folder in BUNDLED.items():
@@ -132,8 +132,7 @@ class CompareView(View):
             columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(2)]
         for i in range(2):  # two equal columns
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
-        self._drawn_chars = self._title_chars()
-        with figures.title_width(self._drawn_chars):
+        with self._titles_fitting():
             for column, one in zip(columns, sides if columns else (), strict=True):
                 last = one is sides[-1]
                 same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
@@ -159,8 +158,7 @@ class CompareView(View):
     def _draw_rows(self, sides: tuple[Side, ...]) -> None:
         """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
         three columns would be too narrow for either."""
-        self._drawn_chars = self._title_chars()
-        with figures.title_width(self._drawn_chars):
+        with self._titles_fitting():
             for i, one in enumerate(sides):
                 row = self.plots.ci.addLayout(row=i, col=0)
                 if one.prediction is not None and self.shows("prediction"):
@@ -170,15 +168,10 @@ class CompareView(View):
                 if self.shows("rollout"):
                     figures.MapsPlot(row, one.rollout)
 
-    def _title_chars(self) -> int:
-        """Characters per title line that fit one column (half the view) at text scale 1: about 11 px each,
-        beside a colour bar. Wider titles would make the columns wider than the view."""
-        return max(14, min(44, int((self.plots.width() / 2 - 140) / 11)))
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
-        super().resizeEvent(event)
-        if self.sides is not None and self._title_chars() != self._drawn_chars:
-            self._draw(self.sides)
+    def _titles_fitting(self) -> AbstractContextManager[None]:
+        """Titles that fit one column (half the view; the rows of a preset too), each column's patch axes and
+        colour bar taking about 160 px."""
+        return self.titles_fitting(self.plots, 2, beside=320, most=44)
 
     def restyle(self) -> None:
         if self.sides is not None:

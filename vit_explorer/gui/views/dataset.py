@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -48,6 +49,10 @@ DEFAULT_LIMIT = 1000
 CELL_HINT = "Click a cell: the images that drive it"
 LASSO_HINT = "Lasso: Shift+drag (or the Lasso button, then drag) around points"
 LISTED = 1000  # selected images listed at most (the count says how many there are)
+PLACEHOLDER = ("Choose a dataset (a built-in set, or a folder of images: Folder…) and press Analyse. Here appear, "
+               "over its images: the accuracy of probes on every token state and their confusion matrix, CKA "
+               "between the states, a projector of the images or their patch tokens, and the attention distance "
+               "and token norms.")
 
 
 class LassoViewBox(pg.ViewBox):
@@ -239,7 +244,14 @@ class DatasetView(View):
         self.distance_plots = pg.GraphicsLayoutWidget()
         distance_column.addWidget(self.distance_plots, 1)
         self.tabs.addTab(distance_page, "Attention distance and norms")
-        self.body.addWidget(self.tabs, 1)
+        self.placeholder = QLabel(PLACEHOLDER)  # before the analysis: what will appear, not empty pages
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder.setMargin(24)
+        self.pane = QStackedWidget()
+        self.pane.addWidget(self.placeholder)
+        self.pane.addWidget(self.tabs)
+        self.body.addWidget(self.pane, 1)
         self.detail = Note()
         self.body.addWidget(self.detail)
         self.listen(session.model_changed, self._model_changed)
@@ -247,7 +259,7 @@ class DatasetView(View):
         self._model_changed()
 
     def picture(self) -> QWidget:
-        return self.tabs.currentWidget()
+        return self.tabs.currentWidget() if self.analysis is not None else self.placeholder
 
     # ------------------------------------------------------------------ running
     def choose_folder(self) -> None:
@@ -268,8 +280,7 @@ class DatasetView(View):
         self.state.setRange(0, loaded.config.depth if loaded is not None else 0)
         self.state.setValue(self.state.maximum())
         self.run_button.setEnabled(loaded is not None)
-        self.note.setText("Choose a dataset and press Analyse: probes, CKA and a projector over its images."
-                          if loaded is not None else "")
+        self.pane.setCurrentWidget(self.placeholder)
 
     def _run_clicked(self) -> None:
         if self._running:
@@ -318,6 +329,7 @@ class DatasetView(View):
         if analysis is None:
             return
         self.analysis = analysis
+        self.pane.setCurrentWidget(self.tabs)
         f = analysis.features
         skipped = f" ({len(f.skipped)} unreadable images skipped)" if f.skipped else ""
         cached = ", features from the cache" if f.from_cache else ""

@@ -39,7 +39,6 @@ class ExplainView(View):
         self.explanations: list[Explanation] = []
         self.chosen: str | None = None  # the method whose curves are drawn
         self._drawn: figures.MapsPlot | None = None
-        self._drawn_chars = 0  # the title width the maps were drawn for
         self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
         self.heading_text = ""  # over the maps: what is explained, how the maps are ranked
         self._order: list[Explanation] = []
@@ -257,22 +256,14 @@ class ExplainView(View):
         self.heading.setText(self.heading_text)
         figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
         self._order = [e for e in rel.ranked(self.explanations) if only is None or e.method in only]
-        self._drawn_chars = self._title_chars()
-        with figures.title_width(self._drawn_chars):
+        columns = small_multiples_shape(len(self._order))[1]
+        with self.titles_fitting(self.plots, columns, beside=120, most=60):  # one colour bar beside the grid
             self._drawn = figures.MapsPlot(self.plots.ci, figure)
         self._draw_curves()
 
-    def _title_chars(self) -> int:
-        """Characters per title line that fit one map's column at text scale 1 (about 11 px each): wider titles
-        would make the columns wider than the view."""
-        columns = small_multiples_shape(max(len(self._order), 1))[1]  # the maps drawn
-        return max(14, min(60, int((self.plots.width() - 120) / columns / 11)))
-
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
-        super().resizeEvent(event)
-        if self.explanations and self._title_chars() != self._drawn_chars:
-            self.restyle()
-        elif self.explanations:
+        super().resizeEvent(event)  # the maps drawn again when the width of their titles changes
+        if self.explanations:
             QTimer.singleShot(0, self, self._fit_height)
 
     def _draw_curves(self, *_: object) -> None:
