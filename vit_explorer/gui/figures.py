@@ -499,7 +499,10 @@ class BarsPlot:
         minor = [(float(t), "") for t in np.linspace(low, high, 5)[1::2]]
         bottom = self.plot.getAxis("bottom")
         bottom.setTicks([major, minor])
-        bottom.setStyle(hideOverlappingLabels=False)  # "0%" and "100%" stand half outside the axis: show them
+        # "0%" and "100%" stand half outside the axis: room for them (False gives 15 px, too few for large text)
+        metrics = QtGui.QFontMetrics(_tick_font())
+        bottom.setStyle(hideOverlappingLabels=max(metrics.horizontalAdvance(major[0][1]),
+                                                  metrics.horizontalAdvance(major[-1][1])) // 2 + 4)
         self.plot.showAxis("right")
         right = self.plot.getAxis("right")
         right.setTickFont(_tick_font())

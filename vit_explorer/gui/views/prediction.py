@@ -97,7 +97,8 @@ class PredictionView(View):
         """A new chart, and the view at least as tall as the chart needs (a row per bar), which takes the height
         from the image panel above (it scrolls) rather than pressing the bars' labels together."""
         self.plots.ci.clear()
-        self._drawn = figures.BarsPlot(self.plots.ci, figure)
+        with self.titles_fitting(self.plots, 1, beside=100, most=44):  # beside the labels: the title wraps, never clips
+            self._drawn = figures.BarsPlot(self.plots.ci, figure)
         QTimer.singleShot(0, self, self._fit_height)  # once the chart's items know their sizes
 
     def _fit_height(self) -> None:
