@@ -120,7 +120,7 @@ def test_deit_heads_and_token_similarity(qtbot, window, deit_checkpoint: Path) -
     prediction = window.views["Prediction"]
     # one chart: bars = the average, symbols = each head on the same classes
     plot, bars = prediction._drawn.plot, prediction._drawn.bars
-    title = plot.titleLabel.text
+    title = plot.titleLabel.text.replace("<br>", " ")  # wrapped to the dock's width
     assert "average of both heads" in title and "class head" in title and "distillation head" in title
     order = np.argsort(-result.probs)[:5]
     np.testing.assert_allclose(bars.opts["width"], result.probs[order])
