@@ -15,10 +15,11 @@ child's peak resident memory (`ru_maxrss`) is reported. Loaders:
 Ratios are ours / the reference on the same file in the same run; the targets are peak <= 1.05x and
 load <= 1.2x. Each child also checks that the model's parameters are in the file's dtype.
 
-With --cold, the file's pages are dropped from the page cache before each child (`posix_fadvise`
-DONTNEED, no root needed), so the load reads from disk what it touches: ours reads every weight at load
-(the NaN check), the references at their first forward pass, so there "load + forward" is the figure to
-compare.
+Each child starts with the file in the page cache (it is read once before each child): otherwise whichever
+loader ran first would read it from disk for the other. With --cold, the file's pages are dropped from the
+page cache before each child instead (`posix_fadvise` DONTNEED, no root needed), so the load reads from disk
+what it touches: ours reads every weight at load (the NaN check), the references at their first forward
+pass, so there "load + forward" is the figure to compare.
 
 With --giant, the DINOv3 7B shape instead (timm's `vit_7b_patch16_dinov3`, 6.7e9 parameters) as 12.5 GiB of
 bfloat16 safetensors in timm's layout, written tensor by tensor (the whole model is never in memory), ours
@@ -91,6 +92,13 @@ def write_giant(folder: Path) -> None:
             f.write(t.to(torch.bfloat16).view(torch.int16).numpy().tobytes())
     save_config_for_hf(model, str(folder / "config.json"))
     (folder / "model.safetensors.part").rename(folder / "model.safetensors")
+
+
+def warm(path: Path) -> None:
+    """Read the file once, so the next reader finds it in the page cache."""
+    with open(path, "rb") as f:
+        while f.read(64 * 2**20):
+            pass
 
 
 def evict(path: Path) -> None:
@@ -180,8 +188,7 @@ def main() -> None:
             for loader in ("ours", REFERENCE[layout]):
                 command = [sys.executable, __file__, "--image-size", str(args.image_size), "--one", loader, layout,
                            dtype, str(folder)] + (["--threads", str(args.threads)] if args.threads else [])
-                if args.cold:
-                    evict(folder / "model.safetensors")
+                (evict if args.cold else warm)(folder / "model.safetensors")
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 row = json.loads(out.strip().splitlines()[-1])
                 row["file_mib"] = (folder / "model.safetensors").stat().st_size / 2**20
