@@ -17,8 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from .checkpoints.arguments import add_model_arguments, load_options
 from .explore import relevance as rel
 
@@ -62,10 +60,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
     methods = args.method or rel.supported(cfg)
     for name in methods:
         rel.check_method(name, cfg)  # before anything runs
-    size = loaded.preprocessing.size
-    grid = loaded.model.check_image_size(*size)
-    inputs = Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool),
-                    np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32))
+    inputs = Inputs.unmasked(loaded, image, loaded.preprocessing.native_size(image.height, image.width))
     target = rel.Target(args.target, args.head, reference)
     explanations = rel.explain(inputs, methods, target, args.baseline)
     for e in explanations:

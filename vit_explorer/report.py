@@ -103,9 +103,7 @@ class Report:
 def forward_for_report(loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs
                        ) -> ForwardResult:
     """The forward pass the app runs for the same model, image and input size, without masks."""
-    grid = loaded.model.check_image_size(*size)
-    heads = np.ones((loaded.config.depth + loaded.config.class_attn_depth, loaded.config.num_heads), np.float32)
-    return run_forward(Inputs(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool), heads, needs=needs))
+    return run_forward(Inputs.unmasked(loaded, image, size, needs))
 
 
 

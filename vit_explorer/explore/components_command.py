@@ -68,11 +68,7 @@ def _ints(text: str, flag: str) -> list[int]:
 def _inputs(loaded: Any, image: Any) -> Any:
     from .forward import Inputs
 
-    cfg = loaded.config
-    size = tuple(int(s) for s in loaded.preprocess(image).shape[-2:])
-    grid = loaded.model.check_image_size(*size)
-    return Inputs(loaded, image, size, np.zeros(grid, dtype=bool),  # type: ignore[arg-type]
-                  np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), dtype=np.float32))
+    return Inputs.unmasked(loaded, image, loaded.preprocessing.native_size(image.height, image.width))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -80,6 +80,15 @@ class Inputs:
     image_id: int = 0  # changes whenever the image changes
     needs: Needs = EVERYTHING  # what to compute beyond the prediction
 
+    @classmethod
+    def unmasked(cls, loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs = EVERYTHING
+                 ) -> Inputs:
+        """The image at `size` with no patch masked and every head on (the size checked against the model)."""
+        cfg = loaded.config
+        grid = loaded.model.check_image_size(*size)
+        return cls(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool),
+                   np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32), needs=needs)
+
     @property
     def masked(self) -> bool:
         return bool(self.mask.any()) or bool((self.head_mask < 1).any())

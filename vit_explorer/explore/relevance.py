@@ -775,14 +775,11 @@ def localisation(loaded: LoadedModel, methods: Sequence[str], *, variant: str = 
         raise ValueError(f"the built-in datasets are square; this model takes {size[0]}x{size[1]}")
     images, labels = generate(n, seed=seed, size=int(size[0]), variant=variant, split="val")
     masks = object_masks(n, seed=seed, size=int(size[0]), variant=variant, split="val").numpy()
-    cfg = loaded.config
     hits = {m: 0.0 for m in methods}
     ious = {m: 0.0 for m in methods}
-    grid = loaded.model.check_image_size(*size)
     for image, label, mask in zip(images, labels, masks, strict=True):
         picture = Image.fromarray(image.permute(1, 2, 0).numpy())
-        inputs = Inputs(loaded, picture, (int(size[0]), int(size[1])), np.zeros(grid, bool),
-                        np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32))
+        inputs = Inputs.unmasked(loaded, picture, size)
         session = prepare(inputs, Target(index=int(label)))
         coverage = faith.patch_coverage(mask, session.scorer.layout.patch_size)
         for name in methods:
