@@ -144,10 +144,11 @@ def cka_matrix(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray] | None = None,
     out = np.zeros((len(grams_x), len(grams_y)))
     for i, k in enumerate(grams_x):
         for j, l in enumerate(grams_y):  # noqa: E741
+            if ys is None and j <= i:  # symmetric: the lower half is the upper's, the diagonal 1
+                out[i, j] = out[j, i] if j < i else 1.0  # the same features: exactly 1 (rounding gives 1 +- 1e-16)
+                continue
             denominator = norms_x[i] * norms_y[j]
             out[i, j] = float(k.ravel() @ l.ravel()) / denominator if denominator > 0 else 0.0
-    if ys is None:
-        np.fill_diagonal(out, 1.0)  # the same features: exactly 1 (rounding gives 1 +- 1e-16)
     return out
 
 
