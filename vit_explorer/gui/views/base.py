@@ -12,7 +12,17 @@ from typing import Any, TypeVar
 import pyqtgraph as pg
 from PySide6.QtCore import QEventLoop, QPoint, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QImage, QPainter, QResizeEvent
-from PySide6.QtWidgets import QApplication, QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from .. import figures
 from ..flow import flow_row
@@ -68,6 +78,19 @@ class Note(QLabel):
         super().resizeEvent(event)
         if self.compact:
             self._show()
+
+
+def placeholder_pane(text: str, content: QWidget) -> tuple[QStackedWidget, QLabel]:
+    """A pane that shows `text` (what will appear there, centred and wrapped) until it is switched to `content`
+    (`pane.setCurrentWidget`): never an empty box before the first result."""
+    placeholder = QLabel(text)
+    placeholder.setWordWrap(True)
+    placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    placeholder.setMargin(24)
+    pane = QStackedWidget()
+    pane.addWidget(placeholder)
+    pane.addWidget(content)
+    return pane, placeholder
 
 
 class View(SessionWidget):

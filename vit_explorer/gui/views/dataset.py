@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QStackedWidget,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -39,7 +38,7 @@ from ...explore.attention import distance_figure
 from ...explore.heads import Cancelled
 from .. import figures
 from ..session import Session
-from .base import Note, Table, View
+from .base import Note, Table, View, placeholder_pane
 
 COLOURINGS = ("label", "model's prediction", "probe's prediction")
 POINTS = ("images", "patch tokens")
@@ -244,13 +243,7 @@ class DatasetView(View):
         self.distance_plots = pg.GraphicsLayoutWidget()
         distance_column.addWidget(self.distance_plots, 1)
         self.tabs.addTab(distance_page, "Attention distance and norms")
-        self.placeholder = QLabel(PLACEHOLDER)  # before the analysis: what will appear, not empty pages
-        self.placeholder.setWordWrap(True)
-        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.placeholder.setMargin(24)
-        self.pane = QStackedWidget()
-        self.pane.addWidget(self.placeholder)
-        self.pane.addWidget(self.tabs)
+        self.pane, self.placeholder = placeholder_pane(PLACEHOLDER, self.tabs)  # before the analysis
         self.body.addWidget(self.pane, 1)
         self.detail = Note()
         self.body.addWidget(self.detail)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, QStandardPaths, QTimer
 from PySide6.QtGui import QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
-    QStackedWidget,
     QToolButton,
     QWidget,
 )
@@ -42,7 +41,7 @@ from .. import figures
 from ..collector import collect_everything
 from ..session import Run, Session
 from ..workers import GeneratorThread
-from .base import Table, View
+from .base import Table, View, placeholder_pane
 
 DATASETS = [("shapes (built in)", "shapes"), ("where (built in)", "where")]
 CHANGES: list[tuple[str, Callable[[ViTConfig], dict[str, Any]]]] = [  # the comparison run's one change
@@ -224,13 +223,7 @@ class TrainingView(View):
         scroll.setWidget(form_widget)
         split.addWidget(scroll)
         self.plots = pg.GraphicsLayoutWidget()
-        self.placeholder = QLabel(PLACEHOLDER)  # before the first run: what will appear, not an empty box
-        self.placeholder.setWordWrap(True)
-        self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.placeholder.setMargin(24)
-        self.pane = QStackedWidget()
-        self.pane.addWidget(self.placeholder)
-        self.pane.addWidget(self.plots)
+        self.pane, self.placeholder = placeholder_pane(PLACEHOLDER, self.plots)  # before the first run
         split.addWidget(self.pane)
         self.pane.installEventFilter(self)
         split.setStretchFactor(1, 3)
