@@ -73,3 +73,24 @@ def test_small_multiples_are_all_the_same_size_whatever_their_titles_wrap_to(qtb
     qtbot.wait(50)
     shorter = [a.short_side for a in data_areas(widget, widget)]
     assert max(shorter) - min(shorter) <= 2 and min(shorter) > max(sides), (shorter, sides)
+
+
+def test_small_multiples_side_by_side_are_equally_wide_whatever_their_titles(qtbot) -> None:
+    """Two maps in a row, width-bound: the column under the longer title was laid out wider, so its map was
+    drawn larger (a lesson step's two Explain maps, 303 and 281 px); the columns are equally wide."""
+    from vit_explorer.explore.figures import MapsFigure
+    from vit_explorer.gui.measure import data_areas
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    widget.resize(700, 700)
+    titles = ("1. attention × grad · +0.364", "4. rollout · +0.167")  # each on one line, one longer
+    figure = MapsFigure("", np.random.default_rng(0).random((2, 4, 4)), titles, np.zeros((32, 32, 3), np.uint8),
+                        (4, 4))
+    with figures.title_width(30):
+        figures.MapsPlot(widget.ci, figure)
+    widget.show()
+    qtbot.waitExposed(widget)
+    qtbot.wait(50)
+    sides = [a.short_side for a in data_areas(widget, widget)]
+    assert len(sides) == 2 and min(sides) > 100 and max(sides) - min(sides) <= 2, sides

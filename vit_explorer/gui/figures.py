@@ -660,6 +660,11 @@ class MapsPlot:
             self.plots.append(plot)
             self.heats.append(heat)
         even_title_rows(self.plots)  # every map the same size, whatever lines its title takes
+        if not single:  # and whatever its column's title asks: columns equally wide
+            widest = max(plot.effectiveSizeHint(QtCore.Qt.SizeHint.PreferredSize).width() for plot in self.plots)
+            for column in range(columns):
+                layout.layout.setColumnPreferredWidth(column, widest)
+                layout.layout.setColumnStretchFactor(column, 1)
         if single:
             self.bar = _colorbar_of(self.plots[0])
         else:
