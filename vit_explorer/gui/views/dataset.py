@@ -15,6 +15,7 @@ from PIL import Image, ImageDraw
 from PySide6.QtCore import QPoint, QPointF, Qt, Signal
 from PySide6.QtGui import QImage, QPixmap
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QComboBox,
     QFileDialog,
     QGraphicsSceneMouseEvent,
@@ -155,19 +156,14 @@ class DatasetView(View):
         self.colour.currentIndexChanged.connect(self._colour_points)
 
         self.tabs = QTabWidget()
-        probe_page = QWidget()
-        probe_column = QVBoxLayout(probe_page)
-        probe_column.setContentsMargins(0, 0, 0, 0)
+        probe_column = self._page("Probes", QVBoxLayout)
         self.probe_kind = QComboBox()  # one figure at a time: each gets the whole page
         self.probe_kind.addItems(["accuracy per token state", "confusion matrix at the best state"])
         self.probe_kind.currentIndexChanged.connect(self._draw_probes)
         probe_column.addWidget(self.probe_kind, 0, Qt.AlignmentFlag.AlignLeft)
         self.probe_plots = pg.GraphicsLayoutWidget()
         probe_column.addWidget(self.probe_plots, 1)
-        self.tabs.addTab(probe_page, "Probes")
-        cka_page = QWidget()
-        cka_row = QHBoxLayout(cka_page)
-        cka_row.setContentsMargins(0, 0, 0, 0)
+        cka_row = self._page("CKA", QHBoxLayout)
         left = QVBoxLayout()
         self.cka_of = QComboBox()
         self.cka_of.addItems(["within this model", "against the compared model"])
@@ -185,10 +181,7 @@ class DatasetView(View):
         self.driver_list = self._image_list()
         right.addWidget(self.driver_list, 1)
         cka_row.addLayout(right, 2)
-        self.tabs.addTab(cka_page, "CKA")
-        projector = QWidget()
-        proj_row = QHBoxLayout(projector)
-        proj_row.setContentsMargins(0, 0, 0, 0)
+        proj_row = self._page("Projector", QHBoxLayout)
         self.projector = pg.GraphicsLayoutWidget()
         self.lasso_box = LassoViewBox()
         self.lasso_box.lassoed.connect(self.select_inside)
@@ -232,17 +225,13 @@ class DatasetView(View):
         self.selection_list.setMaximumWidth(THUMB + 60)
         side.addWidget(self.selection_list, 1)
         proj_row.addLayout(side, 0)
-        self.tabs.addTab(projector, "Projector")
-        distance_page = QWidget()
-        distance_column = QVBoxLayout(distance_page)
-        distance_column.setContentsMargins(0, 0, 0, 0)
+        distance_column = self._page("Attention distance and norms", QVBoxLayout)
         self.distance_kind = QComboBox()  # one figure at a time: each gets the whole page
         self.distance_kind.addItems(list(DISTANCE_FIGURES))
         self.distance_kind.currentIndexChanged.connect(self._draw_distance)
         distance_column.addWidget(self.distance_kind, 0, Qt.AlignmentFlag.AlignLeft)
         self.distance_plots = pg.GraphicsLayoutWidget()
         distance_column.addWidget(self.distance_plots, 1)
-        self.tabs.addTab(distance_page, "Attention distance and norms")
         self.pane, self.placeholder = placeholder_pane(PLACEHOLDER, self.tabs)  # before the analysis
         self.body.addWidget(self.pane, 1)
         self.detail = Note()
@@ -547,6 +536,14 @@ class DatasetView(View):
         if len(points) and self.point_rows is not None and self.point_patch is not None:
             n = int(points[0].data())
             self.open_image(int(self.point_rows[n]), int(self.point_patch[n]))
+
+    def _page(self, title: str, kind: type[QBoxLayout]) -> QBoxLayout:
+        """A new tab `title`, and its margin-less layout of `kind` to fill."""
+        page = QWidget()
+        box = kind(page)
+        box.setContentsMargins(0, 0, 0, 0)
+        self.tabs.addTab(page, title)
+        return box
 
     def _image_list(self) -> QListWidget:
         """A list of images (each item's UserRole: its index in the dataset); a click opens it in the explorer."""
