@@ -225,3 +225,17 @@ def test_plain_drag_pans_and_the_lasso_button_draws(qtbot, window, every_move) -
     k = view.analysis.features.patch_index.shape[1]
     qtbot.waitUntil(lambda: view.points is not None and len(view.points) == 60 * k, timeout=20000)
     assert len(view.selected) == 0 and view.selection_list.count() == 0
+
+
+def test_the_projectors_legend_follows_the_text_scale(qtbot, window) -> None:
+    """The class names beside the projector grow with presented text, as its axes do (they stayed at 9 pt)."""
+    from vit_explorer.gui import figures
+
+    view = analyse(qtbot, window)
+    normal = figures.label_size()
+    window.presentation.toggle()
+    try:
+        qtbot.waitUntil(lambda: figures.label_size() != normal and view.legend.items and all(
+            label.opts["size"] == figures.label_size() for _, label in view.legend.items), timeout=20000)
+    finally:
+        window.presentation.toggle()

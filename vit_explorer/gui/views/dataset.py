@@ -193,7 +193,7 @@ class DatasetView(View):
         self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
         self.marks.setZValue(10)
         self.scatter_plot.addItem(self.marks)
-        self.legend = self.scatter_plot.addLegend(offset=(-10, 10), labelTextSize="9pt")  # a swatch per class
+        self.legend = self.scatter_plot.addLegend(offset=(-10, 10))  # a swatch per class
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
         proj_row.addWidget(self.projector, 4)
@@ -327,6 +327,8 @@ class DatasetView(View):
         self._draw_probes()
         self._draw_cka()
         self._draw_distance()
+        if self.points is not None:
+            self._style_projector()
 
     def _draw_probes(self, *_: object) -> None:
         self.probe_plots.ci.clear()
@@ -429,14 +431,18 @@ class DatasetView(View):
     def _projected(self, points: np.ndarray, rows: np.ndarray, patch: np.ndarray) -> None:
         self.points, self.point_rows, self.point_patch = points, rows, patch
         self.clear_selection()  # the lasso was drawn around the points of another projection
-        a = self.analysis
-        assert a is not None
+        self._style_projector()
+        self.scatter_plot.autoRange()
+        self.detail.setText("")
+
+    def _style_projector(self) -> None:
+        """The projector's title and coloured points with their legend, in the text scale of now."""
+        a, points, patch = self.analysis, self.points, self.point_patch
+        assert a is not None and points is not None and patch is not None
         kind = "patch tokens" if (patch >= 0).any() else ("[CLS]" if a.tokens == "cls" else "mean patch token")
         figures.set_title(self.scatter_plot, f"{self.projection.currentText().upper()} of the {kind}, state "
                                              f"{self.state.value()} ({len(points):,} points)")
         self._colour_points()
-        self.scatter_plot.autoRange()
-        self.detail.setText("")
 
     def point_colours(self) -> np.ndarray | None:
         """(M,) the class index each point is coloured by (-1: grey)."""
@@ -464,6 +470,7 @@ class DatasetView(View):
         brushes = [palette[c] if c >= 0 else grey for c in colours]
         self.scatter.setData(pos=self.points, brush=brushes, data=np.arange(len(self.points)))
         self.legend.clear()
+        self.legend.setLabelTextSize(figures.label_size())  # the text scale's (presented: large), as the axes'
         names = self.analysis.features.source.label_names if self.analysis is not None else []
         for c in range(min(classes, len(names))):
             self.legend.addItem(pg.ScatterPlotItem(size=8, pen=None, brush=palette[c]), names[c])
