@@ -28,6 +28,17 @@ def assert_matches_hf(ours: dict[str, Any], ref: Any, depth: int) -> None:
         assert_close(ours["attentions"][i], ref.attentions[i], f"attention {i}")
 
 
+def assert_same_model(again: Any, loaded: Any, x: torch.Tensor) -> None:
+    """Two loads of one checkpoint: the weights bit for bit, the outputs within float32 rounding (a
+    tensor that is a view of a file need not be 64-byte aligned, and the CPU then takes other kernels)."""
+    ours, theirs = again.model.state_dict(), loaded.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    for name, tensor in ours.items():
+        assert tensor.dtype == theirs[name].dtype and torch.equal(tensor, theirs[name]), name
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(x), loaded.model(x))
+
+
 LABELS = ["cat", "dog", "bird", "fish", "frog", "horse", "ship"]
 
 

@@ -15,6 +15,8 @@ from PIL import Image
 
 from vit_explorer.checkpoints import CheckpointError, convert, load
 
+from .conftest import assert_same_model
+
 TOL = 1e-4
 
 
@@ -71,13 +73,7 @@ def test_convert_to_native_round_trip(timm_hub, tmp_path: Path) -> None:
     assert again.kind == "native"
     assert again.labels == loaded.labels and again.preprocessing == loaded.preprocessing
     assert again.config == loaded.config
-    x = torch.randn(1, 3, 32, 32)
-    with torch.no_grad():
-        # not torch.equal: the reloaded tensors sit at other memory alignments, so vectorised kernels
-        # may round the last bit differently (it flaked on main); the weights themselves are bit-equal
-        torch.testing.assert_close(again.model(x), loaded.model(x), rtol=0, atol=1e-6)
-    assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(),
-                                                  loaded.model.state_dict().values(), strict=True))
+    assert_same_model(again, loaded, torch.randn(1, 3, 32, 32))
     # a native .safetensors file next to its vit_explorer.json loads too
     file_loaded = load(out / "model.safetensors")
     assert file_loaded.kind == "native" and file_loaded.config == loaded.config

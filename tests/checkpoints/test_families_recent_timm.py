@@ -14,7 +14,7 @@ import torch
 
 from vit_explorer.checkpoints import CheckpointError, load
 
-from .conftest import assert_close, randomize, save_timm_hub
+from .conftest import assert_close, assert_same_model, randomize, save_timm_hub
 from .test_families_timm import build, timm_run
 
 
@@ -166,8 +166,7 @@ def test_each_recent_family_round_trips_through_the_native_format(tmp_path: Path
     again = load(convert(loaded, "native", tmp_path / "native"))
     assert again.kind == "native" and again.config == loaded.config
     x = torch.randn(2, 3, 24, 48)
-    with torch.no_grad():
-        torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
+    assert_same_model(again, loaded, x)
 
 
 def test_naflex_round_trips_through_the_native_format(naflex, tmp_path: Path) -> None:
@@ -177,5 +176,4 @@ def test_naflex_round_trips_through_the_native_format(naflex, tmp_path: Path) ->
     again = load(convert(loaded, "native", tmp_path / "native"))
     assert again.config == loaded.config and again.config.pe_resample == "bilinear"
     x = torch.randn(1, 3, 40, 16)
-    with torch.no_grad():
-        torch.testing.assert_close(again.model(x), loaded.model(x), atol=0, rtol=0)
+    assert_same_model(again, loaded, x)
