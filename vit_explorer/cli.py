@@ -151,13 +151,15 @@ def _inspect(args: argparse.Namespace) -> int:
     from .checkpoints import load
     from .checkpoints.arguments import load_options
     from .gui.figures import render_png  # the app's compositions draw the report's figures
+    from .jobs import tqdm_job
 
     resolution = report.parse_resolution(args.resolution) if args.resolution else None
     report.check_out(Path(args.out), args.overwrite)  # before the (slower) load: a folder in the way fails at once
     loaded = load(args.source, **load_options(args), progress=_loading("inspect"))
     image, image_info = report.choose_image(args.image)
     built = report.build_report(loaded, image=image, image_info=image_info, resolution=resolution, top_k=args.top_k)
-    report.write_report(built, args.out, render_png, progress=True, overwrite=args.overwrite)
+    with tqdm_job("inspect: figures", total=len(built.figures), unit="figure") as job:
+        report.write_report(built, args.out, render_png, job, overwrite=args.overwrite)
     print(f"wrote summary.json, params.csv and {len(built.figures)} figures to {args.out} (the model ran in "
           f"{str(loaded.dtype).removeprefix('torch.')})")
     return 0
@@ -187,8 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_app(args.source, args.dtype)
 
     args, unknown = _command_parser().parse_known_args(argv)
-    from .checkpoints.errors import CheckpointError, CheckpointWarning
-    from .models.config import ConfigError
+    from .checkpoints.errors import CheckpointWarning
+    from .errors import UserError
 
     def fail(message: Any) -> int:
         # one line, whatever a library put into the message
@@ -233,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): nothing to say, and nowhere to say it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141
-    except (CheckpointError, ConfigError, OSError, ValueError) as error:
+    except (UserError, OSError, ValueError) as error:  # the message alone, never the class's name
         return fail(error)
     except (MemoryError, RuntimeError) as error:
         if not _out_of_memory(error):

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
     parser.add_argument("image", help="image file")
     parser.add_argument("--method", action="extend", nargs="+", choices=list(rel.METHODS), default=None,
-                        help="one or more methods (default: every method this model supports)")
+                        help="one or more methods (default: the default ones this model supports)")
     parser.add_argument("--target", default=None, metavar="INDEX|LABEL",
                         help="the class to explain, by index or label (default: the top class)")
     parser.add_argument("--head", choices=rel.HEADS, default="average",
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
         report.check_out(out, overwrite=False)
     loaded = load(args.source, **load_options(args))
     cfg = loaded.config
-    methods = args.method or rel.supported(cfg)
+    methods = args.method or rel.supported(cfg, default=True)
     for name in methods:
         rel.check_method(name, cfg)  # before anything runs
     inputs = Inputs.unmasked(loaded, image, loaded.preprocessing.native_size(image.height, image.width))

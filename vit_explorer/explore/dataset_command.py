@@ -26,6 +26,7 @@ import torch
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
+from ..jobs import tqdm_job
 from . import dataset as D
 from . import dataset_analysis as A
 from .attention import distance_figure
@@ -92,29 +93,13 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
 
 
-class _Bar:
-    """A tqdm progress bar on stderr, fed by extraction's progress(done, total)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.bar: Any = None  # a tqdm bar, made on the first call, when the total is known
-
-    def __call__(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        bar = self.bar = self.bar or tqdm(total=total, desc=self.what, unit="image", dynamic_ncols=True,
-                                          file=sys.stderr)
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-
-
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
               distance: bool = False) -> D.Features | None:
     """The features (None on the ranks other than 0 under torchrun, which write nothing)."""
     cache = None if args.no_cache else Path(args.cache).expanduser() if args.cache else D.default_cache()
-    features = D.features_across(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
-                                 cache=cache, progress=_Bar(what))
+    with tqdm_job(what, total=len(source), unit="image", disable=D.rank_and_world()[0] != 0) as job:
+        features = D.features_across(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
+                                     cache=cache, job=job)
     if features is None:
         return None
     for message in features.skipped[:20]:

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import parse_json, read_bounded
+from ..errors import UserError
 from ..models import PRESETS, ConfigError, ViTConfig
 from ..paths import BUNDLED, LESSONS
 from .attention import MODES
@@ -59,7 +60,7 @@ MAX_PATH_QUOTE = 300  # characters of a path quoted in a message
 MAX_PATH = 4096  # characters of a lesson file's path (Linux's PATH_MAX)
 
 
-class LessonError(ValueError):
+class LessonError(UserError, ValueError):
     """A lesson file that cannot run; the message names the file, the step and the field."""
 
 

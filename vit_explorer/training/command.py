@@ -106,14 +106,14 @@ def _flag(field: str) -> str:
 def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, data, recipe) from the arguments, or from the saved run with --resume; every check that
     needs no data runs before the data are loaded. Errors name the flag (or the file) and the problem."""
+    from ..checkpoints.devices import resolve_device
     from ..data.datasets import DataError
-    from .memory import pick_device
     from .recipe import RecipeError
 
     try:
-        dev = pick_device(args.device)
+        dev = resolve_device(args.device, default="auto", use="train")
     except ValueError as error:
-        raise ValueError(f"--device {error}") from None
+        raise ValueError(f"argument --device: {error}") from None
     try:
         return _resumed(args, dev) if args.resume else _fresh(args, dev)
     except (RecipeError, DataError) as error:
