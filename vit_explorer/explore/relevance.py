@@ -421,6 +421,15 @@ def _occlusion_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
         yield step if isinstance(step, int) else torch.from_numpy(base - step).reshape(scorer.layout.grid)
 
 
+def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    """Input x gradient (Shrikumar et al. 2016; captum's InputXGradient) on the normalised pixels, summed per patch."""
+    pixels = scorer.pixels.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = _forward(scorer.model, pixels, scorer.mask, scorer.head_mask)
+        (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), pixels)
+    return rel.per_patch(pixels.detach() * grad, scorer.layout.patch_size)[0]
+
+
 def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
     """A method of one pass (nothing to report or check until it is done) as a record's function."""
     return lambda scorer, config, job: compute(scorer, config)
@@ -445,6 +454,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("occlusion", lambda scorer, config, job: _drive(_occlusion_steps(scorer), scorer.layout.num_patches, job),
            "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
            "Zeiler & Fergus 2014", gradient=False),
+    Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
+           "the target's gradient at the input pixels", "captum InputXGradient", default=False),
 )}
 
 
