@@ -68,7 +68,7 @@ NO_CLASSIFIER = ("This model has no classifier: the parts are those of its large
 
 
 class ComponentsView(View):
-    title = "Components"
+    key = "components"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -106,7 +106,7 @@ def _qpixmap(image: Image.Image) -> QPixmap:
 
 
 class DatasetView(View):
-    title = "Dataset"
+    key = "dataset"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -14,7 +14,6 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QToolButton, QWidget
 
-from ...explore import lessons
 from ...explore import relevance as rel
 from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
@@ -29,8 +28,7 @@ MAPS_MIN_PX = 160
 
 
 class ExplainView(View):
-    title = "Explain"
-    PANELS = lessons.PANELS["Explain"]  # a lesson step may show rollout and the best map alone, larger
+    key = "explain"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

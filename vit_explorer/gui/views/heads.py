@@ -34,7 +34,7 @@ def importance_colour(value: float, top: float) -> str:
 
 
 class HeadsView(View):
-    title = "Heads"
+    key = "heads"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -16,7 +16,6 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +25,12 @@ import torch
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
+from ..explore import dataset as D
+from ..explore import dataset_analysis as A
+from ..explore.attention import distance_figure
+from ..explore.figures import Figure, json_number
 from ..jobs import tqdm_job
-from . import dataset as D
-from . import dataset_analysis as A
-from .attention import distance_figure
-from .figures import Figure, json_number
-
-Render = Callable[[Figure, Path, tuple[int, int]], Any]
-COMMANDS = ("embed", "probe", "cka")
-HELP = {
-    "embed": "write every image's features per token state (embeddings.npz, images.csv, projector figures)",
-    "probe": "k-NN and linear probe accuracy per token state on a dataset (probe.csv, figures)",
-    "cka": "CKA between the token states of a model, or of two models, on a dataset (cka.csv, heatmap)",
-}
+from . import Render
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -145,10 +137,11 @@ def _figures(out: Path, render: Render, figures: dict[str, tuple[Figure, tuple[i
     return sorted(figures)
 
 
-def run(args: argparse.Namespace, render: Render) -> int:
+def run(args: argparse.Namespace, render: Render | None) -> int:
     """Run `args.command` (embed, probe or cka). Under torchrun (as `train` runs) every process extracts a shard
     of the images on its own GPU (or the CPU, with gloo) and rank 0 alone writes."""
-    from ..training.command import setup_distributed
+    assert render is not None  # a command that draws is given the renderer
+    from .train import setup_distributed
 
     _check(args)
     distributed = setup_distributed()
