@@ -40,6 +40,7 @@ from ..checkpoints import LoadedModel, Preprocess
 from ..checkpoints.files import open_regular, write_atomic
 from ..data import cifar, folder, synthetic
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
+from ..errors import describe
 from ..jobs import Job
 
 BUILTIN_IMAGES = 2000  # images drawn from a built-in set when no --limit is given
@@ -589,7 +590,7 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
         part = _extract_part(loaded, source, mine, patch_index, batch_size=batch_size, distance=distance,
                              job=Job(report if rank == 0 else None))
     except Exception as error:  # noqa: BLE001 - sent to rank 0, which raises it: a rank that stops would hang the rest
-        part = f"rank {rank}: {type(error).__name__}: {error}"
+        part = f"rank {rank}: {describe(error)}"
     gathered: list[_Part | str] | None = [""] * world if rank == 0 else None
     dist.gather_object(part, gathered, dst=0)
     if gathered is None:
