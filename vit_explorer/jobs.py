@@ -1,8 +1,9 @@
-"""The one protocol of long work (explanations, dataset analyses, head importance, patching sweeps, loading):
-a function takes a `Job`, reports `job.progress(share, what)` (share of the whole in [0, 1], what runs now) and
-calls `job.check()` between steps, which raises `Cancelled` once the job is cancelled. The GUI's runner hands
+"""The one protocol of long work (explanations, dataset analyses, head importance, patching sweeps, the report's
+figures): a function takes a `Job`, reports `job.progress(share, what)` (share of the whole in [0, 1], what runs
+now) and calls `job.check()` between steps, which raises `Cancelled` once the job is cancelled. The GUI's runner hands
 each job one whose progress is queued to the session and whose cancel is the channel's; the CLI hands one whose
-progress is a tqdm bar (`tqdm_job`); a plain call gets `Job()`, which reports nowhere and never stops."""
+progress is a tqdm bar (`tqdm_job`); a plain call gets `Job()`, which reports nowhere and never stops. Loading a
+checkpoint reports through the same `Progress` callback."""
 
 from __future__ import annotations
 
@@ -21,10 +22,6 @@ class Job:
     def __init__(self, progress: Progress | None = None, cancel: threading.Event | None = None) -> None:
         self._progress = progress
         self.cancel = cancel if cancel is not None else threading.Event()
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel.is_set()
 
     def check(self) -> None:
         """Raise Cancelled if the job was cancelled (call between steps)."""
