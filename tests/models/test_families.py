@@ -53,8 +53,8 @@ def test_fused_and_capture_paths_agree_and_the_hook_sees_the_same(name: str) -> 
     with torch.no_grad():
         fast = model(x, mask=mask, head_mask=head_mask)
         out = model.forward_intermediates(x, mask=mask, head_mask=head_mask, capture="all")
-        hooked = model.forward_intermediates(x, mask=mask, head_mask=head_mask, attn_layers=[1],
-                                             attention_hook=lambda i, p: seen.__setitem__(i, p))
+        with model.hooks([("blocks.1.attn.hook_pattern", lambda p, hook: seen.__setitem__(1, p))]):
+            hooked = model.forward_intermediates(x, mask=mask, head_mask=head_mask)
     torch.testing.assert_close(out["logits"], fast, atol=1e-5, rtol=0)
     torch.testing.assert_close(hooked["logits"], fast, atol=1e-5, rtol=0)
     t = out["layout"].num_tokens

@@ -163,7 +163,7 @@ class ViTConfig:
         for name in ("patch_size", "in_chans", "embed_dim", "num_heads"):
             _need(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
         _need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
-        _need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
+        _need(self.num_blocks >= 1, "the model needs at least one block (depth >= 1)")
         _need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
         _need(self.reg_tokens >= 0 and self.proj_dim >= 0, "reg_tokens and proj_dim must be >= 0")
         _need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
@@ -295,6 +295,12 @@ class ViTConfig:
     @property
     def head_dim(self) -> int:
         return self.embed_dim // self.num_heads
+
+    @property
+    def num_blocks(self) -> int:
+        """Every block with attention heads: the self-attention blocks, then CaiT's class-attention blocks (the rows
+        of a head mask, the layers of the logit's parts)."""
+        return self.depth + self.class_attn_depth
 
     @property
     def grid_size(self) -> tuple[int, int]:
