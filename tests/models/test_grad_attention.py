@@ -1,6 +1,6 @@
 """Captured attention: a hook at a pattern site makes the output come from the explicit probabilities (so their
-gradient is the real one), with the fused path's numbers; every family, CaiT's class attention, the MAP pool (PE's over every
-token) and AIMv2's query pool too."""
+gradient is the real one), with the fused path's numbers; every family, CaiT's class attention, the MAP pool (PE's
+over every token) and AIMv2's query pool too."""
 
 from __future__ import annotations
 

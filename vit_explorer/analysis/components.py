@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models import pooling
 from ..models.blocks import AttentionPool, LayerScale, QueryPool
 from ..models.hooks import HookFn
 from ..models.vit import VisionTransformer
@@ -238,23 +239,24 @@ class _Readout:
         self.pool: _Pool | None = None
         shift = norm.bias if norm is not None else None
         self.fc: tuple[_Norm, torch.Tensor] | None = None
-        if cfg.pool in ("map", "query"):
+        pool = pooling.POOLS[cfg.pool]
+        if pool.latent:
             self._attention_pool(model, normed, 0 if cfg.pool_prefix else prefix, inv, shift, u)
             return
         mean = torch.zeros(t, dtype=x.dtype, device=x.device)
         mean[prefix:] = 1.0 / (t - prefix)  # the mean of the patch tokens
         first = torch.eye(t, dtype=x.dtype, device=x.device)[0]
-        rows, heads = ([mean] if cfg.pool == "gap" else [first]), [u(cfg.pool)]
-        if cfg.pool == "cls+mean":  # DINOv2's classifiers: one head over [CLS] beside the mean, split in its halves
-            d = cfg.embed_dim
-            rows, heads = [first, mean], [heads[0][:d], heads[0][d:]]
+        # one row per part of the pooled vector (DINOv2's classifiers: [CLS] beside the mean), the head split in them
+        d, head = cfg.embed_dim, u(cfg.pool)
+        rows = [first if part == pooling.FIRST else mean for part in pool.parts]
+        heads = [head[n * d:(n + 1) * d] for n in range(len(pool.parts))]
         if cfg.distilled and cfg.dist_head and cfg.num_classes and not cfg.proj_dim:
             rows.append(torch.eye(t, dtype=x.dtype, device=x.device)[1])
             heads = [0.5 * heads[0], 0.5 * u("dist")]  # DeiT: the two heads averaged, on [CLS] and on dist
         raw = torch.stack(rows)  # (G, T) pooling weights without the norm's scale
         self.weights = raw * inv  # (G, T)
         self.head_rows = torch.stack(heads)  # (G, D)
-        fc = _norm(model.fc_norm) if cfg.pool == "gap" else None
+        fc = _norm(model.fc_norm)  # only a mean alone has one (timm's fc_norm)
         if fc is not None:  # fc_norm normalises the mean: its own frozen scale on the pooled vector
             self.fc = (fc, fc.sigma(raw[0] @ normed))  # the pooled vector's divisor (1,)
             if fc.bias is not None:
@@ -494,7 +496,7 @@ def lens(model: VisionTransformer, states: Sequence[torch.Tensor]) -> torch.Tens
     out = []
     with torch.no_grad():
         for s in states:
-            x = model.fc_norm(model.norm(s)) if cfg.pool == "gap" else model.norm(s)
+            x = model.fc_norm(model.norm(s))  # fc_norm: an identity but on a mean alone
             logits = model.head(x)  # (B, T, C)
             if cfg.distilled and cfg.dist_head:
                 logits = (logits + model.head_dist(x)) / 2

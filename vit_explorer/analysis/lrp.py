@@ -91,11 +91,11 @@ def block_sites(block: Block) -> list[str]:
 def _mlp_relevance(mlp: nn.Module, x: torch.Tensor, post: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
     """The MLP (Mlp or SwiGLU) from its input x (B, T, D) and its hidden activation (the pass's mlp.hook_post),
     relevance at its output -> at its input."""
+    assert isinstance(mlp, Mlp | SwiGLU)
     hidden = mlp.norm(post)  # (B, T, hidden): fc2's input (the sub-LN, where there is one, passes relevance)
     if isinstance(mlp, SwiGLU):
         r_hidden = linear_rule(hidden, mlp.fc2.weight, relevance) / 2  # the product's two operands, halved
         return linear_rule(x, mlp.fc1_g.weight, r_hidden) + linear_rule(x, mlp.fc1_x.weight, r_hidden)
-    assert isinstance(mlp, Mlp)
     return linear_rule(x, mlp.fc1.weight, linear_rule(hidden, mlp.fc2.weight, relevance))
 
 

@@ -245,8 +245,9 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
         ["class_attentions"] if loaded.config.class_attn_depth else [])
     explicit = needs.explicit_blocks(loaded.config.depth)
     hooks = [(f"blocks.{i}.attn.hook_pattern", reduce.at(i)) for i in explicit]
-    with torch.inference_mode(), model.hooks(hooks):
-        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)
+    with torch.inference_mode():
+        with model.hooks(hooks):
+            out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)
         if inputs.masked and baseline is None:
             baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
     logits = out["logits"][0].float().cpu()

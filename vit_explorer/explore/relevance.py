@@ -28,7 +28,7 @@ from ..analysis import faithfulness as faith
 from ..analysis import lrp
 from ..analysis import relevance as rel
 from ..checkpoints import LoadedModel
-from ..models import TokenLayout, VisionTransformer, ViTConfig
+from ..models import TokenLayout, VisionTransformer, ViTConfig, pooling
 from ..models.blocks import Block
 from ..models.hooks import HookPoint
 from .attention import query_for
@@ -52,10 +52,7 @@ def _lrp_refusal(config: ViTConfig) -> str | None:
     if config.class_attn_depth or config.talking_heads:
         return ("CaiT's class attention and talking heads have no LRP rules in Chefer et al. 2021; use "
                 "attention-gradient, which covers them")
-    if config.pool in ("map", "query"):
-        pool = "attention-pool (MAP)" if config.pool == "map" else "query-pool (AIMv2)"
-        return (f"the {pool} head has no LRP rule in Chefer et al. 2021; use attention-gradient, which covers it")
-    return None
+    return pooling.POOLS[config.pool].lrp
 
 
 @dataclass(frozen=True)
@@ -256,9 +253,10 @@ class Scorer:
 # ---------------------------------------------------------------------------- the methods
 def _readout(layout: TokenLayout, config: ViTConfig, head: str) -> list[int]:
     """The tokens the target's head reads: [CLS] (DeiT: [CLS], the distillation token or both), or every patch."""
-    if config.pool == "cls" and layout.num_prefix_tokens:
-        return {"dist": [1], "average": [0, 1]}.get(head, [0]) if "dist" in layout.prefix_names else [0]
-    return list(range(layout.num_prefix_tokens, layout.num_tokens))
+    rows = list(pooling.POOLS[config.pool].query_rows(layout))
+    if rows == [0] and "dist" in layout.prefix_names:
+        return {"dist": [1], "average": [0, 1]}.get(head, [0])
+    return rows
 
 
 def attention_sites(model: VisionTransformer) -> list[str]:
@@ -284,7 +282,7 @@ def _grad_pass(scorer: Scorer, sites: Sequence[str] = ()) -> tuple[dict[str, Any
     with torch.enable_grad(), model.hooks([(name, keep) for name in dict.fromkeys([*patterns, *sites])]):
         out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask, capture=["pre_logits"])
         maps = [cache[name] for name in patterns]
-        if model.config.pool == "cls+mean":
+        if pooling.POOLS[model.config.pool].halves:
             maps.append(out["pre_logits"])
         # a map the output does not depend on (a hook cut its branch off) has a zero gradient
         grads = list(torch.autograd.grad(target_logit(out, scorer.resolved).sum(), maps, allow_unused=True,
@@ -312,9 +310,9 @@ def halves_readout(pooled: torch.Tensor, gradient: torch.Tensor, layout: TokenLa
 def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     out, maps, grads, _ = _grad_pass(scorer)
     depth, layout = config.depth, scorer.layout
-    pool = (maps[-1].detach(), grads[-1]) if config.pool in ("map", "query") else None
+    pool = (maps[-1].detach(), grads[-1]) if pooling.POOLS[config.pool].latent else None
     query: list[int] | torch.Tensor = _readout(layout, config, scorer.resolved.head)
-    if config.pool == "cls+mean":
+    if pooling.POOLS[config.pool].halves:
         query = halves_readout(maps[-1], grads[-1], layout)
     return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout, query=query,
                                   class_attentions=[m.detach() for m in maps[depth:config.num_blocks]],
@@ -347,14 +345,13 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
             r_dist = lrp.linear_rule(dist_in, model.head_dist, r_d)
         else:
             r_pooled = lrp.linear_rule(pooled, model.head, one_hot)
-    if cfg.pool == "gap":
-        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled)
-    elif cfg.pool == "cls+mean":  # the head's rule split the relevance between its halves
-        d = tokens.shape[-1]
-        relevance[:, 0] = r_pooled[:, :d]
-        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled[:, d:])
-    else:
-        relevance[:, 0] = r_pooled
+    d = tokens.shape[-1]
+    for n, part in enumerate(pooling.POOLS[cfg.pool].parts):  # the head's rule split the relevance between them
+        share = r_pooled[:, n * d:(n + 1) * d]
+        if part == pooling.MEAN:
+            relevance[:, k:] = relevance[:, k:] + lrp.mean_rule(tokens[:, k:], share)
+        else:
+            relevance[:, 0] = relevance[:, 0] + share
     if r_dist is not None:
         relevance[:, 1] = relevance[:, 1] + r_dist
     return relevance
@@ -375,16 +372,16 @@ def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
     """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input
     through the values that pass computed (lrp.BLOCK_SITES at every block)."""
     model = scorer.model
-    sites = ["ln_final.hook_normalized", "hook_pooled"] + [f"blocks.{i}.{site}" for i in range(config.depth)
-                                                           for site in lrp.block_sites(model.blocks[i])]
+    blocks = [block for block in model.blocks if isinstance(block, Block)]
+    sites = ["ln_final.hook_normalized", "hook_pooled"] + [f"blocks.{i}.{site}" for i, block in enumerate(blocks)
+                                                           for site in lrp.block_sites(block)]
     out, maps, grads, cache = _grad_pass(scorer, sites)
     with torch.no_grad():
         start = relevance = _start_relevance(model, out, scorer, cache["ln_final.hook_normalized"].detach(),
                                              cache["hook_pooled"].detach())
         cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
         for i in reversed(range(config.depth)):
-            block = model.blocks[i]
-            assert isinstance(block, Block)
+            block = blocks[i]
             values = {site: cache[f"blocks.{i}.{site}"].detach() for site in lrp.block_sites(block)}
             relevance, cams[i] = lrp.block_relevance(block, values, relevance)
     return Propagated(start, relevance, cams, grads[:config.depth])
@@ -393,7 +390,7 @@ def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
 def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     done = propagate(scorer, config)
     readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
-    if config.pool in ("gap", "cls+mean"):  # each token's relevance at the output weighs its row
+    if pooling.MEAN in pooling.POOLS[config.pool].parts:  # each token's relevance at the output weighs its row
         readout = done.start.sum(dim=-1)  # (1, T)
     return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
 

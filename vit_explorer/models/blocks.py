@@ -200,18 +200,21 @@ class Attention(nn.Module):
         return out
 
 
-def _stream_sites(block: nn.Module) -> None:
+class StreamBlock(nn.Module):
     """A block's residual-stream sites; each branch's output includes its LayerScale and drop-path."""
-    block.hook_resid_pre = HookPoint("hook_resid_pre")
-    block.hook_ln1 = HookPoint("ln1.hook_normalized")
-    block.hook_attn_out = HookPoint("hook_attn_out")
-    block.hook_resid_mid = HookPoint("hook_resid_mid")
-    block.hook_ln2 = HookPoint("ln2.hook_normalized")
-    block.hook_mlp_out = HookPoint("hook_mlp_out")
-    block.hook_resid_post = HookPoint("hook_resid_post")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint("hook_resid_pre")
+        self.hook_ln1 = HookPoint("ln1.hook_normalized")
+        self.hook_attn_out = HookPoint("hook_attn_out")
+        self.hook_resid_mid = HookPoint("hook_resid_mid")
+        self.hook_ln2 = HookPoint("ln2.hook_normalized")
+        self.hook_mlp_out = HookPoint("hook_mlp_out")
+        self.hook_resid_post = HookPoint("hook_resid_post")
 
 
-class Block(nn.Module):
+class Block(StreamBlock):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, config: ViTConfig, drop_path: float) -> None:
@@ -225,7 +228,6 @@ class Block(nn.Module):
         self.mlp = make_mlp(config, config.mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
-        _stream_sites(self)
 
 
     def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -274,7 +276,7 @@ class ClassAttention(nn.Module):
         return self.proj_drop(self.proj(z.reshape(b, 1, c)))
 
 
-class ClassAttentionBlock(nn.Module):
+class ClassAttentionBlock(StreamBlock):
     """CaiT's class-attention block: updates [CLS] only, reading the (frozen) patch tokens."""
 
     def __init__(self, config: ViTConfig) -> None:
@@ -288,7 +290,6 @@ class ClassAttentionBlock(nn.Module):
         self.mlp = make_mlp(config, config.class_attn_mlp_ratio)
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(0.0)
-        _stream_sites(self)
 
     def forward(self, patches: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
         """[CLS] (B, 1, D) reads itself and the patches (B, N, D); its hook_resid_pre (the whole sequence it reads)

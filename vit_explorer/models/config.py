@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from . import pooling
 from .norms import NORMS
 from .position import SCHEMES, Rotary2D
 from .stems import HYBRID_LAYERS, HYBRID_WIDTHS, hybrid_parameters
@@ -16,10 +17,7 @@ from .stems import STEMS as STEM_CLASSES
 STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
-# what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS: tuple[str, ...] = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
-# transformers' DINOv2 classifiers: the head reads [CLS] concatenated with the mean of the patch tokens (2D wide)
-POOLS += ("cls+mean",)
+POOLS = tuple(pooling.POOLS)  # what the head reads: the pooling heads' table (pooling.py)
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -337,7 +335,7 @@ class ViTConfig:
     @property
     def pooled_dim(self) -> int:
         """The width of what the head reads: D, or 2D for [CLS] beside the mean of the patches."""
-        return 2 * self.embed_dim if self.pool == "cls+mean" else self.embed_dim
+        return pooling.POOLS[self.pool].width(self.embed_dim)
 
     @property
     def distilled(self) -> bool:

@@ -44,7 +44,7 @@ class HookPoint:
                 x = replaced
         if self.bwd and x.requires_grad:
             for fn in self.bwd:
-                x.register_hook(partial(_backward, fn, self))
+                x.register_hook(partial(_backward, fn, self))  # type: ignore[no-untyped-call]
         return x
 
     def __repr__(self) -> str:

@@ -18,10 +18,11 @@ import torch
 from torch import nn
 
 from . import position
-from .blocks import AttentionPool, Block, ClassAttentionBlock, QueryPool
+from .blocks import Block, ClassAttentionBlock
 from .config import ConfigError, TokenLayout, ViTConfig
 from .hooks import HookedMixin, HookFn, HookPoint
 from .norms import make_norm
+from .pooling import POOLS
 from .stems import make_stem
 
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
@@ -49,6 +50,7 @@ def _capture_names(capture: Iterable[str] | str) -> set[str]:
 
 
 class VisionTransformer(HookedMixin, nn.Module):
+    attn_pool: nn.Module  # an attention pool's module (pooling.Pool.module), where the pool has one
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
@@ -81,9 +83,10 @@ class VisionTransformer(HookedMixin, nn.Module):
         # the final norm: on every token, or (fc_norm) on the pooled vector
         self.norm = nn.Identity() if config.fc_norm else make_norm(config.norm, d, eps)
         self.fc_norm = make_norm(config.norm, d, eps) if config.fc_norm else nn.Identity()
-        if config.pool in ("map", "query"):
-            self.attn_pool: AttentionPool | QueryPool = AttentionPool(config) if config.pool == "map" else \
-                QueryPool(config)
+        self.pool = POOLS[config.pool]
+        pool_module = self.pool.module(config)
+        if pool_module is not None:
+            self.attn_pool = pool_module
         if config.proj_dim:
             self.proj = nn.Linear(config.pooled_dim, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
@@ -322,6 +325,7 @@ class VisionTransformer(HookedMixin, nn.Module):
             return x
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
         for block in self.class_blocks:
+            assert isinstance(block, ClassAttentionBlock)
             if block.hook_resid_pre.active:  # the sequence this block reads; patched patches stay patched
                 u = block.hook_resid_pre(torch.cat([cls, x], dim=1))  # (B, 1+N, D)
                 cls, x = u[:, :1], u[:, 1:]
@@ -333,15 +337,7 @@ class VisionTransformer(HookedMixin, nn.Module):
         joint space (CLIP), or with neither the pooled features themselves."""
         cfg = self.config
         x = self.hook_ln_final(self.norm(x))
-        if cfg.pool == "gap":
-            pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
-        elif cfg.pool in ("map", "query"):
-            start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
-            pooled = self.attn_pool(x[:, start:])  # its attention: attn_pool.hook_pattern
-        elif cfg.pool == "cls+mean":  # transformers' DINOv2 classifiers
-            pooled = torch.cat([x[:, 0], x[:, layout.num_prefix_tokens:].mean(dim=1)], dim=-1)  # (B, 2D)
-        else:
-            pooled = x[:, 0]
+        pooled = self.pool(self, x, layout)  # an attention pool's attention: attn_pool.hook_pattern
         pooled = self.hook_pooled(pooled)
         if cfg.proj_dim:
             return {cfg.pool: self.proj(pooled)}
