@@ -205,7 +205,7 @@ class ComponentsView(View):
         self.target.addItem("top class", None)
         for i in range(cfg.num_classes):
             self.target.addItem(f"{i}: {loaded.label(i)}", i)
-        self.layer.setRange(0, cfg.depth + cfg.class_attn_depth - 1)
+        self.layer.setRange(0, cfg.num_blocks - 1)
         self.head.setRange(0, cfg.num_heads - 1)
         self.painted = np.zeros(self.session.grid, bool)
         self.note.setText("" if cfg.num_classes else NO_CLASSIFIER)
@@ -415,7 +415,7 @@ class ComponentsView(View):
             value_format="{:+.3f}"))
         self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
-        grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+        grid = head_shares(d, cfg.num_blocks, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
         figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
                              cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
