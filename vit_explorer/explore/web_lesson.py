@@ -85,10 +85,11 @@ def _tensor_blob(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"tensors": index, "blob": base64.b64encode(b"".join(parts)).decode("ascii")}
 
 
-def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str) -> dict[str, Any]:
+def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str, built: bool = False) -> dict[str, Any]:
     """One model as the page reads it: the config fields its forward pass uses, its labels, its weights (state
     dict names; the position embedding as the model computes it for each grid, `pos_embed@GHxGW`) and, per grid,
-    the position-embedding similarity of the patches (analysis.pe, as the app draws it)."""
+    the position-embedding similarity of the patches (analysis.pe, as the app draws it). `built`: from a preset
+    (untrained, seeded), which the page says."""
     cfg, model = loaded.config, loaded.model
     problems = unsupported(cfg)
     if problems:
@@ -123,7 +124,7 @@ def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str) -
         "layer_scale": cfg.layer_scale_init is not None, "mean": list(pre.mean), "std": list(pre.std),
     }
     labels = [loaded.label(i) for i in range(cfg.num_classes)]
-    return {"name": name, "config": config, "labels": labels, "pe_similarity": similarity, "pe_notes": notes,
+    return {"name": name, "built": built, "config": config, "labels": labels, "pe_similarity": similarity, "pe_notes": notes,
             "parameters": sum(p.numel() for p in model.parameters()), **_tensor_blob(tensors)}
 
 
@@ -220,7 +221,8 @@ def page_data(lesson: Lesson, seed: int = 0,
             "heads": list(state.heads) if state.heads else None,
             "query": None if state.query is None else int(state.query[0] * gw + state.query[1]),
         })
-    payloads = [model_payload(models[key], grids[key], name) for key, name in zip(keys, names, strict=True)]
+    built = {key for key in keys if key.startswith('[null')}  # Model.key: [source, preset, options]
+    payloads = [model_payload(models[key], grids[key], name, key in built) for key, name in zip(keys, names, strict=True)]
     size = sum(len(p["blob"]) for p in payloads) * 3 // 4
     if size > MAX_PAGE_BYTES:
         raise LessonError(f"{lesson.path}: the models of this lesson hold {size / 2**20:,.1f} MiB of weights; a page "
