@@ -23,8 +23,15 @@ from vit_explorer.checkpoints import load
 from vit_explorer.cli import main
 from vit_explorer.explore.forward import Inputs, Needs, run_forward
 from vit_explorer.explore.lessons import LessonError, bundled_lessons, read_lesson
-from vit_explorer.explore.web_lesson import (WEB, export_lesson, model_payload, open_step_image, page_data,
-                                             render_page, script_json)
+from vit_explorer.explore.web_lesson import (
+    WEB,
+    export_lesson,
+    model_payload,
+    open_step_image,
+    page_data,
+    render_page,
+    script_json,
+)
 from vit_explorer.paths import BUNDLED
 
 TOLERANCE = 1e-5  # float32: the issue's bound between the page's numbers and PyTorch's
@@ -40,9 +47,9 @@ const job = JSON.parse(fs.readFileSync(process.argv[3], "utf8"));
 const out = job.runs.map((r) => {
   const m = job.models[r.model], img = job.images[r.image];
   const res = F.forward(m, F.decode(img.blob), img.height, img.width, { mask: r.mask, off: r.off });
-  return { logits: Array.from(res.logits), heads: Object.fromEntries(Object.entries(res.heads).map(([k, v]) => [k, Array.from(v)])),
-           attentions: res.blocks.map((b) => Array.from(b.probs)), class_attentions: res.classBlocks.map((b) => Array.from(b.probs)),
-           rollout: Array.from(F.rollout(res)) };
+  const heads = Object.fromEntries(Object.entries(res.heads).map(([k, v]) => [k, Array.from(v)]));
+  return { logits: Array.from(res.logits), heads, attentions: res.blocks.map((b) => Array.from(b.probs)),
+           class_attentions: res.classBlocks.map((b) => Array.from(b.probs)), rollout: Array.from(F.rollout(res)) };
 });
 fs.writeFileSync(process.argv[4], JSON.stringify(out));
 """

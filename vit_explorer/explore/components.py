@@ -25,8 +25,9 @@ from ..analysis.components import (
     record_site,
     sweep,
 )
+from ..checkpoints import LoadedModel
 from ..models import TokenLayout
-from .figures import MapsFigure, json_number
+from .figures import BarsFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
 
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
@@ -226,6 +227,16 @@ def layer_shares(d: Decomposition, depth: int, class_depth: int = 0) -> tuple[tu
             values[0] += p.value
     values.append(d.bias)
     return tuple(labels + ["norm & pool", "head bias"]), np.asarray(values)
+
+
+def parts_figure(d: Decomposition, loaded: LoadedModel) -> BarsFigure:
+    """The Components view's parts: the target's logit as the sum of what each block (and the input, the readout,
+    the head's bias) adds to it."""
+    cfg = loaded.config
+    labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
+    what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
+    return BarsFigure(f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values,
+                      xlabel="share of the logit", value_format="{:+.3f}")
 
 
 def head_shares(d: Decomposition, layers: int, heads: int) -> np.ndarray:

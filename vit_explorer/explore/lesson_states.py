@@ -82,7 +82,8 @@ def lesson_states(lesson: Lesson, loaded_for: Callable[[Model], LoadedModel],
     size = (0, 0)
     mask = np.zeros((0, 0), bool)
     head_mask = np.ones((0, 0), np.float32)
-    mode, layer, head, query = DEFAULT_MODE, 0, 0, None
+    mode, layer, head = DEFAULT_MODE, 0, 0
+    query: tuple[int, int] | None = None
     for index, step in enumerate(lesson.steps):
         where = f"{lesson.path}: step {index + 1}"
         if step.model is not None and (model is None or step.model.key != model.key):
@@ -111,7 +112,7 @@ def lesson_states(lesson: Lesson, loaded_for: Callable[[Model], LoadedModel],
                 mask = np.zeros(_grid(loaded, size), bool)
         grid = _grid(loaded, size)
         mask = step_mask(step, grid, mask)
-        head_mask = step_head_mask(step, head_mask.shape, head_mask)  # type: ignore[arg-type]
+        head_mask = step_head_mask(step, (head_mask.shape[0], head_mask.shape[1]), head_mask)
         if step.mode is not None:
             mode = step.mode
         layers = _layers(loaded, mode)
@@ -120,8 +121,8 @@ def lesson_states(lesson: Lesson, loaded_for: Callable[[Model], LoadedModel],
         heads = None
         if step.heads is not None:
             heads = tuple(h for h in step.heads if h < loaded.config.num_heads) or None
-        if step.query != "keep":
-            query = step.query  # type: ignore[assignment]
+        if not isinstance(step.query, str):  # "keep": the query stays
+            query = step.query
         states.append(StepState(model, image, size, mask.copy(), head_mask.copy(), mode, layer, head, heads, query,
                                 step.compare))
     return states

@@ -85,7 +85,8 @@ def _tensor_blob(tensors: dict[str, np.ndarray]) -> dict[str, Any]:
     return {"tensors": index, "blob": base64.b64encode(b"".join(parts)).decode("ascii")}
 
 
-def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str, built: bool = False) -> dict[str, Any]:
+def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str, built: bool = False
+                  ) -> dict[str, Any]:
     """One model as the page reads it: the config fields its forward pass uses, its labels, its weights (state
     dict names; the position embedding as the model computes it for each grid, `pos_embed@GHxGW`) and, per grid,
     the position-embedding similarity of the patches (analysis.pe, as the app draws it). `built`: from a preset
@@ -124,8 +125,8 @@ def model_payload(loaded: LoadedModel, grids: set[tuple[int, int]], name: str, b
         "layer_scale": cfg.layer_scale_init is not None, "mean": list(pre.mean), "std": list(pre.std),
     }
     labels = [loaded.label(i) for i in range(cfg.num_classes)]
-    return {"name": name, "built": built, "config": config, "labels": labels, "pe_similarity": similarity, "pe_notes": notes,
-            "parameters": sum(p.numel() for p in model.parameters()), **_tensor_blob(tensors)}
+    return {"name": name, "built": built, "config": config, "labels": labels, "pe_similarity": similarity,
+            "pe_notes": notes, "parameters": sum(p.numel() for p in model.parameters()), **_tensor_blob(tensors)}
 
 
 def model_name(lesson: Lesson, model: Model) -> str:
@@ -168,10 +169,12 @@ def page_data(lesson: Lesson, seed: int = 0,
                                                                                 dict[str, LoadedModel]]:
     """The page's data (lesson, models, images, steps), each step's resolved state and the models by key."""
     models: dict[str, LoadedModel] = {}
+    named: dict[str, Model] = {}  # by key, in the order the lesson first uses them
 
     def get(model: Model) -> LoadedModel:
         if model.key not in models:
             models[model.key] = (loaded_for or (lambda m: materialize(m, seed)))(model)
+            named[model.key] = model
         return models[model.key]
 
     images: dict[str, Image.Image] = {}
@@ -188,9 +191,7 @@ def page_data(lesson: Lesson, seed: int = 0,
     keys = list(models)
     names: list[str] = []
     for key in keys:
-        model = next(s.model for s in states if s.model.key == key) if any(s.model.key == key for s in states) \
-            else next(st.compare for st in lesson.steps if st.compare is not None and st.compare.key == key)
-        name = model_name(lesson, model)
+        name = model_name(lesson, named[key])
         names.append(name if name not in names else f"{name} ({len(names) + 1})")
     grids: dict[str, set[tuple[int, int]]] = {key: set() for key in keys}
     pixels: dict[str, dict[str, Any]] = {}
@@ -221,8 +222,8 @@ def page_data(lesson: Lesson, seed: int = 0,
             "heads": list(state.heads) if state.heads else None,
             "query": None if state.query is None else int(state.query[0] * gw + state.query[1]),
         })
-    built = {key for key in keys if key.startswith('[null')}  # Model.key: [source, preset, options]
-    payloads = [model_payload(models[key], grids[key], name, key in built) for key, name in zip(keys, names, strict=True)]
+    payloads = [model_payload(models[key], grids[key], name, named[key].preset is not None)
+                for key, name in zip(keys, names, strict=True)]
     size = sum(len(p["blob"]) for p in payloads) * 3 // 4
     if size > MAX_PAGE_BYTES:
         raise LessonError(f"{lesson.path}: the models of this lesson hold {size / 2**20:,.1f} MiB of weights; a page "
