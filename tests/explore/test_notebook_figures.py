@@ -13,8 +13,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vit_explorer.explore.figures import (BarsFigure, ImagesFigure, LinesFigure, MapsFigure, ScatterFigure,
-                                          SimilarityFigure, TilesFigure)
+from vit_explorer.explore.figures import (
+    BarsFigure,
+    ImagesFigure,
+    LinesFigure,
+    MapsFigure,
+    ScatterFigure,
+    SimilarityFigure,
+    TilesFigure,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "examples" / "explore.ipynb"
