@@ -76,9 +76,11 @@ def test_figures_render_with_no_qt_and_no_display(tmp_path: Path) -> None:
 
 
 def test_the_librarys_results_render_inline() -> None:
-    """A prediction (the forward result), an explanation with its faithfulness, probes: each is its own figure."""
+    """A prediction (the forward result), an explanation with its faithfulness, a decomposition: each is its own
+    figure (the notebook test below shows a dataset analysis)."""
     from vit_explorer.checkpoints import load
     from vit_explorer.data.images import open_image, sample_images
+    from vit_explorer.explore.components import decomposition
     from vit_explorer.explore.forward import Inputs, run_forward
     from vit_explorer.explore.relevance import explain
     from vit_explorer.paths import BUNDLED
@@ -88,7 +90,9 @@ def test_the_librarys_results_render_inline() -> None:
     result = run_forward(inputs)
     (explanation,) = explain(inputs, ["rollout"])
     assert explanation.faithfulness is not None
-    for shown in (result, explanation):
+    parts = decomposition(inputs)
+    assert abs(parts.total - parts.logit) < 1e-4
+    for shown in (result, explanation, parts):
         assert decoded(shown._repr_png_()).std() > 10
 
 

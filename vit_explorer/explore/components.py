@@ -7,7 +7,7 @@ layers x heads."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,12 +43,27 @@ def run_masks(inputs: Inputs) -> tuple[torch.Tensor | None, torch.Tensor | None]
     return mask, heads
 
 
-def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Tensor | None = None) -> Decomposition:
+@dataclass
+class ModelDecomposition(Decomposition):
+    """A Decomposition with the model it came from, so it shows itself inline in Jupyter (`parts_figure`)."""
+
+    loaded: LoadedModel | None = field(default=None, repr=False)
+
+    def _repr_png_(self) -> bytes:
+        from .notebook import png
+
+        assert self.loaded is not None
+        return png(parts_figure(self, self.loaded))
+
+
+def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Tensor | None = None
+                  ) -> ModelDecomposition:
     """The target's parts for the run `inputs` describes (its [MASK] and head switches included)."""
     check_inputs(inputs)
     mask, heads = run_masks(inputs)
-    return decompose(inputs.loaded.model, pixels_for(inputs), target=target, mask=mask, head_mask=heads,
-                     reference=reference)
+    d = decompose(inputs.loaded.model, pixels_for(inputs), target=target, mask=mask, head_mask=heads,
+                  reference=reference)
+    return ModelDecomposition(d.target, d.logit, d.parts, d.bias, d.kind, loaded=inputs.loaded)
 
 
 def decomposition_json(d: Decomposition) -> dict[str, Any]:
