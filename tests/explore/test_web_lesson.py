@@ -193,8 +193,10 @@ def assert_prediction(state: dict, logits: np.ndarray, top: list[dict], where: s
 
 @needs_chromium
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # one browser start per step: about 8 s each on a laptop
 def test_the_page_shows_every_steps_prediction_as_the_app_computes_it(bundled_html: Path, bundled_pages) -> None:
-    _, data, states, models = bundled_pages[0]
+    path, data, states, models = bundled_pages[0]
+    lesson = read_lesson(path)
     for index, state in enumerate(states):
         shown = page_state(bundled_html, f"#step={index + 1}")
         where = f"step {index + 1}"
@@ -202,6 +204,7 @@ def test_the_page_shows_every_steps_prediction_as_the_app_computes_it(bundled_ht
         assert shown["model"] == data["models"][data["steps"][index]["model"]]["name"], where
         assert shown["mask"] == np.flatnonzero(state.mask.reshape(-1)).tolist(), where
         assert shown["off"] == np.argwhere(state.head_mask < 1).tolist(), where
+        assert shown["input"] == ("query" if lesson.steps[index].input_mode == "query" else "mask"), where
         assert_prediction(shown, *app_prediction(state, models), where)
 
 

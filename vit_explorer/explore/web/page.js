@@ -174,7 +174,8 @@
                query: "[CLS]", keys: t };
     }
     const b = result.blocks[Number(state.block.slice(1))], t = result.tokens, prefix = result.prefix.length;
-    const q = state.query === null ? (prefix ? 0 : 0) : prefix + state.query;
+    // no query picked: [CLS] (the first prefix token); a model with none in these blocks (CaiT) starts at patch 0
+    const q = state.query === null ? 0 : prefix + state.query;
     return { rows: Array.from({ length: nh }, (_, h) => b.probs.subarray((h * t + q) * t, (h * t + q + 1) * t)),
              prefix, query: tokenName(m, q), keys: t, q };
   }
@@ -353,7 +354,7 @@
       step: state.step + 1, title: s.title, model: m.name, top_k: top, logits: Array.from(result.logits),
       head_logits: Object.fromEntries(Object.entries(result.heads).map(([k, v]) => [k, Array.from(v)])),
       mask: Array.from(state.mask).sort((a, b) => a - b), off: Array.from(state.off, (k) => k.split(":").map(Number)),
-      query: state.query, block: state.block, head: state.head,
+      query: state.query, block: state.block, head: state.head, input: state.input,
     });
   }
 
@@ -369,6 +370,7 @@
     for (const card of document.querySelectorAll(".card")) card.classList.remove("focus");
     const focus = s.view === "Attention" && s.mode === "rollout" ? "card-rollout" : VIEW_CARDS[s.view];
     if (focus) $(focus).classList.add("focus");
+    for (const radio of document.querySelectorAll("input[name=input]")) radio.checked = radio.value === state.input;
     fillSelect($("block"), blockChoices(m), state.block);
     const heads = [["mean", "mean of heads"], ["all", s.heads ? `heads ${s.heads.join(", ")}` : "all heads"], ...Array.from({ length: m.config.num_heads }, (_, h) => [String(h), `head ${h}`])];
     fillSelect($("head"), heads, state.head);
@@ -378,7 +380,7 @@
     const s = DATA.steps[index], m = DATA.models[s.model];
     const cls = s.mode === "class attention (CaiT)" && m.config.class_attn_depth;
     const head = s.mode === "one head" ? String(s.head) : s.mode === "all heads" || (cls && s.heads) ? "all" : "mean";
-    return { step: index, mask: new Set(s.mask), off: new Set(s.off.map(([l, h]) => `${l}:${h}`)), query: s.query,
+    return { step: index, input: s.input === "query" ? "query" : "mask", mask: new Set(s.mask), off: new Set(s.off.map(([l, h]) => `${l}:${h}`)), query: s.query,
              block: `${cls ? "c" : "b"}${s.layer}`, head };
   }
 
@@ -473,7 +475,7 @@
     changed();
   });
   for (const radio of document.querySelectorAll("input[name=input]")) {
-    radio.addEventListener("change", () => { state.input = radio.value; });
+    radio.addEventListener("change", () => { state.input = radio.value; render(); });
   }
   $("clear").addEventListener("click", () => { state.mask.clear(); changed(); });
   $("block").addEventListener("change", () => { state.block = $("block").value; changed(); });
