@@ -31,6 +31,7 @@ from vit_explorer.explore.web_lesson import (
     page_data,
     render_page,
     script_json,
+    unsupported,
 )
 from vit_explorer.paths import BUNDLED
 
@@ -71,15 +72,18 @@ def torch_pass(loaded, pixels: torch.Tensor, mask: np.ndarray, head_mask: np.nda
                                                  head_mask=torch.from_numpy(head_mask),
                                                  capture=["attentions", "class_attentions"])
     layout = out["layout"]
-    flow = class_rollout(out["class_attentions"], out["attentions"], layout) if out.get("class_attentions") \
-        else rollout(out["attentions"], layout)
+    if out.get("class_attentions"):
+        flow = class_rollout(out["class_attentions"], out["attentions"], layout)
+    else:  # rollout from [CLS]; a model without one has none (the page says so)
+        flow = rollout(out["attentions"], layout) if layout.num_prefix_tokens else None
     return {**out, "rollout": flow}
 
 
 def assert_same(js: dict, ref: dict, where: str) -> float:
     """Every number of the JavaScript pass against PyTorch's; the largest difference."""
-    diffs = [np.abs(np.asarray(js["logits"]) - ref["logits"][0].numpy()).max(),
-             np.abs(np.asarray(js["rollout"]) - ref["rollout"][0].numpy().reshape(-1)).max()]
+    diffs = [np.abs(np.asarray(js["logits"]) - ref["logits"][0].numpy()).max()]
+    if ref["rollout"] is not None:
+        diffs.append(np.abs(np.asarray(js["rollout"]) - ref["rollout"][0].numpy().reshape(-1)).max())
     diffs += [np.abs(np.asarray(js["heads"][name]) - value[0].numpy()).max()
               for name, value in ref["head_logits"].items()]
     assert len(js["attentions"]) == len(ref["attentions"]), where
@@ -287,3 +291,44 @@ def test_the_command_writes_the_page_and_refuses_to_overwrite(tmp_path: Path, ca
     assert main(["export-lesson", str(lesson), "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert main(["export-lesson", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x.html")]) == 2
+
+
+VARIANTS = {  # options of the model family the page's forward pass computes, beyond the bundled models'
+    "gap-fc-norm": dict(prefix_tokens="none", pool="gap", fc_norm=True),
+    "registers-sincos": dict(reg_tokens=2, pos_embed="sincos_2d", mlp="quick_gelu"),
+    "deit-layerscale-talking": dict(prefix_tokens="cls+dist", layer_scale_init=0.1, talking_heads=True,
+                                    mlp="gelu_tanh"),
+    "cait": dict(class_attn_depth=2, pos_embed_prefix=False, layer_scale_init=0.1),
+    "conv-no-pre-norm": dict(pre_norm=False, stem="conv"),
+}
+
+
+@needs_node
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_the_javascript_forward_equals_pytorch_on_the_options_it_supports(tmp_path: Path, name: str) -> None:
+    from vit_explorer.explore.build import build_loaded
+    from vit_explorer.models import PRESETS, ViTConfig
+
+    torch.manual_seed(0)
+    loaded = build_loaded(ViTConfig(**{**PRESETS["classroom-tiny"], **VARIANTS[name]}), device="cpu")
+    for p in loaded.model.parameters():  # trained-like weights: every part matters (biases, norms, tokens)
+        p.data.normal_(0, 0.3)
+    assert not unsupported(loaded.config)
+    cfg = loaded.config
+    pixels = torch.randn(1, 3, *cfg.image_size)
+    mask = np.zeros(cfg.grid_size, bool)
+    mask[2, 3:6] = True
+    head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
+    head_mask[-1, 0] = 0
+    images = {"0": {"height": cfg.image_size[0], "width": cfg.image_size[1],
+                    "blob": base64.b64encode(pixels[0].numpy().astype("<f4").tobytes()).decode("ascii")}}
+    run = {"model": 0, "image": "0", "mask": np.flatnonzero(mask).tolist(), "off": [[len(head_mask) - 1, 0]]}
+    (js,) = run_node(tmp_path, [model_payload(loaded, {cfg.grid_size}, name)], images, [run])
+    assert_same(js, torch_pass(loaded, pixels, mask, head_mask), name)
+
+
+def test_what_the_page_cannot_compute_is_refused_by_name() -> None:
+    from vit_explorer.models import PRESETS, ViTConfig
+
+    assert any("rope" in p for p in unsupported(ViTConfig(**{**PRESETS["classroom"], "pos_embed": "rope"})))
+    assert any("swiglu" in p for p in unsupported(ViTConfig(**{**PRESETS["classroom"], "mlp": "swiglu"})))

@@ -297,19 +297,20 @@ const VitForward = (() => {
     const head = (name, vector) => linear(vector, 1, cfg.pooled_dim, t[name + ".weight"], t[name + ".bias"],
                                           cfg.num_classes);
     const prefixCount = cfg.class_attn_depth ? 1 : prefix.length;
+    // the final norm on every token, or (fc_norm) none there and one on the pooled vector
+    const norm = (v, n) => (cfg.fc_norm ? v : layerNorm(v, n, d, t["norm.weight"], t["norm.bias"], eps));
     let pooled;
     if (cfg.pool === "gap") {
-      const normed = cfg.fc_norm ? seq : layerNorm(seq, rows, d, t["norm.weight"], t["norm.bias"], eps);
+      const normed = norm(seq, rows);
       pooled = new Float32Array(d);
       for (let r = prefixCount; r < rows; r++) for (let i = 0; i < d; i++) pooled[i] += normed[r * d + i];
       for (let i = 0; i < d; i++) pooled[i] /= rows - prefixCount;
       if (cfg.fc_norm) pooled = layerNorm(pooled, 1, d, t["fc_norm.weight"], t["fc_norm.bias"], eps);
     } else {
-      pooled = layerNorm(seq.subarray(0, d), 1, d, t["norm.weight"], t["norm.bias"], eps);
+      pooled = norm(seq.subarray(0, d), 1);
     }
     heads[cfg.pool] = head("head", pooled);
-    if (cfg.dist_head) heads.dist = head("head_dist", layerNorm(seq.subarray(d, 2 * d), 1, d, t["norm.weight"],
-                                                                 t["norm.bias"], eps));
+    if (cfg.dist_head) heads.dist = head("head_dist", norm(seq.subarray(d, 2 * d), 1));
     let logits = heads[cfg.pool];
     if (heads.dist) logits = logits.map((v, i) => (v + heads.dist[i]) / 2);
     return { logits, heads, blocks, classBlocks, grid, prefix: cfg.prefix_names, tokens };
