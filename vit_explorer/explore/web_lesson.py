@@ -213,7 +213,6 @@ def page_data(lesson: Lesson, seed: int = 0,
         steps.append({
             "title": step.title, "caption": step.caption, "figure": step.figure, "view": step.view,
             "input": step.input_mode,
-            "panels": list(step.panels) if step.panels else None,
             "model": keys.index(state.model.key), "image": image_ids[0],
             "compare": keys.index(state.compare.key) if state.compare is not None else None,
             "compare_image": image_ids[1] if state.compare is not None else None,
