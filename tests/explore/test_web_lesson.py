@@ -104,7 +104,7 @@ def test_the_javascript_forward_equals_pytorch_on_every_bundled_model(tmp_path: 
     images = {}
     runs, refs = [], []
     for case, (share, off) in enumerate([(0.0, []), (0.3, [[0, 1], [cfg.depth - 1, cfg.num_heads - 1]])]):
-        pixels = torch.from_numpy(rng.normal(size=(1, 3, *cfg.image_size)).astype(np.float32))
+        pixels = torch.from_numpy(rng.uniform(-1, 1, (1, 3, *cfg.image_size)).astype(np.float32))  # pixels' range
         mask = rng.random(cfg.grid_size) < share
         head_mask = np.ones((cfg.depth, cfg.num_heads), np.float32)
         for layer, head in off:
@@ -284,13 +284,15 @@ def test_presets_are_built_seeded_so_an_export_is_deterministic(tmp_path: Path) 
     assert first["models"][0]["built"] and render_page(first) == render_page(second)
 
 
-def test_the_command_writes_the_page_and_refuses_to_overwrite(tmp_path: Path, capsys) -> None:
+def test_the_command_writes_the_page_and_names_what_is_wrong(tmp_path: Path, capsys) -> None:
     lesson, out = lesson_file(tmp_path), tmp_path / "page.html"
-    assert main(["export-lesson", str(lesson), "--out", str(out)]) == 0
+    out.write_text("an older export")
+    assert main(["export-lesson", str(lesson), "--out", str(out)]) == 0  # replaced
     assert "wrote" in capsys.readouterr().out and out.read_text(encoding="utf-8").startswith("<!doctype html>")
-    assert main(["export-lesson", str(lesson), "--out", str(out)]) == 2
-    assert "--overwrite" in capsys.readouterr().err
+    assert main(["export-lesson", str(lesson), "--out", str(tmp_path)]) == 2  # a folder
+    assert "not a file" in capsys.readouterr().err
     assert main(["export-lesson", str(tmp_path / "missing.json"), "--out", str(tmp_path / "x.html")]) == 2
+    assert "missing.json" in capsys.readouterr().err
 
 
 VARIANTS = {  # options of the model family the page's forward pass computes, beyond the bundled models'

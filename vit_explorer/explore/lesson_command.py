@@ -14,15 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the HTML file to write")
     parser.add_argument("--seed", type=int, default=0, help="the seed of the models the lesson builds from presets "
                         "(untrained; default 0: the same lesson always exports the same page)")
-    parser.add_argument("--overwrite", action="store_true", help="replace the file if it exists")
 
 
 def run(args: argparse.Namespace) -> int:
     from .web_lesson import export_lesson
 
-    out = Path(args.out)
-    if out.exists() and not args.overwrite:
-        raise LessonError(f"{out} exists; choose another --out or pass --overwrite")
+    out = Path(args.out)  # a file there is replaced, as a page exported again should be
     if out.is_dir() or not out.parent.is_dir():
         raise LessonError(f"{out}: not a file in an existing folder")
     page = export_lesson(args.lesson, out, seed=args.seed)
