@@ -490,6 +490,13 @@ class Explanation:
     def grid(self) -> tuple[int, int]:
         return self.layout.grid
 
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the map over the image and, when measured, its faithfulness curves."""
+        from .notebook import png
+
+        curves = [perturbation_figure([self])] if self.faithfulness is not None else []
+        return png(map_figure(self), *curves)
+
 
 @dataclass
 class Session:

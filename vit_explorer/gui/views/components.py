@@ -36,9 +36,9 @@ from ...explore.components import (
     corrupted_inputs,
     decomposition,
     head_shares,
-    layer_shares,
     lens_maps,
     lens_pictures,
+    parts_figure,
     patch_once,
     record_runs,
     run_sweep,
@@ -408,11 +408,8 @@ class ComponentsView(View):
         self.note.setText("" if loaded.config.num_classes else NO_CLASSIFIER)
         cfg = loaded.config
         self.parts_plots.ci.clear()
-        labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
         what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
-        figures.BarsPlot(self.parts_plots.ci, BarsFigure(
-            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
-            value_format="{:+.3f}"))
+        figures.BarsPlot(self.parts_plots.ci, parts_figure(d, loaded))
         self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.num_blocks, cfg.num_heads)
