@@ -43,4 +43,5 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             draws=True),
     Command("cka", "CKA between the token states of a model, or of two models, on a dataset (cka.csv, heatmap)",
             "dataset", draws=True),
+    Command("export-lesson", "write a lesson as one web page that runs its models in the browser, offline", "lesson"),
 )}
