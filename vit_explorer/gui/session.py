@@ -247,6 +247,8 @@ class Session(QObject):
     def set_mask(self, mask: np.ndarray) -> None:
         if mask.shape != self.grid:
             raise ValueError(f"mask shape {mask.shape} does not match the patch grid {self.grid}")
+        if np.array_equal(mask, self.mask):
+            return
         self.mask = mask.astype(bool)
         self.inputs_changed.emit()
         self.request_forward()
@@ -257,6 +259,8 @@ class Session(QObject):
         self.set_mask(mask)
 
     def set_head_mask(self, head_mask: np.ndarray) -> None:
+        if head_mask.shape == self.head_mask.shape and np.array_equal(head_mask, self.head_mask):
+            return
         self.head_mask = head_mask.astype(np.float32)
         self.inputs_changed.emit()
         self.request_forward()

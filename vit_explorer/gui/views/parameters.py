@@ -51,8 +51,16 @@ class ParametersView(View):
         super().restyle()
 
     def expand(self, path: tuple[str, ...]) -> None:
-        """Expand the tree down to the row named by `path` (stage, layer, ...) and show it; a name that is not
-        there is a ValueError naming it."""
+        """Expand the tree down to the row named by `path` (stage, layer, ...), the other layers closed as the tree
+        opens, and show it; a name that is not there is a ValueError naming it."""
+        if self._dirty:  # a new model while hidden: the tree is of the one before
+            self._dirty = False
+            self.refresh()
+        for stage in (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())):
+            for index in range(stage.childCount() if stage is not None else 0):
+                child = stage.child(index) if stage is not None else None
+                if child is not None:
+                    child.setExpanded(False)
         parent: QTreeWidgetItem = self.tree.invisibleRootItem()
         for name in path:
             children = [parent.child(i) for i in range(parent.childCount())]
@@ -64,6 +72,20 @@ class ParametersView(View):
             parent.setExpanded(True)
         self.tree.scrollToItem(parent)
         self.tree.setCurrentItem(parent)
+
+    def open_rows(self) -> tuple[str, ...]:
+        """The names of the tree's rows on screen: those whose parents are all expanded."""
+        rows: list[str] = []
+
+        def walk(item: QTreeWidgetItem) -> None:
+            for child in (item.child(i) for i in range(item.childCount())):
+                if child is not None:
+                    rows.append(child.text(0))
+                    if child.isExpanded():
+                        walk(child)
+
+        walk(self.tree.invisibleRootItem())
+        return tuple(rows)
 
     def _compute_changed(self) -> None:
         """A new input size changes the compute, not the parameters (masks change neither)."""
