@@ -134,6 +134,7 @@ class StepState:
     heads: tuple[int, ...] | None = None
     query: tuple[int, int] | None = None
     view: str | None = None  # None: the view on screen when the lesson started
+    tab: str | None = None  # the last view other than Prediction (a dock beside them): the tab behind it
     panels: tuple[str, ...] | None = None
     input_mode: str = "mask"
     hover: bool = False
@@ -153,7 +154,7 @@ def resolve(steps: tuple[Step, ...]) -> tuple[StepState, ...]:
                             query=None, target=None)  # a class is one of the model's: the top class again
         if step.size is not None:
             state = replace(state, size=step.size, mask="none", mask_seed=0, query=None)  # as set_size does
-        kept = {name: value for name, value in (
+        kept: dict[str, Any] = {name: value for name, value in (
             ("image", step.image), ("mode", step.mode), ("layer", step.layer), ("head", step.head),
             ("heads_off", step.heads_off), ("view", step.view), ("target", step.target),
             ("compare", step.compare)) if value is not None}
@@ -161,6 +162,8 @@ def resolve(steps: tuple[Step, ...]) -> tuple[StepState, ...]:
             kept.update(mask=step.mask, mask_seed=step.mask_seed)
         if step.query != "keep":
             kept["query"] = step.query
+        if step.view is not None and step.view != "Prediction":
+            kept["tab"] = step.view
         state = replace(state, **kept, heads=step.heads, panels=step.panels, input_mode=step.input_mode,
                         hover=step.hover, expand=step.expand)
         states.append(state)

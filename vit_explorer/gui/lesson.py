@@ -269,6 +269,9 @@ class LessonRunner(QObject):
         view = state.view or self._start[3]
         if view is not None:
             window.show_view(view, state.panels)
+        tab = state.tab or self._start[3]
+        if view == "Prediction" and tab is not None and tab != "Prediction":
+            window.docks[tab].raise_()  # the tab beside it: the one the last step before showed
         self._target(state.target, index)
         if state.expand:
             try:

@@ -353,9 +353,14 @@ class Session(QObject):
         self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed,
                  priority=FORWARD_PRIORITY)
 
+    def current(self, inputs: Inputs) -> bool:
+        """Whether `inputs` are the session's now (a result of older ones is stale: a newer pass is on its way)."""
+        return (inputs.model_id == self.model_id and inputs.image_id == self.image_id and inputs.size == self.size
+                and np.array_equal(inputs.mask, self.mask) and np.array_equal(inputs.head_mask, self.head_mask))
+
     def _forward_done(self, result: ForwardResult) -> None:
         inputs = result.inputs
-        if inputs.model_id != self.model_id:
+        if not self.current(inputs):
             return
         if result.baseline_probs is not None:
             self._baseline = ((inputs.model_id, inputs.image_id, inputs.size), result.baseline_probs)
