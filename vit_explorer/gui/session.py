@@ -33,6 +33,7 @@ from ..training.recipe import Recipe
 from .workers import Runner
 
 if TYPE_CHECKING:
+    from ..explore.dataset_analysis import DatasetState
     from ..explore.lessons import Lesson
 
 _ids = itertools.count(1)
@@ -121,6 +122,7 @@ class Session(QObject):
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
     runs_changed = Signal()  # a training run started afresh or was replaced (its curves grow in place)
+    dataset_changed = Signal()  # the Dataset view's analysis (and its projection) replaced
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -150,6 +152,7 @@ class Session(QObject):
         self.hover = False  # the step asks for the image panel's hover readout while presenting
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self.runs: list[Run] = []  # the Training view's runs: the first, and the comparison run with one change
+        self.dataset: DatasetState | None = None  # the Dataset view's analysis of the model on screen, whole
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
         self._warned = 0  # the model whose non-finite outputs the banner has shown
 
@@ -213,6 +216,7 @@ class Session(QObject):
         self.heads = None
         self.query = None
         self.result = None
+        self.dataset = None  # an analysis is of one model's features
         self.model_changed.emit()
         self.request_forward()
 
@@ -308,6 +312,13 @@ class Session(QObject):
             return
         self.lesson, self.step, self.hover = lesson, step if lesson is not None else -1, hover
         self.lesson_changed.emit()
+
+    def set_dataset(self, dataset: DatasetState | None) -> None:
+        """The Dataset view's analysis and projection, replaced whole (None: none)."""
+        if dataset is self.dataset:
+            return
+        self.dataset = dataset
+        self.dataset_changed.emit()
 
     def set_runs(self, runs: list[Run]) -> None:
         """The training runs on screen (a new first run replaces them all; a comparison run the second)."""
