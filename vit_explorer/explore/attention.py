@@ -157,8 +157,8 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
     label = "attention"
     if levels is not None:
         untrained = "untrained: " if not result.inputs.loaded.source else ""
-        note = f"{untrained}close to uniform"
-        label = f"attention (middle: uniform 1/{keys} = {1.0 / keys:.4f})"
+        note = f"{untrained}close to uniform, 1/{keys} = {1.0 / keys:.4f}"
+        label = f"attention (middle: 1/{keys})"  # short: a colour bar is as tall as the maps, 270 px at 1024x768
         if len(maps) == 1:
             titles = (f"{titles[0]} · {note}",)
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
 from ...explore import lessons
@@ -70,8 +70,9 @@ class ParametersView(View):
                 raise ValueError(f"the parameter tree has no row {name!r} here (rows: {names})")
             parent = found[0]
             parent.setExpanded(True)
-        self.tree.scrollToItem(parent)
         self.tree.setCurrentItem(parent)
+        # at the top: the row's own children (a block's tensors, LayerScale's among them) get the room below it
+        self.tree.scrollToItem(parent, QAbstractItemView.ScrollHint.PositionAtTop)
 
     def open_rows(self) -> tuple[str, ...]:
         """The names of the tree's rows on screen: those whose parents are all expanded."""
