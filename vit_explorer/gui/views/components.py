@@ -411,14 +411,14 @@ class ComponentsView(View):
         labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
         what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
         figures.BarsPlot(self.parts_plots.ci, BarsFigure(
-            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
-            value_format="{:+.3f}"))
+            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values,
+            xlabel="part of the logit (logit units)", value_format="{:+.3f}"))
         self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
-        figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
-                             cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
+        figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's part of the logit",
+                             cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="part of the logit (logit units)",
                              xlabel="head", ylabel="block")
         self._fit(self.heads_plots)
         self._say("Parts", f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "
