@@ -71,3 +71,13 @@ def test_a_new_model_clears_the_analysis(qtbot, window, tiny_checkpoint: Path) -
     with qtbot.waitSignal(window.session.model_changed, timeout=30000):
         window.load(str(tiny_checkpoint))
     assert window.session.dataset is None and window.views["Dataset"].points is None
+
+
+def test_the_projector_legend_sits_beside_its_points(qtbot, window) -> None:
+    window.docks["Dataset"].raise_()
+    view = window.views["Dataset"]
+    run(qtbot, window, "shapes", 60)
+    view.tabs.setCurrentIndex(view.tabs.indexOf(view.projector.parentWidget()))
+    qtbot.waitUntil(lambda: view.legend.items and view.legend.sceneBoundingRect().width() > 0, timeout=10000)
+    data = view.scatter_plot.vb.sceneBoundingRect()
+    assert view.legend.items and not data.intersects(view.legend.sceneBoundingRect())

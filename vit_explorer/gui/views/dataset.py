@@ -189,7 +189,8 @@ class DatasetView(View):
         self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
         self.marks.setZValue(10)
         self.scatter_plot.addItem(self.marks)
-        self.legend = self.scatter_plot.addLegend(offset=(-10, 10))  # a swatch per class
+        self.legend = pg.LegendItem()  # a swatch per class, in a column of its own: beside the points, never on them
+        self.projector.ci.addItem(self.legend, row=0, col=1)
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
         proj_row.addWidget(self.projector, 4)
