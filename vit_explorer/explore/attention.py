@@ -154,11 +154,9 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
     else:
         keys = layout.num_patches if layout.class_attn else layout.num_tokens  # CaiT: no [CLS] in these blocks
     levels = uniform_levels(maps, 1.0 / keys)
-    label = "attention"
     if levels is not None:
         untrained = "untrained: " if not result.inputs.loaded.source else ""
-        note = f"{untrained}close to uniform, 1/{keys} = {1.0 / keys:.4f}"
-        label = f"attention (middle: 1/{keys})"  # short: a colour bar is as tall as the maps, 270 px at 1024x768
+        note = f"{untrained}close to uniform (1/{keys} = {1.0 / keys:.4f}, the colour bar's middle)"
         if len(maps) == 1:
             titles = (f"{titles[0]} · {note}",)
         else:
@@ -166,7 +164,7 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
     if len(maps) == 1:
         heading = ""
     return MapsFigure(heading, maps, titles, result.display if image else None, result.layout.grid,
-                      masked=_masked(result), opacity=opacity, levels=levels, colorbar_label=label)
+                      masked=_masked(result), opacity=opacity, levels=levels)
 
 
 def layers_figure(result: ForwardResult, query: Query) -> MapsFigure:
