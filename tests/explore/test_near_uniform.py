@@ -32,7 +32,7 @@ def test_untrained_class_attention_is_drawn_around_the_uniform_value() -> None:
     assert drawn.levels is not None
     low, high = drawn.levels
     assert abs((low + high) / 2 - uniform) < 1e-9 and low <= drawn.maps.min() and drawn.maps.max() <= high
-    assert "untrained: close to uniform (1/65 = 0.0154, the colour bar's middle)" in drawn.heading
+    assert "untrained: close to uniform, 1/65 = 0.0154 mid-bar" in drawn.heading
 
 
 def test_untrained_self_attention_of_one_head_says_it_in_its_title() -> None:

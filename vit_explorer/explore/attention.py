@@ -156,7 +156,7 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
     levels = uniform_levels(maps, 1.0 / keys)
     if levels is not None:
         untrained = "untrained: " if not result.inputs.loaded.source else ""
-        note = f"{untrained}close to uniform (1/{keys} = {1.0 / keys:.4f}, the colour bar's middle)"
+        note = f"{untrained}close to uniform, 1/{keys} = {1.0 / keys:.4f} mid-bar"
         if len(maps) == 1:
             titles = (f"{titles[0]} · {note}",)
         else:
