@@ -224,12 +224,18 @@ class LessonRunner(QObject):
         session = self.window.session
 
         def done(loaded: LoadedModel) -> None:
+            session.loading.emit("")
             if self.lesson is not None and model.key in self._keep():  # not if the presenter has moved past it
                 self._models[model.key] = loaded
             then(loaded)
 
-        session.run("lesson-model", lambda: materialize(model), done,
-                    lambda message: session.error.emit(f"lesson: could not open the step's model: {message}"), io=True)
+        def failed(message: str) -> None:
+            session.loading.emit("")
+            session.error.emit(f"lesson: could not open the step's model: {message}")
+
+        # the progress bar runs until the step's model is in place: the figures still up are the step before's
+        session.loading.emit(model.source or f"preset:{model.preset}")
+        session.run("lesson-model", lambda: materialize(model), done, failed, io=True)
 
     def _model_ready(self, index: int, loaded: LoadedModel | None) -> None:
         if index != self.index or self.lesson is None:
