@@ -27,7 +27,7 @@ it at every step and says which claim fails, and a test checks it for every step
 Every field of a step but title and caption is optional: what a step does not set is what the step before it
 left, except what is on screen (view panels, the heads shown, input mode, hover readout), which each step sets.
 A step is a state, not a sequence of changes: `resolve` folds the steps up to each one into its whole state
-(`StepState`), which the runner puts in place however the step is entered (forwards, backwards, by a jump). A
+(`StepSettings`), which the runner puts in place however the step is entered (forwards, backwards, by a jump). A
 new model resets what a model change resets in the app (masks, heads switched off, query, size) and the class
 explained.
 """
@@ -118,7 +118,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class StepState:
+class StepSettings:
     """Everything a step puts in place, whatever the steps before it on the way there: the lesson's steps up to
     it folded together (`resolve`)."""
 
@@ -143,11 +143,11 @@ class StepState:
     compare: Model | None = None
 
 
-def resolve(steps: tuple[Step, ...]) -> tuple[StepState, ...]:
+def resolve(steps: tuple[Step, ...]) -> tuple[StepSettings, ...]:
     """The whole state of each step: what it sets, else what the step before left (a new model resets the mask,
     the heads switched off, the query and the size, as loading one does in the app, and the class explained)."""
-    states: list[StepState] = []
-    state = StepState()
+    states: list[StepSettings] = []
+    state = StepSettings()
     for step in steps:
         if step.model is not None and (state.model is None or step.model.key != state.model.key):
             state = replace(state, model=step.model, size="native", mask="none", mask_seed=0, heads_off=(),
@@ -300,9 +300,10 @@ class Lesson:
     title: str
     steps: tuple[Step, ...]
     path: Path
+    models: dict[str, str] = field(default_factory=dict)  # the lesson's names of its models -> their sources
 
     @property
-    def states(self) -> tuple[StepState, ...]:
+    def states(self) -> tuple[StepSettings, ...]:
         """Each step's whole state (`resolve`)."""
         return resolve(self.steps)
 
@@ -364,7 +365,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
     steps = data.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         raise LessonError(f"{where}: steps: expected a list of 1 to {MAX_STEPS} steps")
-    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path)
+    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path, named)
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",

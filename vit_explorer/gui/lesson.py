@@ -20,7 +20,7 @@ from .actions import ACTIONS
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
     from ..checkpoints import LoadedModel
     from ..explore.forward import ForwardResult
-    from ..explore.lessons import Lesson, Model, Shown, StepState
+    from ..explore.lessons import Lesson, Model, Shown, StepSettings
     from .main_window import MainWindow
 
 # (text, tooltip, runner slot); COMPACT_TEXTS while presenting: short labels leave the title its width
@@ -134,7 +134,7 @@ class LessonRunner(QObject):
         self.window = window
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
-        self._states: tuple[StepState, ...] = ()  # the lesson's steps, each as a whole state
+        self._states: tuple[StepSettings, ...] = ()  # the lesson's steps, each as a whole state
         self._start: tuple[LoadedModel | None, Image.Image, str, str | None] | None = None  # what the lesson began on
         self._image: tuple[str, int] | None = None  # the image a step opened, and the session's id of it
         self._checking = -1  # the step whose claims are checked when its result arrives
@@ -248,6 +248,7 @@ class LessonRunner(QObject):
         """Everything but the model, in the order that keeps each setting valid (size before the mask), each set
         whole: what the step before left never shows through."""
         from ..explore.attention import CLASS_ATTENTION
+        from ..explore.lesson_states import step_head_mask, step_mask
 
         window, session, state = self.window, self.window.session, self._states[index]
         assert self._start is not None
@@ -259,12 +260,8 @@ class LessonRunner(QObject):
                 session.set_size(state.size)
         except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
             session.error.emit(f"lesson step {index + 1}: {error}")
-        session.set_mask(self._mask(state))
-        heads = np.ones_like(session.head_mask)
-        for layer, head in state.heads_off:
-            if layer < heads.shape[0] and head < heads.shape[1]:
-                heads[layer, head] = 0.0
-        session.set_head_mask(heads)
+        session.set_mask(step_mask(state, session.grid, session.mask))
+        session.set_head_mask(step_head_mask(state, session.head_mask.shape, session.head_mask))
         cfg = session.loaded.config if session.loaded is not None else None
         cait = cfg is not None and cfg.class_attn_depth > 0
         # a CaiT-only mode on a model without class attention: what the app falls back to (Session.set_model)
@@ -326,19 +323,6 @@ class LessonRunner(QObject):
         self._checking = index
         self.applied.emit(index)
         self._result(self.window.session.result)
-
-    def _mask(self, state: StepState) -> np.ndarray:
-        grid = self.window.session.grid
-        mask = np.zeros(grid, bool)
-        if isinstance(state.mask, float):
-            rng = np.random.default_rng(state.mask_seed)
-            flat = mask.reshape(-1)
-            flat[rng.permutation(flat.size)[: round(state.mask * flat.size)]] = True
-        elif isinstance(state.mask, tuple):
-            for row, col in state.mask:
-                if row < grid[0] and col < grid[1]:
-                    mask[row, col] = True
-        return mask
 
     # ------------------------------------------------------------------ the step's claims
     def _result(self, result: ForwardResult | None) -> None:
