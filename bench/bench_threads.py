@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from vit_explorer.commands.train import add_arguments, build
 from vit_explorer.training import events as ev
 from vit_explorer.training import threads
-from vit_explorer.training.command import add_arguments, build
 from vit_explorer.training.trainer import train
 
 WITHIN = 0.10

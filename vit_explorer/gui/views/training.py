@@ -95,7 +95,7 @@ def runs_folder() -> Path:
 
 
 class TrainingView(View):
-    title = "Training"
+    key = "training"
 
     @property
     def runs(self) -> list[Run]:
@@ -314,16 +314,16 @@ class TrainingView(View):
         control = self.control
 
         def make() -> Iterator[Any]:
+            from ...checkpoints.devices import resolve_device
             from ...data.datasets import load_data
             from ...training import threads
-            from ...training.memory import pick_device
             from ...training.trainer import train
 
             data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
             cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
             yield DataReady(data, cfg_run)
             # the threads `vit-explorer train` takes (one on a CPU, or VIT_EXPLORER_THREADS), set in this thread
-            choice = threads.choose(None, cfg_run, recipe.batch_size, pick_device())
+            choice = threads.choose(None, cfg_run, recipe.batch_size, resolve_device(None, default="auto"))
             threads.apply(choice)
             if choice.reason:
                 yield Notice(choice.reason)
