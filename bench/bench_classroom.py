@@ -1,7 +1,7 @@
 """The classroom target in one run: validation accuracy on the built-in `shapes` set after 120 s of
-training on this CPU (torch's threads, or --threads N), for the patchify and the convolutional stem,
-seeds 0-2, from the defaults of `vit-explorer train` (the same flags parsed by the same code; only --stem
-and --seed are given, with any extra flags after --).
+training on this CPU (one thread, as `vit-explorer train` takes, or --threads N), for the patchify and the
+convolutional stem, seeds 0-2, from the defaults of `vit-explorer train` (the same flags parsed by the same
+code; only --stem and --seed are given, with any extra flags after --).
 
     python bench/bench_classroom.py [--stems patchify conv] [--seeds 0 1 2] [--budget 120 | --steps N]
         [--threads N] [--app] [--json] [-- EXTRA TRAIN FLAGS]
@@ -29,6 +29,7 @@ import torch
 
 from vit_explorer.commands.train import add_arguments, build
 from vit_explorer.training import events as ev
+from vit_explorer.training import threads
 from vit_explorer.training.trainer import train
 
 TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an idle 2-core CPU
@@ -67,8 +68,8 @@ def main() -> None:
     length.add_argument("--budget", type=float, default=120.0, help="seconds of training per run")
     length.add_argument("--steps", type=int, help="optimizer steps per run instead of a time budget")
     parser.add_argument("--app", action="store_true", help="train as the app's Training view does")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch threads (default 0: torch's own choice, as `vit-explorer train` runs)")
+    parser.add_argument("--threads", type=int, default=threads.DEFAULT,
+                        help="torch threads (default: what `vit-explorer train` takes on a CPU, 1; 0: torch's own)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("extra", nargs="*", help="more `vit-explorer train` flags (after --), to try a change")
     args = parser.parse_args()

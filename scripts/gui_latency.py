@@ -114,6 +114,29 @@ def click_latency(source: str, clicks: int) -> list[float]:
     return latencies
 
 
+def timm_forward(config: Any, runs: int = 30) -> float:
+    """Median seconds of one plain forward of a timm VisionTransformer of the same shape (random weights, batch 1,
+    no grad, in this process and on its threads): what a click's latency is compared with. The convolutional stem
+    has no timm equivalent: its model is timed with timm's patchify stem of the same grid."""
+    import timm.models.vision_transformer as tv
+    import torch
+
+    model = tv.VisionTransformer(img_size=config.image_size, patch_size=config.patch_size, in_chans=config.in_chans,
+                                 num_classes=config.num_classes, embed_dim=config.embed_dim, depth=config.depth,
+                                 num_heads=config.num_heads, mlp_ratio=config.mlp_ratio,
+                                 class_token=config.prefix_tokens != "none",
+                                 global_pool="token" if config.prefix_tokens != "none" else "avg").eval()
+    x = torch.randn(1, config.in_chans, *config.image_size)  # (1, C, H, W)
+    times = []
+    with torch.no_grad():
+        for i in range(runs + 3):  # three to warm up
+            t0 = time.perf_counter()
+            model(x)
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def training_gaps(source: str | None, seconds: float) -> np.ndarray:
     """Milliseconds between 10 ms timer ticks while the Training view runs its default recipe."""
     from PySide6.QtCore import QEventLoop, QTimer
@@ -183,8 +206,14 @@ def main() -> int:
         return 0
     latencies = sorted(click_latency(source, args.clicks))
     ms = [f"{v * 1000:.0f}" for v in latencies]
+    median = latencies[len(latencies) // 2]
     print(f"mask click -> prediction + attention painted ({args.preset or source or 'bundled'}): "
-          f"median {latencies[len(latencies) // 2] * 1000:.0f} ms, all (ms): {', '.join(ms)}")
+          f"median {median * 1000:.0f} ms, all (ms): {', '.join(ms)}")
+    from vit_explorer.checkpoints import load
+
+    plain = timm_forward(load(source or str(BUNDLED_MODEL), device="cpu").config)
+    print(f"timm's forward of the same model, same run: {plain * 1000:.1f} ms; click / forward = "
+          f"{median / plain:.2f} (target <= 1.5)")
     return 0
 
 

@@ -7,6 +7,11 @@
         [--dataset shapes [--dataset-limit N]]  (only the Dataset view, one screenshot per tab)
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
+
+Offscreen, the screen is made --size (Qt's offscreen screen is 800x800 otherwise, and a presented window
+fills it): a presented window then has a real full-screen window's size, so the sizes printed equal a real
+window's. A window that is not presented has no window manager's frame offscreen: a real one is a title bar
+shorter, which the script says.
 """
 
 from __future__ import annotations
@@ -38,7 +43,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    width, height = (int(v) for v in args.size.lower().split("x"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":  # a screen of --size, as a real one is
+        screen = out / "offscreen_screen.json"
+        screen.write_text(json.dumps({"screens": [{"name": f"{width}x{height}", "x": 0, "y": 0, "width": width,
+                                                   "height": height, "logicalDpi": 96, "logicalBaseDpi": 96,
+                                                   "dpr": 1}]}))
+        os.environ["QT_QPA_PLATFORM"] = f"offscreen:configfile={screen}"
+        if not args.presentation:
+            print(f"note: offscreen there is no window frame; a real {width}x{height} window's client area is "
+                  "a title bar shorter", file=sys.stderr)
 
 
     from PySide6.QtCore import Qt
@@ -48,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     from vit_explorer.paths import BUNDLED_MODEL
 
     app = make_app()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     source = args.source
     if source is None and not (BUNDLED_MODEL / "vit_explorer.json").exists():
         source = ""  # build one below
@@ -58,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
 
         theme.choose(app, args.theme)
     window = MainWindow(source or None)
-    width, height = (int(v) for v in args.size.lower().split("x"))
     window.setWindowState(Qt.WindowState.WindowNoState)  # this size, not maximised to the screen's
     window.resize(width, height)
     window.show()
@@ -86,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         images, _ = generate(1, size=session.size[0], split="val")
         session.set_image(Image.fromarray(images[0].permute(1, 2, 0).numpy()), "shapes sample")
     if args.presentation:
-        window.presentation.toggle()
-        window.setFixedSize(width, height)  # the offscreen "screen" is smaller than a projector's
+        window.presentation.toggle()  # full screen: the screen of --size
     if args.lesson:
         return shoot_lesson(app, window, args.lesson, out)
     if args.dataset:

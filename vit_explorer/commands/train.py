@@ -71,11 +71,25 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--precision", choices=PRECISION,
                         help="bf16 autocast or fp32 (default auto: bf16 on a CUDA GPU, fp32 on the CPU)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU if there is one)")
+    parser.add_argument("--threads", type=_threads, metavar="N|auto",
+                        help="CPU threads to train on: a number, or auto to measure a few steps at 1-4 threads and "
+                             "take the fastest (default 1 on a CPU, or VIT_EXPLORER_THREADS)")
     parser.add_argument("--no-state", action="store_true",
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     parser.add_argument("--overwrite", action="store_true", help="replace a run already saved in --out")
     _one_line_errors(parser)
+
+
+def _threads(value: str) -> str:
+    """--threads as given, once it parses (a number from 1, or auto)."""
+    from ..training.threads import ThreadsError, parse
+
+    try:
+        parse(value)
+    except ThreadsError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return value
 
 
 def _one_line_errors(parser: argparse.ArgumentParser) -> None:
@@ -223,12 +237,19 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
 
 def _train(args: argparse.Namespace, config: Any, data: Any, recipe: Any, rank: int) -> int:
     """Run the trainer, showing its events; the exit code."""
+    from ..checkpoints.devices import resolve_device
+    from ..training import threads
     from ..training.events import Control
     from ..training.trainer import train
 
     printer = _Printer(args, len(data.train), quiet=rank != 0)
     for note in data.notes:
         printer.say(f"note: {note}")
+    choice = threads.choose(getattr(args, "threads", None), config, max(1, recipe.batch_size // _world()),
+                            resolve_device(args.device, default="auto", use="train"))
+    threads.apply(choice)
+    if choice.reason:
+        printer.say(choice.reason)
     control = Control()
 
     def on_sigint(signum: int, frame: Any) -> None:

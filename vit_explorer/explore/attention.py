@@ -16,7 +16,7 @@ import numpy as np
 from ..analysis import attention as attn
 from ..models import TokenLayout, pooling
 from ..models.config import POOLS
-from .figures import MapsFigure, ScatterFigure
+from .figures import MapsFigure, ScatterFigure, uniform_levels
 from .forward import ForwardResult, Needs
 
 MODES = ("one head", "all heads", "mean of heads", "rollout", "mean attention distance", "class attention (CaiT)")
@@ -147,10 +147,24 @@ def heads_figure(result: ForwardResult, mode: str, layer: int, head: int, query:
         of = f" · {len(shown)} of {len(maps)} heads" if len(shown) < len(maps) else ""
         titles, heading = tuple(f"head {h}{marks[h]}" for h in shown), f"{where} · {who}{of}"
         maps = maps[shown]
+    # attention spread evenly over its keys (an untrained model's) gets a colour bar centred on that value
+    layout = result.layout
+    if mode == CLASS_ATTENTION:
+        keys = layout.num_patches + 1  # [CLS] attends to itself and the patches
+    else:
+        keys = layout.num_patches if layout.class_attn else layout.num_tokens  # CaiT: no [CLS] in these blocks
+    levels = uniform_levels(maps, 1.0 / keys)
+    if levels is not None:
+        untrained = "untrained: " if not result.inputs.loaded.source else ""
+        note = f"{untrained}close to uniform, 1/{keys} = {1.0 / keys:.4f} mid-bar"
+        if len(maps) == 1:
+            titles = (f"{titles[0]} · {note}",)
+        else:
+            heading = f"{heading} · {note}"
     if len(maps) == 1:
         heading = ""
     return MapsFigure(heading, maps, titles, result.display if image else None, result.layout.grid,
-                      masked=_masked(result), opacity=opacity)
+                      masked=_masked(result), opacity=opacity, levels=levels)
 
 
 def layers_figure(result: ForwardResult, query: Query) -> MapsFigure:

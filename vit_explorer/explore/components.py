@@ -252,7 +252,7 @@ def parts_figure(d: Decomposition, loaded: LoadedModel) -> BarsFigure:
     labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
     what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
     return BarsFigure(f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values,
-                      xlabel="share of the logit", value_format="{:+.3f}")
+                      xlabel="part of the logit (logit units)", value_format="{:+.3f}")
 
 
 def head_shares(d: Decomposition, layers: int, heads: int) -> np.ndarray:

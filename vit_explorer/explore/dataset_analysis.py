@@ -267,6 +267,24 @@ class DatasetAnalysis:
         return png(*figures)
 
 
+@dataclass(frozen=True)
+class Projection:
+    """The projector's points of one analysis: where each is drawn, and the image and patch it stands for."""
+
+    points: np.ndarray  # (M, 2)
+    rows: np.ndarray  # (M,) image index of each point
+    patch: np.ndarray  # (M,) patch index of each point (-1: a whole image)
+
+
+@dataclass(frozen=True)
+class DatasetState:
+    """What the Dataset view shows: one analysis and a projection of its own features. A second analysis replaces
+    it whole, so the projector never colours one dataset's points by another's labels."""
+
+    analysis: DatasetAnalysis
+    projection: Projection | None = None  # None until the projection of this analysis arrives
+
+
 def analyse(loaded: LoadedModel, source: DatasetSource, *, compared: LoadedModel | None = None, batch_size: int = 64,
             seed: int = 0, cache: Path | None = None, job: Job | None = None) -> DatasetAnalysis:
     """Features (cached), probes per state, CKA within the model and against `compared`, attention distance and

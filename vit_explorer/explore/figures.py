@@ -16,6 +16,17 @@ ATTENTION_CMAP = "inferno"
 SIMILARITY_CMAP = "CET-D1"  # diverging, for cosine similarity in -1..1
 ZERO_NOTE = "all zero: this table is untrained"  # on a figure of parameters that are all zero
 SCALES = ("shared", "each")  # several maps on one colour scale, or each scaled to its own maximum
+NEAR_UNIFORM = 0.25  # attention maps whose every value is within this share of the uniform one are "close to uniform"
+
+
+def uniform_levels(maps: np.ndarray, uniform: float) -> tuple[float, float] | None:
+    """A colour range centred on `uniform` (1 / the keys attended to) for maps that all lie close to it, so noise
+    around it is not stretched into structure; None for maps that do not."""
+    spread = float(np.abs(maps - uniform).max()) if maps.size else 0.0
+    if not np.isfinite(spread) or spread > NEAR_UNIFORM * uniform:
+        return None
+    half = max(spread, 0.05 * uniform)  # a perfectly flat map still gets a bar with some range
+    return (uniform - half, uniform + half)
 
 
 class Inline:

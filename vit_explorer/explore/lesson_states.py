@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 
 from .attention import CLASS_ATTENTION
-from .lessons import Lesson, LessonError, Model, Step
+from .lessons import Lesson, LessonError, Model, Step, StepSettings
 
 if TYPE_CHECKING:
     from ..checkpoints import LoadedModel
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 DEFAULT_MODE = "one head"  # the Attention view's mode before a lesson names one (AttentionSettings' default)
 
 
-def step_mask(step: Step, grid: tuple[int, int], current: np.ndarray) -> np.ndarray:
-    """The (gh, gw) bool mask a step leaves: its own ("none", a random share drawn with its seed, or patches), or
-    `current` when it names none. Patches outside the grid are left out."""
+def step_mask(step: Step | StepSettings, grid: tuple[int, int], current: np.ndarray) -> np.ndarray:
+    """The (gh, gw) bool mask a step (or a step's whole settings) leaves: its own ("none", a random share drawn
+    with its seed, or patches), or `current` when it names none. Patches outside the grid are left out."""
     if step.mask == "none":
         return np.zeros(grid, bool)
     if isinstance(step.mask, float):
@@ -41,7 +41,7 @@ def step_mask(step: Step, grid: tuple[int, int], current: np.ndarray) -> np.ndar
     return current
 
 
-def step_head_mask(step: Step, shape: tuple[int, int], current: np.ndarray) -> np.ndarray:
+def step_head_mask(step: Step | StepSettings, shape: tuple[int, int], current: np.ndarray) -> np.ndarray:
     """The (layers, heads) head mask a step leaves: every head on but its `heads_off`, or `current` if it names
     none."""
     if step.heads_off is None:

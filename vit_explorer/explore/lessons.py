@@ -14,22 +14,30 @@ A lesson file:
                 "query": [row, col] | null,
                 "mask": "none" | {"random": 0.3, "seed": 0} | [[row, col], ...], "heads_off": [[layer, head], ...],
                 "compare": "name", "panels": ["similarity"], "input": "mask" | "query" | "draw", "hover": true,
-                "expand": ["blocks", "blocks.0"], "target": "star" | 3}, ...]}
+                "expand": ["blocks", "blocks.0"], "target": "star" | 3,
+                "expect": {"model_has": ["LayerScale"], "input": "query", "compare_differs": ["pos_embed"],
+                           "target": "star", ...}}, ...]}
 
 `panels` names the parts of a multi-panel view the step shows (PANELS; default all of them), `input` what a
 click on the image does (default "mask"), `hover` shows the patch readout under the image in presentation
 mode, `expand` opens the Parameters tree down to a row, and `target` is the class (label or index) the Explain
-view explains.
+view explains. `expect` states what must hold on screen for the caption to be true (CLAIMS): the runner checks
+it at every step and says which claim fails, and a test checks it for every step of every bundled lesson.
 
-Every field of a step but title and caption is optional: what a step does not set stays as it was, except
-what is on screen (view panels, the heads shown, input mode, hover readout), which each step sets.
+Every field of a step but title and caption is optional: what a step does not set is what the step before it
+left, except what is on screen (view panels, the heads shown, input mode, hover readout), which each step sets.
+A step is a state, not a sequence of changes: `resolve` folds the steps up to each one into its whole state
+(`StepSettings`), which the runner puts in place however the step is entered (forwards, backwards, by a jump). A
+new model resets what a model change resets in the app (masks, heads switched off, query, size) and the class
+explained.
 """
 
 from __future__ import annotations
 
 import json
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +70,13 @@ class LessonError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class Model:
-    """Where a step's model comes from: a source vit-explorer loads, or a preset built with random weights."""
+    """Where a step's model comes from: a source vit-explorer loads, or a preset built with random weights drawn
+    from `seed` (the same weights, so the same numbers, at every launch)."""
 
     source: str | None = None
     preset: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
 
     @property
     def key(self) -> str:
@@ -101,6 +111,185 @@ class Step:
     hover: bool = False
     expand: tuple[str, ...] = ()  # a row of the Parameters tree to open, by its names from the stage down
     target: int | str | None = None  # the Explain view's class, by index or label (None: unchanged)
+    expect: dict[str, Any] = field(default_factory=dict)  # claims (CLAIMS) that must hold on screen
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """Everything a step puts in place, whatever the steps before it on the way there: the lesson's steps up to
+    it folded together (`resolve`)."""
+
+    model: Model | None = None  # None: the model on screen when the lesson started
+    image: str | None = None  # None: the image on screen when the lesson started
+    size: tuple[int, int] | str = "native"  # (H, W) or "native": the model's own
+    mask: str | float | tuple[tuple[int, int], ...] = "none"
+    mask_seed: int = 0
+    heads_off: tuple[tuple[int, int], ...] = ()
+    mode: str = MODES[0]
+    layer: int = 0
+    head: int = 0
+    heads: tuple[int, ...] | None = None
+    query: tuple[int, int] | None = None
+    view: str | None = None  # None: the view on screen when the lesson started
+    tab: str | None = None  # the last view other than Prediction (a dock beside them): the tab behind it
+    panels: tuple[str, ...] | None = None
+    input_mode: str = "mask"
+    hover: bool = False
+    expand: tuple[str, ...] = ()
+    target: int | str | None = None  # None: the top class
+    compare: Model | None = None
+
+
+def resolve(steps: tuple[Step, ...]) -> tuple[StepSettings, ...]:
+    """The whole state of each step: what it sets, else what the step before left (a new model resets the mask,
+    the heads switched off, the query and the size, as loading one does in the app, and the class explained)."""
+    states: list[StepSettings] = []
+    state = StepSettings()
+    for step in steps:
+        if step.model is not None and (state.model is None or step.model.key != state.model.key):
+            state = replace(state, model=step.model, size="native", mask="none", mask_seed=0, heads_off=(),
+                            query=None, target=None)  # a class is one of the model's: the top class again
+        if step.size is not None:
+            state = replace(state, size=step.size, mask="none", mask_seed=0, query=None)  # as set_size does
+        kept: dict[str, Any] = {name: value for name, value in (
+            ("image", step.image), ("mode", step.mode), ("layer", step.layer), ("head", step.head),
+            ("heads_off", step.heads_off), ("view", step.view), ("target", step.target),
+            ("compare", step.compare)) if value is not None}
+        if step.mask is not None:
+            kept.update(mask=step.mask, mask_seed=step.mask_seed)
+        if step.query != "keep":
+            kept["query"] = step.query
+        if step.view is not None and step.view != "Prediction":
+            kept["tab"] = step.view
+        state = replace(state, **kept, heads=step.heads, panels=step.panels, input_mode=step.input_mode,
+                        hover=step.hover, expand=step.expand)
+        states.append(state)
+    return tuple(states)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What is on screen at a lesson step, as its claims read it (the runner reads it from the app)."""
+
+    config: ViTConfig | None  # the model's
+    trained: bool  # loaded from a checkpoint, not freshly built
+    grid: tuple[int, int]
+    views: tuple[str, ...]  # the views on screen (the tab in front, and the Prediction view beside it)
+    mode: str  # the Attention view's
+    layer: int
+    input_mode: str
+    masked: int  # patches under [MASK]
+    heads_off: int
+    predicted: str | None  # the top class's label
+    target: str | None  # the Explain view's class's label (None: the top class)
+    compared: ViTConfig | None  # the Compare view's second model
+    rows: tuple[str, ...]  # the Parameters tree's rows on screen (in open branches)
+
+
+# what a step can say a model has, and how its config shows it
+FEATURES: dict[str, Callable[[ViTConfig], bool]] = {
+    "[CLS]": lambda c: c.prefix_tokens != "none",
+    "distillation token": lambda c: c.prefix_tokens == "cls+dist",
+    "position embeddings": lambda c: c.pos_embed != "none",
+    "patchify stem": lambda c: c.stem == "patchify",
+    "convolutional stem": lambda c: c.stem == "conv",
+    "class attention": lambda c: c.class_attn_depth > 0,
+    "talking heads": lambda c: c.talking_heads,
+    "LayerScale": lambda c: c.layer_scale_init is not None,
+}
+CONFIG_FIELDS = tuple(f.name for f in fields(ViTConfig))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim a step's caption rests on: how its value is read from the lesson, and what fails on screen."""
+
+    what: str  # the value it takes, for messages
+    parse: Callable[[Any], Any]  # the value as written -> the value (None: not a valid one)
+    check: Callable[[Shown, Any], str | None]  # a failure, said, or None
+
+
+def _choices(options: tuple[str, ...]) -> Callable[[Any], Any]:
+    return lambda value: value if isinstance(value, str) and value in options else None
+
+
+def _subset(options: tuple[str, ...]) -> Callable[[Any], Any]:
+    def parse(value: Any) -> tuple[str, ...] | None:
+        ok = isinstance(value, list) and 0 < len(value) <= len(options) and all(
+            isinstance(v, str) and v in options for v in value)
+        return tuple(value) if ok else None
+    return parse
+
+
+def _whole(value: Any) -> int | None:
+    return value if type(value) is int and 0 <= value < 10_000 else None
+
+
+def _label(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
+
+
+def _equal(name: str, read: Callable[[Shown], Any]) -> Callable[[Shown, Any], str | None]:
+    def check(shown: Shown, value: Any) -> str | None:
+        now = read(shown)
+        return None if now == value else f"the {name} is {quoted(now)}, not {quoted(value)}"
+    return check
+
+
+def _on_screen(shown: Shown, view: str) -> str | None:
+    return None if view in shown.views else f"the {view} view is not on screen (on screen: {list(shown.views)})"
+
+
+def _has(shown: Shown, names: tuple[str, ...]) -> str | None:
+    if shown.config is None:
+        return "no model is on screen"
+    missing = [name for name in names if not FEATURES[name](shown.config)]
+    return f"the model has no {', '.join(missing)}" if missing else None
+
+
+def _differs(shown: Shown, names: tuple[str, ...]) -> str | None:
+    if shown.config is None or shown.compared is None:
+        return "no second model is compared"
+    same = [name for name in names if getattr(shown.config, name) == getattr(shown.compared, name)]
+    return f"the two models have the same {', '.join(same)}" if same else None
+
+
+def _rows(shown: Shown, names: tuple[str, ...]) -> str | None:
+    missing = [name for name in names if name not in shown.rows]
+    return f"the parameter tree shows no row {', '.join(missing)}" if missing else None
+
+
+CLAIMS: dict[str, Claim] = {
+    "model_has": Claim(f"a list of {list(FEATURES)}", _subset(tuple(FEATURES)), _has),
+    "trained": Claim("true or false", lambda v: v if isinstance(v, bool) else None,
+                     _equal("model's being trained", lambda s: s.trained)),
+    "grid": Claim("[rows, columns]", lambda v: tuple(v) if isinstance(v, list) and len(v) == 2 and all(
+        _whole(x) is not None for x in v) else None, _equal("patch grid", lambda s: s.grid)),
+    "view": Claim(f"one of {list(VIEWS)}", _choices(VIEWS), _on_screen),
+    "mode": Claim(f"one of {list(MODES)}", _choices(MODES), _equal("attention mode", lambda s: s.mode)),
+    "layer": Claim("a block number from 0", _whole, _equal("block shown", lambda s: s.layer)),
+    "input": Claim(f"one of {list(INPUT_MODES)}", _choices(INPUT_MODES),
+                   _equal("click mode", lambda s: s.input_mode)),
+    "masked": Claim("a number of patches", _whole, _equal("number of masked patches", lambda s: s.masked)),
+    "heads_off": Claim("a number of heads", _whole, _equal("number of heads switched off", lambda s: s.heads_off)),
+    "predicted": Claim("a class label", _label, _equal("top class", lambda s: s.predicted)),
+    "target": Claim("a class label", _label, _equal("class explained", lambda s: s.target)),
+    "compare_differs": Claim("a list of model config fields", _subset(CONFIG_FIELDS), _differs),
+    "rows": Claim("a list of parameter tree rows", lambda v: tuple(v) if isinstance(v, list) and 0 < len(v) <= 8
+                  and all(_label(x) for x in v) else None, _rows),
+}
+
+
+def check_claims(lesson: Lesson, index: int, shown: Shown) -> list[str]:
+    """The claims of step `index` that `shown` breaks, each naming the step and the field."""
+    step = lesson.steps[index]
+    where = f"{_where(lesson.path.name)}: step {index + 1} ({quoted(step.title)})"
+    failures = []
+    for name, value in step.expect.items():
+        failure = CLAIMS[name].check(shown, value)
+        if failure is not None:
+            failures.append(f"{where}: expect.{name}: {failure}; the caption needs it")
+    return failures
 
 
 @dataclass(frozen=True)
@@ -109,6 +298,11 @@ class Lesson:
     steps: tuple[Step, ...]
     path: Path
     models: dict[str, str] = field(default_factory=dict)  # the lesson's names of its models -> their sources
+
+    @property
+    def states(self) -> tuple[StepSettings, ...]:
+        """Each step's whole state (`resolve`)."""
+        return resolve(self.steps)
 
 
 def bundled_lessons() -> list[Path]:
@@ -172,7 +366,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",
-             "heads_off", "compare", "panels", "input", "hover", "expand", "target"}
+             "heads_off", "compare", "panels", "input", "hover", "expand", "target", "expect"}
 
 
 def _known(data: dict[str, Any], keys: set[str], where: str) -> None:
@@ -229,7 +423,22 @@ def _step(raw: Any, index: int, named: dict[str, str], path: Path) -> Step:
         input_mode=input_mode, hover=hover,
         expand=_names(raw.get("expand", []), f"{where}: expand"),
         target=_target(raw.get("target"), f"{where}: target"),
+        expect=_expect(raw.get("expect", {}), f"{where}: expect"),
     )
+
+
+def _expect(value: Any, where: str) -> dict[str, Any]:
+    """A step's claims, each value read by its CLAIMS record."""
+    if not isinstance(value, dict):
+        raise LessonError(f"{where}: expected an object of claims {sorted(CLAIMS)}")
+    _known(value, set(CLAIMS), where)
+    claims = {}
+    for name, raw in value.items():
+        parsed = CLAIMS[name].parse(raw)
+        if parsed is None:
+            raise LessonError(f"{where}.{name}: expected {CLAIMS[name].what}, got {quoted(raw)}")
+        claims[name] = parsed
+    return claims
 
 
 def _target(value: Any, where: str) -> int | str | None:

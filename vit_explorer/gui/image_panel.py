@@ -267,6 +267,10 @@ class ImagePanel(SessionWidget):
         """"mask", "query" or "draw": what a click on the image does."""
         self.mode_group.button(INPUT_MODES.index(mode)).setChecked(True)
 
+    def input_mode(self) -> str:
+        """What a click on the image does now: "mask", "query" or "draw"."""
+        return INPUT_MODES[self.mode_group.checkedId()]
+
     def open_sample_or_path(self, name: str) -> bool:
         """"sample:NAME" for a bundled sample, else an image file."""
         if name.startswith("sample:"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+from PIL import Image
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFont, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -17,7 +19,8 @@ from .actions import ACTIONS
 
 if TYPE_CHECKING:  # torch and the model code load after the window paints (see main_window)
     from ..checkpoints import LoadedModel
-    from ..explore.lessons import Lesson, Model, Step
+    from ..explore.forward import ForwardResult
+    from ..explore.lessons import Lesson, Model, Shown, StepSettings
     from .main_window import MainWindow
 
 # (text, tooltip, runner slot); COMPACT_TEXTS while presenting: short labels leave the title its width
@@ -36,7 +39,7 @@ def materialize(model: Model) -> LoadedModel:
         return load(model.source, device=preferred_device())  # where the session runs its models
     from ..explore.build import build_loaded
 
-    return build_loaded(model.config())
+    return build_loaded(model.config(), seed=model.seed)  # the same weights, the same numbers, at every launch
 
 
 class LessonPanel(QWidget):
@@ -120,6 +123,9 @@ class LessonPanel(QWidget):
 
 
 class LessonRunner(QObject):
+    """Puts each step's whole state (`explore.lessons.resolve`) in place, however the step is entered, and checks
+    the step's claims (`expect`) once its result is on screen."""
+
     applied = Signal(int)  # a step is in place (its model loaded, the views set)
     ended = Signal()
 
@@ -128,11 +134,17 @@ class LessonRunner(QObject):
         self.window = window
         self.panel = LessonPanel(self)
         self._models: dict[str, LoadedModel] = {}  # by Model.key: the ones this or a later step uses (see _keep)
+        self._states: tuple[StepSettings, ...] = ()  # the lesson's steps, each as a whole state
+        self._start: tuple[LoadedModel | None, Image.Image, str, str | None] | None = None  # what the lesson began on
+        self._image: tuple[str, int] | None = None  # the image a step opened, and the session's id of it
+        self._checking = -1  # the step whose claims are checked when its result arrives
+        self.failures: list[str] = []  # the claims of the step on screen that failed (the banner says them)
         for action in ACTIONS:  # the arrows step only while the panel has the focus: elsewhere they belong to the
             for key in action.panel_keys:  # focused control (PageDown / PageUp are the menu's, window-wide)
                 QShortcut(QKeySequence(key), self.panel, activated=lambda action=action: action.handler(window),
                           context=Qt.ShortcutContext.WidgetWithChildrenShortcut)
         window.session.lesson_changed.connect(self._show)
+        window.session.result_ready.connect(self._result)
 
     @property
     def lesson(self) -> Lesson | None:
@@ -153,7 +165,12 @@ class LessonRunner(QObject):
         return self.lesson is not None
 
     def start(self, lesson: Lesson) -> None:
+        session = self.window.session
         self._models = {}
+        self._states = lesson.states
+        view = self.window.current_view()
+        self._start = (session.loaded, session.image, session.image_name, view.title if view is not None else None)
+        self._image = None
         self.window.show_lesson_panel(self.panel, True)
         self.panel.buttons[1].setFocus()  # Next: the arrows step at once
         self.go(0, lesson)
@@ -170,6 +187,7 @@ class LessonRunner(QObject):
         """Stop the lesson; the app stays as the last step left it."""
         self.window.session.set_lesson(None)
         self._models = {}  # the session keeps the model on screen; the rest go
+        self._checking, self.failures = -1, []
         self.window.prediction_alone(False)  # the views' tabs and the prediction back, to explore from here
         self.window.docks["Prediction"].setVisible(True)
         self.window.presentation.arrange()
@@ -177,26 +195,27 @@ class LessonRunner(QObject):
         self.ended.emit()
 
     def go(self, index: int, lesson: Lesson | None = None) -> None:
-        """Show step `index` (of `lesson`, default: the one presented) and put the app in its state (a model to
-        load first, then the rest)."""
+        """Show step `index` (of `lesson`, default: the one presented) and put the app in its whole state (a model
+        to load first, then the rest): the same state and numbers whichever step came before."""
         lesson = lesson or self.lesson
         assert lesson is not None
-        step = lesson.steps[index]
-        self.window.session.set_lesson(lesson, index, hover=step.hover)  # the panel follows: its caption
+        state = self._states[index]
+        self._checking, self.failures = -1, []
+        self.window.session.set_lesson(lesson, index, hover=state.hover)  # the panel follows: its caption
         self._models = {key: loaded for key, loaded in self._models.items() if key in self._keep()}
-        if step.model is None:
-            self._arrange(step, index)
+        if state.model is None:
+            assert self._start is not None
+            self._model_ready(index, self._start[0])
         else:
-            self._with_model(step.model, lambda loaded: self._model_ready(step, index, loaded))
+            self._with_model(state.model, lambda loaded: self._model_ready(index, loaded))
 
     # ------------------------------------------------------------------ applying a step
     def _keep(self) -> set[str]:
         """The models this step and the later ones use: kept, so a model is loaded or built once on the way
         forward; the others are let go (30 steps over different presets would otherwise hold 30 models). Going
-        back to a step whose model was let go loads it again (a preset: new random weights)."""
-        assert self.lesson is not None
-        later = self.lesson.steps[self.index:]
-        return {model.key for step in later for model in (step.model, step.compare) if model is not None}
+        back to a step whose model was let go loads it again (a preset: built again from the same seed)."""
+        later = self._states[self.index:]
+        return {model.key for state in later for model in (state.model, state.compare) if model is not None}
 
     def _with_model(self, model: Model, then: Callable[[LoadedModel], None]) -> None:
         if model.key in self._models:
@@ -205,63 +224,137 @@ class LessonRunner(QObject):
         session = self.window.session
 
         def done(loaded: LoadedModel) -> None:
+            session.loading.emit("")
             if self.lesson is not None and model.key in self._keep():  # not if the presenter has moved past it
                 self._models[model.key] = loaded
             then(loaded)
 
-        session.run("lesson-model", lambda: materialize(model), done,
-                    lambda message: session.error.emit(f"lesson: could not open the step's model: {message}"), io=True)
+        def failed(message: str) -> None:
+            session.loading.emit("")
+            session.error.emit(f"lesson: could not open the step's model: {message}")
 
-    def _model_ready(self, step: Step, index: int, loaded: LoadedModel) -> None:
+        # the progress bar runs until the step's model is in place: the figures still up are the step before's
+        session.loading.emit(model.source or f"preset:{model.preset}")
+        session.run("lesson-model", lambda: materialize(model), done, failed, io=True)
+
+    def _model_ready(self, index: int, loaded: LoadedModel | None) -> None:
         if index != self.index or self.lesson is None:
             return  # the presenter moved on while it loaded
-        if self.window.session.loaded is not loaded:
+        if loaded is not None and self.window.session.loaded is not loaded:
             self.window.session.set_model(loaded)
-        self._arrange(step, index)
+        self._arrange(index)
 
-    def _arrange(self, step: Step, index: int) -> None:
-        """Everything but the model, in the order that keeps each setting valid (size before the mask)."""
+    def _arrange(self, index: int) -> None:
+        """Everything but the model, in the order that keeps each setting valid (size before the mask), each set
+        whole: what the step before left never shows through."""
+        from ..explore.attention import CLASS_ATTENTION
         from ..explore.lesson_states import step_head_mask, step_mask
 
-        window, session = self.window, self.window.session
-        if step.image is not None:
-            window.image_panel.open_sample_or_path(step.image)
-        if step.size == "native":
-            window.image_panel.reset_size()
-        elif isinstance(step.size, tuple):
-            try:
-                session.set_size(step.size)
-            except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
-                session.error.emit(f"lesson step {index + 1}: {error}")
-        mask = step_mask(step, session.grid, session.mask)
-        if mask is not session.mask:
-            session.set_mask(mask)
-        if step.heads_off is not None:
-            session.set_head_mask(step_head_mask(step, session.head_mask.shape, session.head_mask))
-        if step.mode is not None:
-            session.set_attention(mode=step.mode)
-        session.select(layer=step.layer, head=step.head, query=step.query, heads=step.heads)
-        window.image_panel.set_input_mode(step.input_mode)
+        window, session, state = self.window, self.window.session, self._states[index]
+        assert self._start is not None
+        self._open_image(state.image)
+        try:
+            if state.size == "native":
+                window.image_panel.reset_size()
+            elif isinstance(state.size, tuple):
+                session.set_size(state.size)
+        except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
+            session.error.emit(f"lesson step {index + 1}: {error}")
+        session.set_mask(step_mask(state, session.grid, session.mask))
+        session.set_head_mask(step_head_mask(state, session.head_mask.shape, session.head_mask))
+        cfg = session.loaded.config if session.loaded is not None else None
+        cait = cfg is not None and cfg.class_attn_depth > 0
+        # a CaiT-only mode on a model without class attention: what the app falls back to (Session.set_model)
+        session.set_attention(mode=state.mode if state.mode != CLASS_ATTENTION or cait else "mean of heads")
+        session.select(layer=state.layer, head=state.head, query=state.query, heads=state.heads)
+        window.image_panel.set_input_mode(state.input_mode)
         window.presentation.arrange()  # the hover readout the step asks for (`Session.hover`)
-        if step.view is not None:
-            window.show_view(step.view, step.panels)
-        if step.target is not None:
+        view = state.view or self._start[3]
+        if view is not None:
+            window.show_view(view, state.panels)
+        tab = state.tab or self._start[3]
+        if view == "Prediction" and tab is not None and tab != "Prediction":
+            window.docks[tab].raise_()  # the tab beside it: the one the last step before showed
+        self._target(state.target, index)
+        if state.expand:
             try:
-                window.views["Explain"].choose(target=step.target)
-            except ValueError as error:  # a label this model does not have: the banner says so, the rest applies
-                session.error.emit(f"lesson step {index + 1}: target: {error}")
-        if step.expand:
-            try:
-                window.views["Parameters"].expand(step.expand)
+                window.views["Parameters"].expand(state.expand)
             except ValueError as error:
                 session.error.emit(f"lesson step {index + 1}: expand: {error}")
-        if step.compare is not None:
-            self._with_model(step.compare, lambda loaded: self._compared(index, loaded))
+        if state.compare is not None:
+            self._with_model(state.compare, lambda loaded: self._compared(index, loaded))
             return
-        self.applied.emit(index)
+        if session.compared is not None:
+            session.set_compared(None)
+        self._applied(index)
+
+    def _target(self, target: int | str | None, index: int) -> None:
+        """The Explain view's class (None: the top class), set (and explained again) only when it changes."""
+        session, explain = self.window.session, self.window.views["Explain"]
+        labels = session.loaded.labels if session.loaded is not None else []
+        if isinstance(target, str) and target not in labels:  # the banner says so, the rest applies
+            session.error.emit(f"lesson step {index + 1}: target: {target!r} is not one of this model's labels")
+            return
+        wanted = labels.index(target) if isinstance(target, str) else target
+        if explain.target.currentData() != wanted:
+            explain.choose(target=wanted, top_class=wanted is None)
+
+    def _open_image(self, source: str | None) -> None:
+        """The step's image (None: the lesson's first), opened again only when another is on screen."""
+        session = self.window.session
+        assert self._start is not None
+        name = source or ""
+        if self._image == (name, session.image_id):
+            return
+        if source is None:
+            session.set_image(self._start[1], self._start[2])
+        else:
+            self.window.image_panel.open_sample_or_path(source)
+        self._image = (name, session.image_id)
 
     def _compared(self, index: int, loaded: LoadedModel) -> None:
         if index != self.index:
             return
-        self.window.session.set_compared(loaded)
+        if self.window.session.compared is not loaded:
+            self.window.session.set_compared(loaded)
+        self._applied(index)
+
+    def _applied(self, index: int) -> None:
+        self._checking = index
         self.applied.emit(index)
+        self._result(self.window.session.result)
+
+    # ------------------------------------------------------------------ the step's claims
+    def _result(self, result: ForwardResult | None) -> None:
+        """The step's claims, checked once its own result is on screen; failures go to the banner."""
+        from ..explore.lessons import check_claims
+
+        session = self.window.session
+        if (self._checking != self.index or self.lesson is None or result is None
+                or result.inputs.model_id != session.model_id or result.inputs.image_id != session.image_id
+                or not np.array_equal(result.inputs.mask, session.mask)):
+            return
+        self._checking = -1
+        self.failures = check_claims(self.lesson, self.index, self.shown())
+        if self.failures:
+            session.error.emit("\n".join(self.failures))
+
+    def shown(self) -> Shown:
+        """What is on screen now, as a step's claims read it."""
+        from ..explore.lessons import Shown
+
+        window, session = self.window, self.window.session
+        loaded, result = session.loaded, session.result
+        explain = window.views["Explain"]
+        target = explain.target.currentData()
+        predicted = None
+        if loaded is not None and result is not None and result.inputs.model_id == session.model_id:
+            predicted = loaded.label(int(np.argmax(result.probs)))
+        return Shown(
+            config=loaded.config if loaded is not None else None, trained=bool(loaded is not None and loaded.source),
+            grid=session.grid, views=window.views_on_screen(), mode=session.attention.mode,
+            layer=session.layer, input_mode=window.image_panel.input_mode(), masked=int(session.mask.sum()),
+            heads_off=int((session.head_mask == 0).sum()), predicted=predicted,
+            target=loaded.label(int(target)) if loaded is not None and target is not None else None,
+            compared=session.compared.config if session.compared is not None else None,
+            rows=window.views["Parameters"].open_rows())

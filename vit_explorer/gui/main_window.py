@@ -506,10 +506,14 @@ class MainWindow(QMainWindow):
         self.time_label.setText(f"forward: {result.seconds * 1000:.0f} ms")
 
     # ------------------------------------------------------------------ actions
+    def views_on_screen(self) -> tuple[str, ...]:
+        """The titles of the views on screen: the tab in front, and the docks beside the tabs."""
+        return tuple(title for title, view in self.views.items() if view.on_screen and self.docks[title].isVisible())
+
     def current_view(self) -> Any:
         """The view holding the keyboard focus, else the big view on screen (the current tab)."""
         focus = self.focusWidget()
-        shown = [view for title, view in self.views.items() if view.on_screen and self.docks[title].isVisible()]
+        shown = [self.views[title] for title in self.views_on_screen()]
         for view in shown:
             if focus is not None and view.isAncestorOf(focus):
                 return view

@@ -33,6 +33,7 @@ from ..training.recipe import Recipe
 from .workers import Runner
 
 if TYPE_CHECKING:
+    from ..explore.dataset_analysis import DatasetState
     from ..explore.lessons import Lesson
 
 _ids = itertools.count(1)
@@ -122,6 +123,7 @@ class Session(QObject):
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
     runs_changed = Signal()  # a training run started afresh or was replaced (its curves grow in place)
+    dataset_changed = Signal()  # the Dataset view's analysis (and its projection) replaced
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -152,6 +154,7 @@ class Session(QObject):
         self.hover = False  # the step asks for the image panel's hover readout while presenting
         self.draft: ViTConfig | None = None  # the config the model builder describes (the training view uses it)
         self.runs: list[Run] = []  # the Training view's runs: the first, and the comparison run with one change
+        self.dataset: DatasetState | None = None  # the Dataset view's analysis of the model on screen, whole
         self._baseline: tuple[tuple[int, int, tuple[int, int]], np.ndarray] | None = None
         self._warned = 0  # the model whose non-finite outputs the banner has shown
 
@@ -215,6 +218,7 @@ class Session(QObject):
         self.heads = None
         self.query = None
         self.result = None
+        self.dataset = None  # an analysis is of one model's features
         self.model_changed.emit()
         self.request_forward()
 
@@ -249,6 +253,8 @@ class Session(QObject):
     def set_mask(self, mask: np.ndarray) -> None:
         if mask.shape != self.grid:
             raise ValueError(f"mask shape {mask.shape} does not match the patch grid {self.grid}")
+        if np.array_equal(mask, self.mask):
+            return
         self.mask = mask.astype(bool)
         self.inputs_changed.emit()
         self.request_forward()
@@ -259,6 +265,8 @@ class Session(QObject):
         self.set_mask(mask)
 
     def set_head_mask(self, head_mask: np.ndarray) -> None:
+        if head_mask.shape == self.head_mask.shape and np.array_equal(head_mask, self.head_mask):
+            return
         self.head_mask = head_mask.astype(np.float32)
         self.inputs_changed.emit()
         self.request_forward()
@@ -307,6 +315,13 @@ class Session(QObject):
         self.lesson, self.step, self.hover = lesson, step if lesson is not None else -1, hover
         self.lesson_changed.emit()
 
+    def set_dataset(self, dataset: DatasetState | None) -> None:
+        """The Dataset view's analysis and projection, replaced whole (None: none)."""
+        if dataset is self.dataset:
+            return
+        self.dataset = dataset
+        self.dataset_changed.emit()
+
     def set_runs(self, runs: list[Run]) -> None:
         """The training runs on screen (a new first run replaces them all; a comparison run the second)."""
         if runs == self.runs:
@@ -351,9 +366,14 @@ class Session(QObject):
         self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed,
                  priority=FORWARD_PRIORITY)
 
+    def current(self, inputs: Inputs) -> bool:
+        """Whether `inputs` are the session's now (a result of older ones is stale: a newer pass is on its way)."""
+        return (inputs.model_id == self.model_id and inputs.image_id == self.image_id and inputs.size == self.size
+                and np.array_equal(inputs.mask, self.mask) and np.array_equal(inputs.head_mask, self.head_mask))
+
     def _forward_done(self, result: ForwardResult) -> None:
         inputs = result.inputs
-        if inputs.model_id != self.model_id:
+        if not self.current(inputs):
             return
         if result.baseline_probs is not None:
             self._baseline = ((inputs.model_id, inputs.image_id, inputs.size), result.baseline_probs)

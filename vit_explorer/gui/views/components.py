@@ -401,8 +401,8 @@ class ComponentsView(View):
         self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.num_blocks, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
-        figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
-                             cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",
+        figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's part of the logit",
+                             cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="part of the logit (logit units)",
                              xlabel="head", ylabel="block")
         self._fit(self.heads_plots)
         self._say("Parts", f"The parts add up exactly: {d.total - d.bias:+.4f} + head bias {d.bias:+.4f} = "

@@ -110,10 +110,6 @@ class DatasetView(View):
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
-        self.analysis: A.DatasetAnalysis | None = None
-        self.points: np.ndarray | None = None  # (M, 2) the projector's points
-        self.point_rows: np.ndarray | None = None  # (M,) image index of each point
-        self.point_patch: np.ndarray | None = None  # (M,) patch index of each point (-1: a whole image)
         self.drivers: list[int] = []  # image indices listed for the CKA cell chosen
         self.selected = np.zeros(0, dtype=np.int64)  # the projector's points inside the lasso
         self.data = QComboBox()
@@ -187,7 +183,8 @@ class DatasetView(View):
         self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
         self.marks.setZValue(10)
         self.scatter_plot.addItem(self.marks)
-        self.legend = self.scatter_plot.addLegend(offset=(-10, 10))  # a swatch per class
+        self.legend = pg.LegendItem()  # a swatch per class, in a column of its own: beside the points, never on them
+        self.projector.ci.addItem(self.legend, row=0, col=1)
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
         proj_row.addWidget(self.projector, 4)
@@ -237,6 +234,30 @@ class DatasetView(View):
     def picture(self) -> QWidget:
         return self.tabs.currentWidget() if self.analysis is not None else self.placeholder
 
+    # ------------------------------------------------------------------ the analysis shown (the session's)
+    @property
+    def analysis(self) -> A.DatasetAnalysis | None:
+        return self.session.dataset.analysis if self.session.dataset is not None else None
+
+    @property
+    def _projection(self) -> A.Projection | None:
+        return self.session.dataset.projection if self.session.dataset is not None else None
+
+    @property
+    def points(self) -> np.ndarray | None:
+        """(M, 2) the projector's points, of the analysis shown."""
+        return self._projection.points if self._projection is not None else None
+
+    @property
+    def point_rows(self) -> np.ndarray | None:
+        """(M,) the image index of each point."""
+        return self._projection.rows if self._projection is not None else None
+
+    @property
+    def point_patch(self) -> np.ndarray | None:
+        """(M,) the patch index of each point (-1: a whole image)."""
+        return self._projection.patch if self._projection is not None else None
+
     # ------------------------------------------------------------------ running
     def choose_folder(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Image folder (one sub-folder per class)")
@@ -246,7 +267,7 @@ class DatasetView(View):
     def _model_changed(self) -> None:
         self.job.stop()
         self._finished("")
-        self.analysis = None
+        self.session.set_dataset(None)
         for widget in (self.probe_plots, self.cka_plots, self.distance_plots):
             widget.ci.clear()
         self.scatter.clear()
@@ -280,7 +301,10 @@ class DatasetView(View):
         self._finished(f"the analysis failed: {message}")
 
     def _done(self, analysis: A.DatasetAnalysis) -> None:
-        self.analysis = analysis
+        self.session.set_dataset(A.DatasetState(analysis))  # the whole of the last one goes, its projection too
+        self.scatter.clear()
+        self.legend.clear()
+        self.clear_selection()
         self.pane.setCurrentWidget(self.tabs)
         f = analysis.features
         skipped = f" ({len(f.skipped)} unreadable images skipped)" if f.skipped else ""
@@ -396,10 +420,13 @@ class DatasetView(View):
             rows, patch = np.arange(len(f)), np.full(len(f), -1)
         self.detail.setText(f"projecting {len(x):,} points ({method})…")
         self.run_for_model(self.session.model_id, "dataset-projection", lambda: A.project(x, method),
-                           lambda points: self._projected(points, rows, patch), self.detail.setText)
+                           lambda points: self._projected(a, A.Projection(points, rows, patch)), self.detail.setText)
 
-    def _projected(self, points: np.ndarray, rows: np.ndarray, patch: np.ndarray) -> None:
-        self.points, self.point_rows, self.point_patch = points, rows, patch
+    def _projected(self, analysis: A.DatasetAnalysis, projection: A.Projection) -> None:
+        dataset = self.session.dataset
+        if dataset is None or dataset.analysis is not analysis:
+            return  # the points of an analysis replaced since
+        self.session.set_dataset(A.DatasetState(analysis, projection))
         self.clear_selection()  # the lasso was drawn around the points of another projection
         self._style_projector()
         self.scatter_plot.autoRange()

@@ -153,14 +153,16 @@ class ExplainView(View):
         return [name for name, action in self.method_actions.items() if action.isChecked() and action.isEnabled()]
 
     def choose(self, *, methods: list[str] | None = None, target: int | str | None = None,
-               baseline: str | None = None) -> None:
+               baseline: str | None = None, top_class: bool = False) -> None:
         """Set the controls (tests, lessons) and recompute; `target` by index or label (ValueError for a label this
-        model does not have)."""
+        model does not have), or the top class (`top_class`)."""
         loaded = self.session.loaded
         if isinstance(target, str):
             if loaded is None or target not in loaded.labels:
                 raise ValueError(f"{target!r} is not one of this model's labels")
             target = loaded.labels.index(target)
+        if top_class:
+            self.target.setCurrentIndex(0)
         if methods is not None:
             for name, action in self.method_actions.items():
                 action.blockSignals(True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
 from ...explore.tables import ModelTables, model_tables
@@ -48,8 +48,16 @@ class ParametersView(View):
         super().restyle()
 
     def expand(self, path: tuple[str, ...]) -> None:
-        """Expand the tree down to the row named by `path` (stage, layer, ...) and show it; a name that is not
-        there is a ValueError naming it."""
+        """Expand the tree down to the row named by `path` (stage, layer, ...), the other layers closed as the tree
+        opens, and show it; a name that is not there is a ValueError naming it."""
+        if self._dirty:  # a new model while hidden: the tree is of the one before
+            self._dirty = False
+            self.refresh()
+        for stage in (self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())):
+            for index in range(stage.childCount() if stage is not None else 0):
+                child = stage.child(index) if stage is not None else None
+                if child is not None:
+                    child.setExpanded(False)
         parent: QTreeWidgetItem = self.tree.invisibleRootItem()
         for name in path:
             children = [parent.child(i) for i in range(parent.childCount())]
@@ -59,8 +67,23 @@ class ParametersView(View):
                 raise ValueError(f"the parameter tree has no row {name!r} here (rows: {names})")
             parent = found[0]
             parent.setExpanded(True)
-        self.tree.scrollToItem(parent)
         self.tree.setCurrentItem(parent)
+        # at the top: the row's own children (a block's tensors, LayerScale's among them) get the room below it
+        self.tree.scrollToItem(parent, QAbstractItemView.ScrollHint.PositionAtTop)
+
+    def open_rows(self) -> tuple[str, ...]:
+        """The names of the tree's rows on screen: those whose parents are all expanded."""
+        rows: list[str] = []
+
+        def walk(item: QTreeWidgetItem) -> None:
+            for child in (item.child(i) for i in range(item.childCount())):
+                if child is not None:
+                    rows.append(child.text(0))
+                    if child.isExpanded():
+                        walk(child)
+
+        walk(self.tree.invisibleRootItem())
+        return tuple(rows)
 
     def _compute_changed(self) -> None:
         """A new input size changes the compute, not the parameters (masks change neither)."""
