@@ -6,13 +6,14 @@ one to one.
 Each block calls its named hook sites (models/hooks.py, TransformerLens's names) as it runs. Attention runs the
 fused `scaled_dot_product_attention` unless a hook sits on the block's `attn.hook_pattern` or
 `attn.hook_attn_scores` (or the block has talking heads, which mix heads around the softmax): then the
-probabilities are formed explicitly, the hooks see them, and the output is computed from what they return, so a
-replaced pattern changes the output and a backward hook sees the real gradient (the same numbers as the fused
-kernel to ~1e-6).
+probabilities are formed explicitly and the hooks see them. A hook that edits the pattern (or a backward hook, or a
+gradient through it) makes the output come from the pattern, so an edit changes the output and a gradient is the
+real one (the fused kernel's numbers to ~1e-6); a hook that only reads leaves the fused output, bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -122,6 +123,22 @@ def _heads_site(site: HookPoint, x: torch.Tensor) -> torch.Tensor:
     return site(x.transpose(1, 2)).transpose(1, 2) if site.active else x
 
 
+def _through_pattern(site: HookPoint, probs: torch.Tensor, v: torch.Tensor, drop: nn.Module,
+                     fused: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Show the probabilities (B, H, R, N) to the pattern site's hooks, then attend. The output comes from what the
+    hooks leave when they edit it (return another tensor, or change it in place where torch counts versions: not
+    under inference_mode, where an edit must return a new tensor), when a backward hook is there or a gradient
+    flows through it; a hook that only reads leaves the fused kernel's output, so reading never changes the
+    numbers the model computes."""
+    version = None if probs.is_inference() else probs._version
+    seen = site(probs)
+    edited = seen is not probs or (version is not None and probs._version != version)
+    if edited or site.has_backward or seen.requires_grad:
+        out: torch.Tensor = drop(seen) @ v
+        return out
+    return fused()
+
+
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
     """Softmax over keys. In place unless autograd needs the input: the (B, H, T, T) scores are
     the capture path's largest tensor, and a second buffer of that size costs a third of its time."""
@@ -176,16 +193,21 @@ class Attention(nn.Module):
             q, k = _heads_site(self.hook_rot_q, q), _heads_site(self.hook_rot_k, k)
         if bias is not None:
             bias = bias.to(q.dtype)
-        if self.talking_heads or self.hook_pattern.active or self.hook_attn_scores.active:
-            out = self.attend(q, k, v, bias)  # (B, H, N, hd)
-        else:
+        def fused() -> torch.Tensor:
             drop = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)  # (B, H, N, hd)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)  # (B, H, N, hd)
+
+        if self.talking_heads or self.hook_pattern.active or self.hook_attn_scores.active:
+            out = self.attend(q, k, v, bias, fused)  # (B, H, N, hd)
+        else:
+            out = fused()
         z = self.hook_z(out.transpose(1, 2))  # (B, N, H, hd)
         return self.proj_drop(self.proj(z.reshape(b, n, c)))
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """The explicit path: scores, softmax (talking heads mix heads around it), the pattern site, then A v."""
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+               fused: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The explicit path: scores, softmax (talking heads mix heads around it), the pattern site, then A v (or,
+        where the hooks only read, the fused kernel's output: `_through_pattern`)."""
         logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
         if bias is not None:
             logits = logits + bias
@@ -195,9 +217,10 @@ class Attention(nn.Module):
         probs = _softmax(logits) if not self.hook_attn_scores.active else logits.softmax(dim=-1)
         if self.talking_heads:
             probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-        probs = self.hook_pattern(probs)  # (B, H, N, N)
-        out: torch.Tensor = self.attn_drop(probs) @ v  # (B, H, N, hd)
-        return out
+        if self.talking_heads or self.hook_attn_scores.active:  # no fused kernel computes these
+            out: torch.Tensor = self.attn_drop(self.hook_pattern(probs)) @ v  # (B, H, N, hd)
+            return out
+        return _through_pattern(self.hook_pattern, probs, v, self.attn_drop, fused)  # (B, H, N, hd)
 
 
 class StreamBlock(nn.Module):
@@ -266,12 +289,15 @@ class ClassAttention(nn.Module):
         k = self.k(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
         q, k, v = _heads_site(self.hook_q, q), _heads_site(self.hook_k, k), _heads_site(self.hook_v, v)
-        if self.hook_pattern.active:
-            probs = self.hook_pattern(((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1))  # (B, H, 1, N)
-            out = self.attn_drop(probs) @ v  # (B, H, 1, hd)
-        else:
+        def fused() -> torch.Tensor:
             drop = self.attn_drop.p if self.training else 0.0
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
+
+        if self.hook_pattern.active:
+            probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N)
+            out = _through_pattern(self.hook_pattern, probs, v, self.attn_drop, fused)  # (B, H, 1, hd)
+        else:
+            out = fused()
         z = self.hook_z(out.transpose(1, 2))  # (B, 1, H, hd)
         return self.proj_drop(self.proj(z.reshape(b, 1, c)))
 
@@ -304,11 +330,13 @@ class ClassAttentionBlock(StreamBlock):
 def _attend_latent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, site: HookPoint
                    ) -> torch.Tensor:
     """A pool's latent query (B, H, 1, hd) over keys and values (B, H, N, hd): its output (B, H, 1, hd); with a hook
-    at the pattern site the attention (B, H, 1, N) is formed, shown to it, and the output computed from it."""
-    if not site.active:
+    at the pattern site the attention (B, H, 1, N) is formed and shown to it (`_through_pattern`)."""
+    def fused() -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v)
-    out: torch.Tensor = site(((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1)) @ v
-    return out
+
+    if not site.active:
+        return fused()
+    return _through_pattern(site, ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1), v, nn.Identity(), fused)
 
 
 class _LatentPool(nn.Module):

@@ -75,6 +75,11 @@ class HookPoint:
     def active(self) -> bool:
         return bool(self.fwd or self.bwd or self._local())
 
+    @property
+    def has_backward(self) -> bool:
+        local = self._local()
+        return bool(self.bwd or (local and local.bwd))
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         local = self._local()
         if not (self.fwd or self.bwd or local):
