@@ -234,6 +234,7 @@ class MainWindow(QMainWindow):
         import torch
 
         from .image_panel import ImagePanel, sample_images
+        from .text import plain_labels
         from .views import VIEW_CLASSES
 
         # leave one core to the GUI thread so the window keeps repainting while the model computes
@@ -244,10 +245,12 @@ class MainWindow(QMainWindow):
         follow_palette(self, self.palette())  # plots drawn from now on; changeEvent handles later changes
 
         self.image_panel = ImagePanel(self.session)
+        plain_labels(self.image_panel)
         self._add_dock("Image", self.image_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         first_big: QDockWidget | None = None
         for cls in VIEW_CLASSES:
             view = cls(self.session)
+            plain_labels(view)  # every label shows its text as written: no view can forget it
             self.views[cls.title] = view
             if cls.title == "Prediction":
                 self._add_dock(cls.title, view, Qt.DockWidgetArea.LeftDockWidgetArea)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...text import MAX_TEXT, elide
 from .. import figures
 from ..flow import flow_row
 from ..session import Session
@@ -50,7 +51,7 @@ class Note(QLabel):
         self.compact = False
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        self.full_text = text
+        self.full_text = elide(text, MAX_TEXT)  # a note may quote what was typed or a file's text: bounded
         self._show()
         self.setVisible(bool(text))
 

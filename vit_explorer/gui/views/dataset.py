@@ -39,6 +39,7 @@ from ...explore.attention import distance_figure
 from ...explore.heads import Cancelled
 from .. import figures
 from ..session import Session
+from ..text import Legend
 from .base import Note, Table, View, placeholder_pane
 
 COLOURINGS = ("label", "model's prediction", "probe's prediction")
@@ -193,7 +194,8 @@ class DatasetView(View):
         self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
         self.marks.setZValue(10)
         self.scatter_plot.addItem(self.marks)
-        self.legend = self.scatter_plot.addLegend(offset=(-10, 10))  # a swatch per class
+        self.legend = self.scatter_plot.legend = Legend(offset=(-10, 10))  # a swatch per class, named as written
+        self.legend.setParentItem(self.scatter_plot.vb)
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
         proj_row.addWidget(self.projector, 4)

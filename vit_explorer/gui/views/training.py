@@ -40,6 +40,7 @@ from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
 from ..session import Run, Session
+from ..text import Legend
 from ..workers import GeneratorThread
 from .base import Table, View, placeholder_pane
 
@@ -553,7 +554,7 @@ class TrainingView(View):
         self._beside = self._wide()
         curves = self.plots.ci.addLayout()
         # one legend for both curves, in a row of its own above them: it never covers a curve
-        legend = self._legend = pg.LegendItem(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
+        legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
                                               labelTextColor=pg.getConfigOption("foreground"))
         curves.addItem(legend)
         curves.nextRow()
