@@ -138,11 +138,57 @@ def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     return {"name": folder.name, "titles": titles}
 
 
-SCENARIOS = {"started": started, "compare-html": compare_html, "lesson-html": lesson_html, "model-box": model_box,
+def _drive_dataset(app: Any, window: Any, view: Any, scratch: Path) -> None:
+    """Analyse the folder whose class folders are named like HTML (the test made it), then hover a point."""
+    view.data.setCurrentText(str(scratch / "classes"))
+    view.limit.setValue(20)
+    view.run_button.click()
+    _wait(app, lambda: view.analysis is not None and view.points is not None, 90)
+    _settle(app)
+    view._hovered(None, [next(iter(view.scatter.points()))], None)  # the hover text of a point
+
+
+DRIVE = {"Dataset": _drive_dataset}  # views that wait for a user's action before they show a file's text
+
+
+def every_view(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """Every view of the window, brought up to date on a model whose labels and folder hold HTML and 100,000
+    characters (and driven where it waits for a user, DRIVE), walked by screen_text for rich or long text; then a
+    200,000-character dataset entry."""
+    from screen_text import problems
+
+    found: dict[str, list[str]] = {"Image": problems(window.image_panel)}
+    for title, view in window.views.items():
+        window.docks[title].raise_()
+        _settle(app)
+        view.bring_up_to_date(30)
+        if title in DRIVE:
+            DRIVE[title](app, window, view, scratch)
+        view.bring_up_to_date(30)
+        window.grab()  # painted: an <img> rendered here takes gigabytes
+        found[title] = problems(view)
+    dataset = window.views["Dataset"]
+    shown = {"heading": window.views["Explain"].heading.text(), "hover": dataset.thumb_text.text(),
+             "legend": [label.text for _, label in dataset.legend.items]}
+    window.docks["Dataset"].raise_()
+    dataset.data.setCurrentText("d" * 200_000)
+    dataset.run_button.click()
+    _wait(app, lambda: dataset.run_button.text() == "Analyse", 60)
+    _settle(app)
+    window.grab()
+    found["Dataset, a long entry"] = problems(dataset)
+    return {"problems": {title: seen for title, seen in found.items() if seen}, "views": sorted(window.views), **shown,
+            "note": dataset.note.full_text,
+            "title": len(window.windowTitle()), "status": len(window.statusBar().currentMessage())}
+
+
+SCENARIOS = {"started": started, "every-view": every_view, "compare-html": compare_html, "lesson-html": lesson_html,
+             "model-box": model_box,
              "lesson-title": lesson_title, "long-message": long_message}
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).parent))  # screen_text, beside this file
     scenario, source, scratch = SCENARIOS[sys.argv[1]], sys.argv[2], Path(sys.argv[3])
     os.environ.update(QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", XDG_CONFIG_HOME=str(scratch / "config"))
     import torch  # noqa: F401 - mapped before the limit, as the window would import it anyway
