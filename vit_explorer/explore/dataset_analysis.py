@@ -35,6 +35,7 @@ class ProbeCurves:
     predictions: np.ndarray  # (V,) the linear probe's predictions at the best state
     confusion: np.ndarray  # (C, C) true x predicted counts at the best state
     label_names: list[str]
+    linear_model: str = P.LOGISTIC  # which linear probe was fitted (P.RIDGE above P.MAX_LOGISTIC_WORK)
 
 
 def _split(features: Features) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +70,10 @@ def probe_curves(features: Features, tokens: str = "cls", *, seed: int = 0, knn:
             preds.append(P.knn_predict(x[train], labels[train], x[val], num_classes=len(names)))
     score = lin_acc if linear else knn_acc
     best = int(np.nanargmax(score)) if np.isfinite(score).any() else len(states) - 1
+    width = by_state[int(states[0])].shape[1]
+    model = P.linear_model(len(train), width, int(np.unique(labels[train]).size))
     return ProbeCurves(tokens, states, knn_acc, lin_acc, int(states[best]), val, preds[best],
-                       P.confusion(labels[val], preds[best], len(names)), names)
+                       P.confusion(labels[val], preds[best], len(names)), names, model)
 
 
 def _paired(a: Features, b: Features | None) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
@@ -251,6 +252,10 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     if f is None:
         return 0
     curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
+    if curves[0].linear_model != P.LOGISTIC:
+        print(f"vit-explorer probe: note: the linear probe is a {curves[0].linear_model}: logistic regression on "
+              f"{len(f.source.label_names):,} classes would take minutes (above {P.MAX_LOGISTIC_WORK:,} training "
+              "images x features x classes)", file=sys.stderr)
     rows = [[int(s), c.tokens, json_number(k), json_number(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
     _write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
@@ -264,7 +269,7 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     }
     summary = _summary(args, f, loaded)
     summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine"},
-                   linear={"model": "StandardScaler + LogisticRegression (lbfgs, C=1)"},
+                   linear={"model": best.linear_model},
                    best={"tokens": best.tokens, "state": best.best_state,
                          "linear": json_number(best.linear[list(best.states).index(best.best_state)])},
                    curves={c.tokens: {"knn": [json_number(v) for v in c.knn],
