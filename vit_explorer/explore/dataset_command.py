@@ -34,6 +34,8 @@ from .figures import Figure, json_number
 
 Render = Callable[[Figure, Path, tuple[int, int]], Any]
 COMMANDS = ("embed", "probe", "cka")
+THRESHOLD = 0.5  # cka --threshold's default
+MIN_THRESHOLD, MAX_THRESHOLD = 1e-3, 1e3  # beyond, every RBF similarity rounds to 0 or to 1 (1e300 overflowed)
 HELP = {
     "embed": "write every image's features per token state (embeddings.npz, images.csv, projector figures)",
     "probe": "k-NN and linear probe accuracy per token state on a dataset (probe.csv, figures)",
@@ -69,8 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                             help="compare the [CLS] token or the mean of the patch tokens (default: cls where "
                                  "both models have one)")
         parser.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
-        parser.add_argument("--threshold", type=float, default=0.5,
-                            help="RBF bandwidth as a fraction of the median distance (default 0.5)")
+        parser.add_argument("--threshold", type=float, default=None,
+                            help=f"--kernel rbf: the bandwidth as a fraction of the median distance, {MIN_THRESHOLD:g} "
+                                 f"to {MAX_THRESHOLD:g} (default {THRESHOLD})")
         parser.add_argument("--debiased", action="store_true", help="the debiased (unbiased HSIC) estimator")
         parser.add_argument("--minibatch", type=int, default=None,
                             help="minibatch CKA with this many images per batch (default: exact up to "
@@ -86,8 +89,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"argument --limit: must be at least 1, got {args.limit}")
     if getattr(args, "minibatch", None) is not None and args.minibatch < 4:
         raise ValueError(f"argument --minibatch: must be at least 4 images, got {args.minibatch}")
-    if getattr(args, "threshold", 1.0) <= 0:
-        raise ValueError(f"argument --threshold: must be > 0, got {args.threshold}")
+    if args.command == "cka":
+        if args.threshold is not None and args.kernel != "rbf":
+            raise ValueError("argument --threshold: the RBF bandwidth; only with --kernel rbf")
+        if args.threshold is None:
+            args.threshold = THRESHOLD
+        if not MIN_THRESHOLD <= args.threshold <= MAX_THRESHOLD:  # NaN too
+            raise ValueError(f"argument --threshold: the RBF bandwidth as a fraction of the median distance, from "
+                             f"{MIN_THRESHOLD:g} to {MAX_THRESHOLD:g}; got {args.threshold:g}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
@@ -188,8 +197,6 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
     for note in source.notes if rank == 0 else ():
         print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
     loaded = load(args.source, **load_options(args))
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
     if args.command == "embed":
         return _embed(args, loaded, source, out, render)
     if args.command == "probe":
@@ -202,6 +209,8 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     if f is None:
         return 0
     src = f.source
+    last = (f.cls or f.mean)[f.depth]
+    points = A.project(last, args.projection, seed=args.seed)  # first: a projection refused leaves no file half done
     arrays: dict[str, np.ndarray] = {"paths": np.asarray(src.paths, dtype=str), "labels": src.labels,
                                      "label_names": np.asarray(src.label_names, dtype=str), "split": src.split,
                                      "pooled": f.pooled, "predicted": f.predicted}
@@ -217,8 +226,6 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     _write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
                [[i, p, int(lab), names[lab] if 0 <= lab < len(names) else "", int(s), int(pred)]
                 for i, (p, lab, s, pred) in enumerate(zip(src.paths, src.labels, src.split, f.predicted, strict=True))])
-    last = (f.cls or f.mean)[f.depth]
-    points = A.project(last, args.projection, seed=args.seed)
     _write_csv(out / "projection.csv", ["index", "x", "y"],
                [[i, float(x), float(y)] for i, (x, y) in enumerate(points)])
     groups = [names[lab] for lab in src.labels] if src.labelled else None
@@ -296,6 +303,13 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
         raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
                          "both); fix or remove the unreadable ones")
     tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
+    for name, features in (("A", fa), ("B", fb)) if fb is not None else (("", fa),):
+        if still := A.constant_states(features, tokens):
+            model = f" of model {name}" if name else ""
+            print(f"vit-explorer cka: warning: state{'s' if len(still) > 1 else ''} {', '.join(map(str, still))}"
+                  f"{model} do{'es' if len(still) == 1 else ''} not vary over the {len(features):,} images (the same "
+                  "features for each: identical images or a collapsed model); CKA with a constant state is 0 by "
+                  "convention", file=sys.stderr)
     matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
                           minibatch=args.minibatch)
     minibatch = args.minibatch or (A.MINIBATCH if len(fa) > A.EXACT_CKA_IMAGES else None)
