@@ -129,6 +129,12 @@ def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fract
         return DatasetSource(data, None, [f"{data}/val/{i:05d}" for i in range(n)], lab,
                              list(synthetic.VARIANTS[data]), holdout(lab, val_fraction, seed), images)
     root = Path(data).expanduser()
+    try:
+        root.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as error:  # a name too long, a loop of links: named, and bounded (it may be 200,000 characters)
+        raise ValueError(f"--data {shown(data)}: {error.strerror or error}") from None
     if not root.is_dir():
         raise ValueError(f"--data {shown(data)}: not a built-in dataset ({', '.join(synthetic.VARIANTS)}) and "
                          f"{'not a folder' if root.exists() else 'no such folder'}")

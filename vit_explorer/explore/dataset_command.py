@@ -27,6 +27,7 @@ from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
+from ..text import shown
 from . import dataset as D
 from . import dataset_analysis as A
 from .attention import distance_figure
@@ -194,6 +195,7 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
 
     out = Path(args.out)
     source = D.open_source(args.data, limit=args.limit, seed=args.seed, val_fraction=args.val_fraction)
+    _check_source(args, source)
     for note in source.notes if rank == 0 else ():
         print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
     loaded = load(args.source, **load_options(args))
@@ -202,6 +204,20 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
     if args.command == "probe":
         return _probe(args, loaded, source, out, render)
     return _cka(args, loaded, source, out, render)
+
+
+def _check_source(args: argparse.Namespace, source: D.DatasetSource) -> None:
+    """What the images rule out before any model runs: probes without labels, CKA or a t-SNE/UMAP of too few."""
+    if args.command == "probe" and not source.labelled:
+        raise ValueError(f"--data {shown(args.data)}: the images have no labels; probes need one sub-folder per class")
+    if args.command == "cka" and len(source) < A.MIN_CKA_IMAGES:
+        raise ValueError(f"--data {shown(args.data)}: CKA of {len(source)} image(s) says nothing (with 2 it is 1.0 "
+                         f"for any features); it needs at least {A.MIN_CKA_IMAGES} (use more images or a larger "
+                         "--limit)")
+    if args.command == "embed" and args.projection != "pca" and len(source) < A.MIN_NEIGHBOURS:
+        raise ValueError(f"--projection {args.projection}: {args.projection.upper()} needs at least "
+                         f"{A.MIN_NEIGHBOURS} images, --data {shown(args.data)} has {len(source)}; use --projection "
+                         "pca or more images")
 
 
 def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
@@ -253,8 +269,6 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 
 
 def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
-    if not source.labelled:
-        raise ValueError(f"--data {args.data}: the images have no labels; probes need one sub-folder per class")
     f = _features(loaded, source, args, "probe")
     if f is None:
         return 0
@@ -291,11 +305,9 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
     from ..checkpoints import load
 
+    loaded_b = load(args.source_b, **load_options(args)) if args.source_b else None  # before any work
     fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
-    fb = None
-    if args.source_b:
-        loaded_b = load(args.source_b, **load_options(args))
-        fb = _features(loaded_b, source, args, "cka: model B")
+    fb = None if loaded_b is None else _features(loaded_b, source, args, "cka: model B")
     if fa is None:
         return 0
     if fb is not None and fa.source.paths != fb.source.paths:
