@@ -182,7 +182,38 @@ def every_view(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
             "title": len(window.windowTitle()), "status": len(window.statusBar().currentMessage())}
 
 
-SCENARIOS = {"started": started, "every-view": every_view, "compare-html": compare_html, "lesson-html": lesson_html,
+def exports(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """Every view exported as PNG and as CSV onto a named pipe, a link to one, a folder and under a file (as if it
+    were a folder): each refused with a message naming the path, within seconds, the target left as it was."""
+    import stat
+
+    targets = scratch / "targets"
+    targets.mkdir()
+    os.mkfifo(targets / "pipe")
+    (targets / "link").symlink_to(targets / "pipe")
+    (targets / "folder").mkdir()
+    (targets / "file").write_text("x")
+    outcomes: dict[str, str] = {}
+    for title, view in window.views.items():
+        window.docks[title].raise_()
+        view.bring_up_to_date(30)
+        for name in ("pipe", "link", "folder", "file/x"):
+            for kind in ("png", "csv"):
+                path = targets / f"{name}.{kind}" if name == "file/x" else targets / name
+                start = time.monotonic()
+                try:
+                    view.export_png(path) if kind == "png" else view.export_csv(path)
+                    said = "written"
+                except (OSError, ValueError) as error:
+                    said = str(error)
+                outcomes[f"{title} {kind} {name}"] = f"{time.monotonic() - start:.1f}s {said}"
+    kinds = {name: stat.S_IFMT(os.lstat(targets / name).st_mode) for name in ("pipe", "link", "folder", "file")}
+    return {"outcomes": outcomes, "kinds": kinds, "left": sorted(p.name for p in targets.iterdir()),
+            "in_folder": sorted(p.name for p in (targets / "folder").iterdir())}
+
+
+SCENARIOS = {"started": started, "every-view": every_view, "exports": exports, "compare-html": compare_html,
+             "lesson-html": lesson_html,
              "model-box": model_box,
              "lesson-title": lesson_title, "long-message": long_message}
 

@@ -33,6 +33,7 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
+from ..checkpoints.files import write_atomic
 from ..explore.figures import (
     SIMILARITY_CMAP,
     BarsFigure,
@@ -848,7 +849,10 @@ def render_png(figure: Figure, path: str | Path, size: tuple[int, int] = (900, 7
         widget.deleteLater()
     finally:
         pg.setConfigOptions(**saved)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not pixmap.save(str(path), "PNG"):
-        raise OSError(f"{path}: could not write the PNG")
+
+    def save(tmp: str) -> None:
+        if not pixmap.save(tmp, "PNG"):
+            raise OSError(f"{path}: could not write the PNG")
+
+    write_atomic(path, save)  # a regular file, whole or not at all (the report's and the analyses' figures)
     return path
