@@ -85,9 +85,10 @@ def read_bounded(path: Path, limit: int, what: str, error: type[Exception] = Che
 
 
 def parse_json(data: bytes, where: str) -> Any:
-    """JSON from bytes with bounded depth; a CheckpointError naming `where` for anything else."""
+    """JSON from bytes with bounded depth (a UTF-8 byte-order mark, Notepad's default, is read past); a
+    CheckpointError naming `where` for anything else."""
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{where}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:

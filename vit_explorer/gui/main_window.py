@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..text import shown
 from .banner import Banner
 from .collector import app_collector, collect_everything
 from .lesson import LessonRunner
@@ -421,7 +422,7 @@ class MainWindow(QMainWindow):
         """The previous model stays: the box goes back to it, the status bar no longer says "loading" (the banner
         says what went wrong)."""
         self.source_box.setCurrentText(self.shown_source())
-        self.statusBar().showMessage(f"could not load {source}: see the message above", 10000)
+        self.statusBar().showMessage(f"could not load {shown(source)}: see the message above", 10000)
 
     def shown_source(self) -> str:
         """What the Model box shows for the current model."""
@@ -453,7 +454,12 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
         from ..data.images import IMAGE_EXTENSIONS
 
-        path = event.mimeData().urls()[0].toLocalFile()
+        url = event.mimeData().urls()[0]
+        if not url.isLocalFile():  # a link dragged from a browser: nothing on this disk to open
+            self.show_error(f"{shown(url.toString())}: a dropped web address is not opened; download the file and "
+                            "drop that, or type a hub id (org/name) in the Model box")
+            return
+        path = url.toLocalFile()
         if path.lower().endswith(IMAGE_EXTENSIONS) and self.image_panel is not None:
             self.image_panel.open_path(path)
         else:
@@ -483,7 +489,7 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(bool(source))
         self.load_button.setEnabled(not source)
         if source:
-            self.statusBar().showMessage(f"loading {source}…")
+            self.statusBar().showMessage(f"loading {shown(source)}…")
 
     def _model_changed(self) -> None:
         loaded = self.session.loaded
@@ -496,8 +502,8 @@ class MainWindow(QMainWindow):
             self.show_error("\n".join(lines))
         self.source_box.setCurrentText(self.shown_source())
         name = Path(loaded.source).name if loaded.source else self.shown_source()
-        self.setWindowTitle(f"vit-explorer — {name}")
-        self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
+        self.setWindowTitle(f"vit-explorer — {shown(name, 80)}")  # a source may be a 100,000-character name
+        self.statusBar().showMessage(f"loaded {shown(loaded.source or 'the built model')} ({loaded.kind})", 8000)
         self.device_label.setText(f"device: {loaded.device} · {str(loaded.dtype).removeprefix('torch.')}")
         self.device_label.setToolTip("Where the model runs, and in which dtype: bf16 / fp16 weights run as they are "
                                      "stored (`vit-explorer SOURCE --dtype float32` upcasts); the views draw "
