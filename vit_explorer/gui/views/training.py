@@ -316,12 +316,14 @@ class TrainingView(View):
 
         def make() -> Iterator[Any]:
             from ...data.datasets import load_data
+            from ...training.checkpoint import hold_folder
             from ...training.trainer import train
 
-            data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
-            cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
-            yield DataReady(data, cfg_run)
-            yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
+            with hold_folder(run.out):  # as `vit-explorer train` does: a second run on the folder is refused
+                data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
+                cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
+                yield DataReady(data, cfg_run)
+                yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
 
         self.worker = GeneratorThread(make, self)
         self.worker.item.connect(lambda event: self._event(run, event))
