@@ -212,10 +212,43 @@ def exports(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
             "in_folder": sorted(p.name for p in (targets / "folder").iterdir())}
 
 
-SCENARIOS = {"started": started, "every-view": every_view, "exports": exports, "compare-html": compare_html,
+def dataset_inputs(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """The Dataset view on hostile input (the folders the test made in SCRATCH): what its note and its projector's
+    line say after each, and that the window lived through them."""
+    view = window.views["Dataset"]
+    window.docks["Dataset"].raise_()
+    said: dict[str, str] = {}
+
+    def analyse(data: str, limit: int) -> None:
+        view.data.setCurrentText(data)
+        view.limit.setValue(limit)
+        view.run_button.click()
+        _wait(app, lambda: view.run_button.text() == "Analyse", 90)
+        _settle(app)
+
+    analyse("shapes", 1_000_000)  # the spin box allows it: about 12 GB of pixels, killed without a word before
+    said["million"] = view.note.full_text
+    analyse(str(scratch / "three"), 10)
+    said["three"] = view.note.full_text
+    analyse(str(scratch / "same"), 10)
+    said["same"] = view.note.full_text
+    for method in ("tsne", "umap"):  # t-SNE of identical features: a SIGSEGV inside scikit-learn before
+        view.projection.setCurrentText(method)
+        _wait(app, lambda: not view.detail.text().startswith("projecting"), 90)
+        said[method] = view.detail.text()
+    window.grab()
+    return {"said": said}
+
+
+SCENARIOS = {"started": started,
+             "dataset-inputs": dataset_inputs,
+             "every-view": every_view,
+             "exports": exports,
+             "compare-html": compare_html,
              "lesson-html": lesson_html,
              "model-box": model_box,
-             "lesson-title": lesson_title, "long-message": long_message}
+             "lesson-title": lesson_title,
+             "long-message": long_message}
 
 
 def main() -> None:
