@@ -33,6 +33,8 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from vit_explorer.explore.dataset_command import COMMANDS as DATASET_COMMANDS
+
 IMAGE = "image.png"
 
 
@@ -770,9 +772,10 @@ analysis_case("dataset", "tsne-identical-images",  # SIGSEGV inside scikit-learn
 analysis_case("dataset", "umap-identical-images",
               lambda kit: dataset(kit, "embed", _same_images(kit), "--projection", "umap"),
               ["all the same", "--projection pca"], heavy=True)
-analysis_case("dataset", "probe-shapes-1000000",  # 12 GB of pixels: killed without a word before the budget
-              lambda kit: dataset(kit, "probe", "shapes", "--limit", "1000000"), ["need about", "GiB", "--limit"],
-              heavy=True)
+for command in DATASET_COMMANDS:  # every dataset command, a new one too: 12 GB of pixels was killed without a word
+    analysis_case("dataset", f"{command}-shapes-1000000",
+                  lambda kit, c=command: dataset(kit, c, "shapes", "--limit", "1000000"),
+                  ["need about", "GiB", "--limit"], heavy=True)
 analysis_case("dataset", "embed-where-100000000",  # drew images in memory without end before the budget
               lambda kit: dataset(kit, "embed", "where", "--limit", "100000000"), ["need about", "--limit"],
               heavy=True)
