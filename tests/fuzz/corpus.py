@@ -720,8 +720,8 @@ analysis_case("explain", "out-is-a-file", lambda kit: (kit.root / "f").write_tex
 
 analysis_case("components", "reference-on-a-classifier",
               lambda kit: ["components", _native(kit), kit.image, "--reference", kit.image], ["--reference"])
-for value in ("²", "7", "-1", "x"):
-    analysis_case("components", f"target={value}", lambda kit, v=value: ["components", _native(kit), kit.image,
+for value in ("²", "7", "-1", "x", "9" * 5000):
+    analysis_case("components", f"target={value[:20]}", lambda kit, v=value: ["components", _native(kit), kit.image,
                                                                           f"--target={v}"], ["target"])
 analysis_case("patch", "heads-off-negative", lambda kit: patch(kit, "heads", "--heads-off=-1:-1"),
               ["--heads-off", "-1:-1"])
