@@ -624,7 +624,7 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
         positions = list(dict.fromkeys(int(p) for p in positions))
     bad = [p for p in positions or () if not 0 <= p < tokens]
     if bad:
-        listed = ", ".join(map(str, bad[:10])) + (f" and {len(bad) - 10:,} more" if len(bad) > 10 else "")
+        listed = f"{bad[:10]}" + (f" and {len(bad) - 10:,} more" if len(bad) > 10 else "")
         raise ValueError(f"positions {listed} out of range: this input has {tokens} tokens (0 .. {tokens - 1})")
     if component == "head":
         layers = list(range(n_layers)) if layers is None else list(layers)
