@@ -1,5 +1,6 @@
 """Walk every widget and figure item under a widget and list the text that breaks the rule of gui/text.py: a
-label that may render HTML, a pyqtgraph text that rendered a file's markup, a text longer than its bound.
+label that may render HTML (every label of a view is plain), a pyqtgraph text that rendered a file's markup, a text
+longer than its bound.
 
 Hostile names carry MARK just before their markup: shown as written, the markup follows MARK on screen; rendered
 as HTML, it is gone (`MARK<b>bold</b>` reads `MARKbold`), and an `<img>` becomes an image in the document."""
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from vit_explorer.gui.text import RICH
 from vit_explorer.text import MAX_TEXT
 
 MARK = "QZX"  # a hostile name's marker: MARK<b>bold</b>, MARK<img ...>, MARK<i>cat
@@ -34,7 +34,7 @@ def _texts_of(widget: Any) -> list[tuple[str, str]]:
 
 
 def widget_problems(root: Any) -> list[str]:
-    """Every widget under `root`: labels plain (or the app's own markup without a file's text), texts bounded."""
+    """Every widget under `root`: labels plain, texts bounded, tooltips never a file's text as HTML."""
     from PySide6.QtCore import Qt
     from PySide6.QtGui import Qt as GuiQt  # mightBeRichText lives on QtGui's Qt
     from PySide6.QtWidgets import QLabel, QWidget
@@ -43,11 +43,8 @@ def widget_problems(root: Any) -> list[str]:
     for widget in [root, *root.findChildren(QWidget)]:
         name = f"{type(widget).__name__} {widget.objectName() or hex(id(widget))}"
         if isinstance(widget, QLabel) and widget.textFormat() != Qt.TextFormat.PlainText:
-            if not widget.property(RICH):
-                problems.append(f"{name}: a label that may render HTML (text format {widget.textFormat().name}): "
-                                f"{widget.text()[:80]!r}")
-            elif MARK in widget.text():
-                problems.append(f"{name}: the app's markup holds a file's text unescaped: {widget.text()[:80]!r}")
+            problems.append(f"{name}: a label that may render HTML (text format {widget.textFormat().name}): "
+                            f"{widget.text()[:80]!r}")
         for what, text in _texts_of(widget):
             if len(text) > MAX_TEXT:
                 problems.append(f"{name} {what}: {len(text):,} characters (at most {MAX_TEXT:,})")

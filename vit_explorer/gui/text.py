@@ -3,8 +3,8 @@ both bounded (vit_explorer.text).
 
 Qt labels guess HTML from the text (an `<img width=30000 height=30000>` class name lays out gigabytes), and
 pyqtgraph's titles, labels and legends always take HTML: `plain_labels` makes every label under a widget plain
-(the window calls it on each view as it is built, so a new view needs nothing), and `html` is how a name goes
-into a pyqtgraph text. A label that shows the app's own markup says so with `rich`.
+(the window calls it on each view as it is built, so a new view needs nothing; a label made later goes through
+`plain`), and `html` is how a name goes into a pyqtgraph text (`Legend` escapes its entries).
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
 from ..text import MAX_NAME, shown
-
-RICH = "vit_explorer_rich"  # the property of a QLabel whose text is the app's own markup (never a file's text)
 
 
 def html(text: object, limit: int = MAX_NAME) -> str:
@@ -31,21 +29,13 @@ def plain(label: QLabel) -> QLabel:
     return label
 
 
-def rich(label: QLabel) -> QLabel:
-    """`label`, allowed the app's own markup (every name in it escaped by `html`)."""
-    label.setProperty(RICH, True)
-    label.setTextFormat(Qt.TextFormat.RichText)
-    return label
-
-
 def plain_labels(root: QWidget) -> None:
-    """Every QLabel under `root` (and `root` itself) shows plain text unless it was made `rich`."""
+    """Every QLabel under `root` (and `root` itself) shows plain text."""
     labels = root.findChildren(QLabel)
     if isinstance(root, QLabel):
         labels.append(root)
     for label in labels:
-        if not label.property(RICH):
-            plain(label)
+        plain(label)
 
 
 class Legend(pg.LegendItem):
