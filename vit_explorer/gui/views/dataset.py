@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...analysis import probes as P
 from ...analysis.polygon import inside
 from ...data import synthetic
 from ...explore import dataset as D
@@ -317,8 +318,11 @@ class DatasetView(View):
         f = analysis.features
         skipped = f" ({len(f.skipped)} unreadable images skipped)" if f.skipped else ""
         cached = ", features from the cache" if f.from_cache else ""
+        best = analysis.best
+        probe = f"; the linear probe is a {best.linear_model} (so many classes)" if best is not None and \
+            best.linear_model != P.LOGISTIC else ""
         self._finished(f"{f.source.name}: {len(f):,} images, {int((f.source.split == 1).sum()):,} for validation"
-                       f"{skipped}{cached}" + ("" if f.source.labelled else "; no labels, so no probes"))
+                       f"{skipped}{cached}{probe}" + ("" if f.source.labelled else "; no labels, so no probes"))
         self.restyle()
         self.update_projection()
 
