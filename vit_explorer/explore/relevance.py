@@ -169,8 +169,9 @@ def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[s
         elif index in loaded.labels:
             index = loaded.labels.index(index)
         else:
-            raise ValueError(f"target {quoted(index)} is neither a class index (0 to {cfg.num_classes - 1}) nor one "
-                             f"of this model's labels (e.g. {', '.join(quoted(n) for n in loaded.labels[:3])})")
+            raise ValueError(f"target {quoted(index)} is neither a class index nor one of this model's labels "
+                             f"(classes 0 to {cfg.num_classes - 1}, e.g. "
+                             f"{', '.join(quoted(n) for n in loaded.labels[:3])})")
     if not 0 <= index < cfg.num_classes:
         raise ValueError(f"target class {index} out of range: this model has classes 0 to {cfg.num_classes - 1}")
     label = loaded.label(index)
