@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch", "embed", "probe", "cka")
+COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch", "embed", "probe", "cka",
+            "export-lesson")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,7 +49,7 @@ def _app_parser() -> argparse.ArgumentParser:
 def _command_parser() -> argparse.ArgumentParser:
     from . import explain, report
     from .checkpoints.arguments import add_model_arguments
-    from .explore import components_command, dataset_command
+    from .explore import components_command, dataset_command, lesson_command
     from .training import command as train_command
 
     parser = _Parser(prog="vit-explorer")
@@ -78,6 +79,8 @@ def _command_parser() -> argparse.ArgumentParser:
 
     for name in dataset_command.COMMANDS:
         dataset_command.add_arguments(sub.add_parser(name, help=dataset_command.HELP[name]), name)
+    lesson_command.add_arguments(sub.add_parser("export-lesson", help="write a lesson as one web page that runs "
+                                                "its models in the browser, offline"))
     return parser
 
 
@@ -228,6 +231,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .explore import components_command
 
             return components_command.run(args)
+        if args.command == "export-lesson":
+            from .explore import lesson_command
+
+            return lesson_command.run(args)
         if args.command in ("embed", "probe", "cka"):
             from .explore import dataset_command
             from .gui.figures import render_png  # the app's compositions draw the figures

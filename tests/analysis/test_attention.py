@@ -76,7 +76,7 @@ def test_attention_map_from_selected_rows(model: VisionTransformer, images: torc
     query = layout.token_index(2, 1)
     with torch.no_grad():
         full = model.forward_intermediates(images, capture=("attentions",))["attentions"][0]
-        rows = model.forward_intermediates(images, capture=("attentions",), attn_rows=[0, query])["attentions"][0]
+        rows = full[:, :, [0, query]]  # the rows a caller keeps of the pattern
     torch.testing.assert_close(attention_map(rows, layout, query, rows=[0, query]), attention_map(full, layout, query),
                                atol=1e-6, rtol=1e-5)
 
@@ -108,7 +108,7 @@ def test_rollout_needs_all_rows_and_a_query_without_cls() -> None:
     model = make_model("gap")
     images = torch.randn(1, 3, *model.config.image_size)
     with torch.no_grad():
-        partial = model.forward_intermediates(images, capture=("attentions",), attn_rows=[0])["attentions"]
+        partial = [a[:, :, [0]] for a in model.forward_intermediates(images, capture=("attentions",))["attentions"]]
     with pytest.raises(ValueError, match="needs all rows"):
         rollout(partial, model.layout(), query=0)
     with pytest.raises(ValueError, match="no \\[CLS\\]"):

@@ -150,7 +150,8 @@ def test_patching_a_position_is_the_run_with_that_token_replaced() -> None:
 
     for k, pos in enumerate(([3], [0, 5])):
         seen["pos"] = pos
-        expected = model.forward_intermediates(b, edit=by_hand)["logits"]
+        with model.hooks([("blocks.1.hook_resid_pre", lambda value, hook: by_hand(1, "resid", value))]):
+            expected = model.forward_intermediates(b)["logits"]
         torch.testing.assert_close(out[k:k + 1], expected, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(out[0], out[1])
 

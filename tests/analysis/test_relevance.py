@@ -149,9 +149,12 @@ def test_a_whole_block_conserves_relevance_and_gives_its_attention_map_a_share(n
     relevance = torch.rand(1, layout.num_tokens, 32)
     block = model.blocks[0]
     bias = model.pos_scheme.attention_bias(block, model.config, layout.grid, layout.num_prefix_tokens)
-    with torch.no_grad():
-        r_in, r_attn = lrp.block_relevance(block, x, relevance, rope=model.rope_angles(layout.grid), bias=bias,
-                                           num_prefix=layout.num_prefix_tokens)
+    values: dict[str, torch.Tensor] = {}
+    sites = lrp.block_sites(block)
+    keep = [(f"blocks.0.{site}", lambda t, hook: values.__setitem__(hook.name.split(".", 2)[2], t)) for site in sites]
+    with torch.no_grad(), model.hooks(keep):  # the block's own pass, its sites' values kept
+        block(x, rope=model.rope_angles(layout.grid), bias=bias, num_prefix=layout.num_prefix_tokens)
+        r_in, r_attn = lrp.block_relevance(block, values, relevance)
     torch.testing.assert_close(r_in.sum(), relevance.sum(), atol=1e-3, rtol=1e-4)
     assert r_attn.shape == (1, 4, layout.num_tokens, layout.num_tokens) and torch.isfinite(r_attn).all()
 

@@ -192,6 +192,51 @@ def test_lrp_conserves_the_target_relevance_from_the_output_to_the_first_blocks_
     assert len(done.attention) == inputs.loaded.config.depth
 
 
+LRP_PRESETS = [name for name in ["vit-s16", "deit-s-distilled", "classroom", "classroom-conv", *FAMILY_PRESETS]
+               if rel.METHODS["transformer-attribution"].reason(_model(name).config) is None]
+
+
+@pytest.mark.parametrize("name", LRP_PRESETS)
+def test_lrp_flows_through_the_numbers_the_forward_computed(name: str) -> None:
+    """The rules read the pass's own sites, never a copy of the block: each value LRP reads is the value the
+    forward computed there, and a forward changed by a hook (block 0's attention branch zeroed) is the network LRP
+    explains: that block's attention then gets no relevance, and all of it goes through the residual."""
+    from vit_explorer.analysis import lrp
+
+    inputs = _inputs(name)
+    model = inputs.loaded.model
+    classifier = rel.has_classifier(inputs.loaded.config)
+    other = Image.fromarray(np.full((*IMAGE, 3), 90, np.uint8))
+    session = rel.prepare(inputs, rel.Target(index=1) if classifier else rel.Target(reference=other))
+    read: dict[int, dict[str, torch.Tensor]] = {}
+    original = lrp.block_relevance
+
+    def spy(block, values, relevance):
+        read[next(i for i, b in enumerate(model.blocks) if b is block)] = values
+        return original(block, values, relevance)
+
+    lrp.block_relevance = spy
+    try:
+        rel.propagate(session.scorer, inputs.loaded.config)
+    finally:
+        lrp.block_relevance = original
+    with torch.no_grad():
+        _, cache = model.run_with_cache(session.scorer.pixels)
+    assert sorted(read) == list(range(model.config.depth))
+    for i, values in read.items():
+        assert set(values) == set(lrp.block_sites(model.blocks[i]))
+        for site, value in values.items():
+            torch.testing.assert_close(value, cache[f"blocks.{i}.{site}"], msg=f"block {i} {site}")
+
+    model.add_hook("blocks.0.hook_attn_out", lambda branch, hook: torch.zeros_like(branch))
+    try:
+        done = rel.propagate(session.scorer, inputs.loaded.config)
+    finally:
+        model.reset_hooks()
+    assert float(done.attention[0].abs().max()) == 0.0
+    assert float(done.attention[1].abs().max()) > 0.0
+
+
 @pytest.mark.parametrize("half", ["cls", "mean"])
 def test_a_head_over_cls_beside_the_mean_reads_the_rows_its_halves_weigh(half: str) -> None:
     """DINOv2's classifier: logit = W_cls [CLS] + W_mean mean(patches). With one half of W zero the model is the

@@ -191,24 +191,6 @@ def test_fused_and_capture_paths_agree(case: tuple, talking: bool) -> None:
         assert "class_attentions" not in out
 
 
-@pytest.mark.parametrize("talking", [False, True], ids=["sdpa", "talking"])
-@pytest.mark.parametrize("prefix,pool", [("cls", "cls"), ("cls+dist", "cls"), ("none", "gap")])
-def test_attn_rows_are_rows_of_the_full_matrix(prefix: str, pool: str, talking: bool) -> None:
-    cfg = make_config("patchify", "rope", (prefix, pool, 0), depth=2, talking_heads=talking)
-    model = VisionTransformer(cfg).eval()
-    x = torch.randn(2, 3, *IMAGE)
-    t = cfg.num_prefix_tokens + cfg.num_patches
-    rows = [t - 1, 0, 7, 7]  # any order, repeats allowed
-    with torch.no_grad():
-        full = model.forward_intermediates(x, capture=["attentions"])["attentions"]
-        some = model.forward_intermediates(x, capture=["attentions"], attn_rows=rows)
-    for f, s in zip(full, some["attentions"], strict=True):
-        assert s.shape == (2, cfg.num_heads, len(rows), t)
-        torch.testing.assert_close(s, f[:, :, rows], atol=1e-6, rtol=1e-5)
-    with pytest.raises(ValueError, match="out of range"):
-        model.forward_intermediates(x, capture="attentions", attn_rows=[t])
-
-
 def test_capture_accepts_a_single_name_and_rejects_unknown_ones() -> None:
     model = VisionTransformer(make_config("patchify", "learned", ("cls", "cls", 0))).eval()
     x = torch.randn(1, 3, *IMAGE)

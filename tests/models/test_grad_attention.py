@@ -1,13 +1,11 @@
-"""attn_rows=GRAD: the output is computed from explicit attention probabilities (so their gradient is the
-real one) and gives the fused path's numbers; every family, CaiT's class attention, the MAP pool (PE's over every
-token) and AIMv2's query pool too."""
+"""Captured attention: a hook at a pattern site makes the output come from the explicit probabilities (so their
+gradient is the real one), with the fused path's numbers; every family, CaiT's class attention, the MAP pool (PE's
+over every token) and AIMv2's query pool too."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-from vit_explorer.models.blocks import GRAD
 
 from .test_families import FAMILY_PRESETS, IMAGE, tiny
 
@@ -29,7 +27,7 @@ def test_grad_path_equals_fused_and_its_probabilities_carry_the_gradient(name: s
     fused = model(fused_x)
     (fused_grad,) = torch.autograd.grad(fused[:, 0].sum(), fused_x)
     grad_x = x.clone().requires_grad_(True)
-    out = model.forward_intermediates(grad_x, capture=CAPTURE, attn_rows=GRAD)
+    out = model.forward_intermediates(grad_x, capture=CAPTURE)
     torch.testing.assert_close(out["logits"], fused.detach(), atol=1e-5, rtol=0)
     probs = _probs(out)
     expected = model.config.depth + model.config.class_attn_depth + (model.config.pool in ("map", "query"))

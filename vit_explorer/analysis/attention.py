@@ -19,7 +19,7 @@ HEAD_FUSIONS = ("mean", "max", "min")
 
 def _check_full(attentions: Sequence[torch.Tensor], layout: TokenLayout) -> None:
     if not attentions:
-        raise ValueError("no attention maps: capture 'attentions' with attn_rows='all'")
+        raise ValueError("no attention maps: capture 'attentions' (every block's hook_pattern)")
     t = layout.num_tokens
     for i, a in enumerate(attentions):
         if a.ndim != 4 or a.shape[-1] != t or a.shape[-2] != t:
@@ -47,8 +47,8 @@ def attention_map(attention: torch.Tensor, layout: TokenLayout, query: int, head
                   rows: Sequence[int] | None = None) -> torch.Tensor:
     """How much token `query` attends to each patch in one block: (B, gh, gw).
 
-    attention: (B, H, R, T); head=None averages over heads. rows: the query indices captured when
-    R < T (the `attn_rows` given to the model); None means all rows were captured.
+    attention: (B, H, R, T); head=None averages over heads. rows: the query indices kept when R < T (a
+    hook on hook_pattern that keeps only some rows); None means all rows were kept.
     """
     r = list(rows).index(query) if rows is not None else query
     a = attention[:, :, r] if head is None else attention[:, head:head + 1, r]  # (B, H or 1, T)

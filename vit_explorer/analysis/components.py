@@ -29,10 +29,33 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..models import pooling
 from ..models.blocks import AttentionPool, LayerScale, QueryPool
+from ..models.hooks import HookFn
 from ..models.vit import VisionTransformer
 
-SITES = ("resid", "attn", "mlp", "head")  # what activation patching can replace (see models.vit.StreamEdit)
+SITES = ("resid", "attn", "mlp", "head")  # what activation patching can replace: the hook sites of SITE_HOOKS
+# a component -> its hook site in each block: the stream a block reads, what each branch adds (LayerScale
+# included), each head's output (B, T, heads, hd). CaiT's class-attention blocks are counted after the blocks;
+# their "resid" is the whole sequence [CLS; patches] they read, their "attn" and "mlp" [CLS]'s alone
+SITE_HOOKS = {"resid": "hook_resid_pre", "attn": "hook_attn_out", "mlp": "hook_mlp_out", "head": "attn.hook_z"}
+SiteEdit = Callable[[int, str, torch.Tensor], torch.Tensor | None]  # (layer, component, value) -> replacement
+
+
+def site_name(model: VisionTransformer, layer: int, component: str) -> str:
+    """The hook site of a component in block `layer` (class-attention blocks numbered after the blocks)."""
+    depth = model.config.depth
+    stack, i = ("blocks", layer) if layer < depth else ("class_blocks", layer - depth)
+    return f"{stack}.{i}.{SITE_HOOKS[component]}"
+
+
+def site_hooks(model: VisionTransformer, edit: SiteEdit, components: Sequence[str] = SITES
+               ) -> list[tuple[str, HookFn]]:
+    """Forward hooks that call edit(layer, component, value) at each component's site in every block."""
+    def at(layer: int, component: str) -> HookFn:
+        return lambda value, hook: edit(layer, component, value)
+
+    return [(site_name(model, layer, c), at(layer, c)) for layer in range(model.config.num_blocks) for c in components]
 
 
 @dataclass(frozen=True)
@@ -81,14 +104,14 @@ class _Record:
     attention branch (from which the final stream is formed in the model's own order)."""
 
     last: int
-    heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (B, H, T, hd)
+    heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (B, H, T, hd), from hook_z
     mlp: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> (B, T, D)
     resid: torch.Tensor | None = None
     attn: torch.Tensor | None = None
 
     def __call__(self, layer: int, site: str, value: torch.Tensor) -> torch.Tensor:
         if site == "head":
-            self.heads[layer] = value
+            self.heads[layer] = value.transpose(1, 2)  # (B, H, T, hd)
         elif site == "mlp":
             self.mlp[layer] = value
         elif layer == self.last:
@@ -216,23 +239,24 @@ class _Readout:
         self.pool: _Pool | None = None
         shift = norm.bias if norm is not None else None
         self.fc: tuple[_Norm, torch.Tensor] | None = None
-        if cfg.pool in ("map", "query"):
+        pool = pooling.POOLS[cfg.pool]
+        if pool.latent:
             self._attention_pool(model, normed, 0 if cfg.pool_prefix else prefix, inv, shift, u)
             return
         mean = torch.zeros(t, dtype=x.dtype, device=x.device)
         mean[prefix:] = 1.0 / (t - prefix)  # the mean of the patch tokens
         first = torch.eye(t, dtype=x.dtype, device=x.device)[0]
-        rows, heads = ([mean] if cfg.pool == "gap" else [first]), [u(cfg.pool)]
-        if cfg.pool == "cls+mean":  # DINOv2's classifiers: one head over [CLS] beside the mean, split in its halves
-            d = cfg.embed_dim
-            rows, heads = [first, mean], [heads[0][:d], heads[0][d:]]
+        # one row per part of the pooled vector (DINOv2's classifiers: [CLS] beside the mean), the head split in them
+        d, head = cfg.embed_dim, u(cfg.pool)
+        rows = [first if part == pooling.FIRST else mean for part in pool.parts]
+        heads = [head[n * d:(n + 1) * d] for n in range(len(pool.parts))]
         if cfg.distilled and cfg.dist_head and cfg.num_classes and not cfg.proj_dim:
             rows.append(torch.eye(t, dtype=x.dtype, device=x.device)[1])
             heads = [0.5 * heads[0], 0.5 * u("dist")]  # DeiT: the two heads averaged, on [CLS] and on dist
         raw = torch.stack(rows)  # (G, T) pooling weights without the norm's scale
         self.weights = raw * inv  # (G, T)
         self.head_rows = torch.stack(heads)  # (G, D)
-        fc = _norm(model.fc_norm) if cfg.pool == "gap" else None
+        fc = _norm(model.fc_norm)  # only a mean alone has one (timm's fc_norm)
         if fc is not None:  # fc_norm normalises the mean: its own frozen scale on the pooled vector
             self.fc = (fc, fc.sigma(raw[0] @ normed))  # the pooled vector's divisor (1,)
             if fc.bias is not None:
@@ -336,9 +360,9 @@ def decompose(model: VisionTransformer, pixels: torch.Tensor, *, target: int | N
     cfg = model.config
     if pixels.ndim != 4 or pixels.shape[0] != 1:
         raise ValueError(f"decompose takes one image (1, 3, H, W), got {tuple(pixels.shape)}")
-    record = _Record(last=cfg.depth + cfg.class_attn_depth - 1)
-    out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=["masked", "with_pos"],
-                                      edit=record)
+    record = _Record(last=cfg.num_blocks - 1)
+    with model.hooks(site_hooks(model, record)):
+        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=["masked", "with_pos"])
     logits = out["logits"][0]
     layout = out["layout"]
     classifier = bool(cfg.num_classes) and not cfg.proj_dim and reference is None and direction is None
@@ -472,7 +496,7 @@ def lens(model: VisionTransformer, states: Sequence[torch.Tensor]) -> torch.Tens
     out = []
     with torch.no_grad():
         for s in states:
-            x = model.fc_norm(model.norm(s)) if cfg.pool == "gap" else model.norm(s)
+            x = model.fc_norm(model.norm(s))  # fc_norm: an identity but on a mean alone
             logits = model.head(x)  # (B, T, C)
             if cfg.distilled and cfg.dist_head:
                 logits = (logits + model.head_dist(x)) / 2
@@ -502,12 +526,12 @@ class _Patch:
         src = self.source[layer][0]
         for k in items:
             pos, head = self.positions[k], self.heads[k]
-            if site == "head":  # (B, H, T, hd)
+            if site == "head":  # (B, T, H, hd)
                 sel_h = slice(None) if head is None else head
                 if pos is None:
-                    value[k, sel_h] = src[sel_h]
+                    value[k, :, sel_h] = src[:, sel_h]
                 else:
-                    value[k, sel_h, pos] = src[sel_h, pos] if head is not None else src[:, pos]
+                    value[k, pos, sel_h] = src[pos, sel_h]
             elif pos is None:  # (B, T, D)
                 value[k] = src
             else:
@@ -523,13 +547,11 @@ def record_site(model: VisionTransformer, pixels: torch.Tensor, site: str, *, ma
     _check_eval(model)
     kept: dict[int, torch.Tensor] = {}
 
-    def keep(layer: int, at: str, value: torch.Tensor) -> torch.Tensor:
-        if at == site:
-            kept[layer] = value
-        return value
+    def keep(layer: int, at: str, value: torch.Tensor) -> None:
+        kept[layer] = value
 
-    with torch.no_grad():
-        logits = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, edit=keep)["logits"]
+    with torch.no_grad(), model.hooks(site_hooks(model, keep, [site])):
+        logits = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask)["logits"]
     return logits, kept
 
 
@@ -546,16 +568,16 @@ def patched_logits(model: VisionTransformer, pixels: torch.Tensor, source: dict[
     if len(positions) != k or (heads is not None and len(heads) != k):
         raise ValueError(f"layers, positions and heads need one entry per run, got {k}, {len(positions)} and "
                          f"{None if heads is None else len(heads)}")
-    n_layers = model.config.depth + model.config.class_attn_depth
+    n_layers = model.config.num_blocks
     bad = [layer for layer in layers if not 0 <= layer < n_layers]
     if bad:
         raise ValueError(f"layers {bad} out of range: this model has {n_layers} blocks (0 .. {n_layers - 1})")
     edit = _Patch(site, source, list(layers), [None if p is None else list(p) for p in positions],
                   list(heads) if heads is not None else [None] * k)
     batch_mask = None if mask is None else mask.reshape(1, -1).expand(k, -1)
-    with torch.no_grad():
-        return model.forward_intermediates(pixels.expand(k, -1, -1, -1), mask=batch_mask, head_mask=head_mask,
-                                           edit=edit)["logits"]
+    with torch.no_grad(), model.hooks(site_hooks(model, edit, [site])):
+        return model.forward_intermediates(pixels.expand(k, -1, -1, -1), mask=batch_mask,
+                                           head_mask=head_mask)["logits"]
 
 
 def logit_difference(logits: torch.Tensor, target: int, foil: int) -> torch.Tensor:
@@ -618,7 +640,7 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
     foil = default_foil(logits_a[0], logits_b[0], target) if foil is None else int(foil)
     if not 0 <= foil < n_out:
         raise ValueError(f"foil {foil} is out of range: this model has {n_out} outputs (0 .. {n_out - 1})")
-    n_layers = cfg.depth + cfg.class_attn_depth
+    n_layers = cfg.num_blocks
     tokens = model.layout((clean.shape[-2], clean.shape[-1])).num_tokens
     if positions is not None:  # each position once: a repeat would only run the same patched pass again
         positions = list(dict.fromkeys(int(p) for p in positions))

@@ -24,7 +24,7 @@ def _score(logits: torch.Tensor, targets: torch.Tensor, metric: str) -> torch.Te
 
 
 def _n_layers(model: VisionTransformer) -> int:
-    return model.config.depth + model.config.class_attn_depth
+    return model.config.num_blocks
 
 
 @torch.no_grad()

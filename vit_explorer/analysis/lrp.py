@@ -11,7 +11,8 @@ applies them:
   passes through unchanged, as in the authors' implementation;
 - mean pooling (GAP): Eq. 3.
 
-Each block is re-run from its input with its own modules (the relevance rules need every layer's input);
+The rules read every layer's input and output from the real forward pass, at the block's named hook sites
+(`block_sites`; the head mask is already in `attn.hook_z`), never from a copy of the block;
 `block_relevance` returns the relevance at the block's input and at its attention map, the R_A that
 `relevance.attribution_rollout` weights by the gradient. Relevance is conserved from the output to the
 block input wherever no layer's output is exactly zero (the rules' stabiliser drops it there).
@@ -23,8 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.blocks import Block, Mlp, SwiGLU, _mask_heads
-from ..models.position import apply_rope
+from ..models.blocks import Block, Mlp, SwiGLU
 
 EPS = 1e-9  # the authors' stabiliser
 
@@ -80,43 +80,43 @@ def mean_rule(x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
     return x * safe_divide(relevance, x.mean(dim=1))[:, None] / x.shape[1]
 
 
-def _mlp_relevance(mlp: nn.Module, x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
-    """The MLP (Mlp or SwiGLU) from its input x (B, T, D), relevance at its output -> at its input."""
+def block_sites(block: Block) -> list[str]:
+    """The sites of one block whose values the rules read (local names, after `blocks.{i}.`)."""
+    rotated = hasattr(block.attn, "hook_rot_q")
+    qk = ["attn.hook_rot_q", "attn.hook_rot_k"] if rotated else ["attn.hook_q", "attn.hook_k"]
+    return ["hook_resid_pre", "ln1.hook_normalized", *qk, "attn.hook_v", "attn.hook_pattern", "attn.hook_z",
+            "hook_attn_out", "hook_resid_mid", "ln2.hook_normalized", "mlp.hook_post", "hook_mlp_out"]
+
+
+def _mlp_relevance(mlp: nn.Module, x: torch.Tensor, post: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
+    """The MLP (Mlp or SwiGLU) from its input x (B, T, D) and its hidden activation (the pass's mlp.hook_post),
+    relevance at its output -> at its input."""
+    assert isinstance(mlp, Mlp | SwiGLU)
+    hidden = mlp.norm(post)  # (B, T, hidden): fc2's input (the sub-LN, where there is one, passes relevance)
     if isinstance(mlp, SwiGLU):
-        gate, value = mlp.act(mlp.fc1_g(x)), mlp.fc1_x(x)  # (B, T, hidden)
-        hidden = mlp.norm(gate * value)
         r_hidden = linear_rule(hidden, mlp.fc2.weight, relevance) / 2  # the product's two operands, halved
         return linear_rule(x, mlp.fc1_g.weight, r_hidden) + linear_rule(x, mlp.fc1_x.weight, r_hidden)
-    assert isinstance(mlp, Mlp)
-    hidden = mlp.norm(mlp.act(mlp.fc1(x)))  # (B, T, hidden)
     return linear_rule(x, mlp.fc1.weight, linear_rule(hidden, mlp.fc2.weight, relevance))
 
 
-def block_relevance(block: Block, x: torch.Tensor, relevance: torch.Tensor, *, rope: torch.Tensor | None = None,
-                    bias: torch.Tensor | None = None, num_prefix: int = 0, head_mask: torch.Tensor | None = None
+def block_relevance(block: Block, values: dict[str, torch.Tensor], relevance: torch.Tensor
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One pre-norm block: x (B, T, D) its input, relevance (B, T, D) at its output -> (relevance at its
-    input (B, T, D), relevance at its attention map (B, heads, T, T))."""
+    """One pre-norm block: `values` its sites' values in the pass (block_sites), relevance (B, T, D) at its
+    output -> (relevance at its input (B, T, D), relevance at its attention map (B, heads, T, T))."""
     attn = block.attn
     if attn.talking_heads:
         raise ValueError("LRP: the paper gives no rule for talking heads (CaiT)")
+    x, h1, h2 = values["hook_resid_pre"], values["ln1.hook_normalized"], values["ln2.hook_normalized"]
+    rotated = "attn.hook_rot_q" in values
+    q = values["attn.hook_rot_q" if rotated else "attn.hook_q"].transpose(1, 2)  # (B, H, T, hd)
+    k = values["attn.hook_rot_k" if rotated else "attn.hook_k"].transpose(1, 2)
+    v, probs = values["attn.hook_v"].transpose(1, 2), values["attn.hook_pattern"]  # (B, H, T, hd), (B, H, T, T)
     b, t, c = x.shape
-    h1 = block.norm1(x)
-    qkv = attn.project_qkv(h1).reshape(b, t, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
-    q, k, v = qkv.unbind(0)  # each (B, H, T, hd)
-    if rope is not None:
-        q, k = apply_rope(q, rope, num_prefix), apply_rope(k, rope, num_prefix)
-    logits = (q * attn.scale) @ k.transpose(-2, -1)  # (B, H, T, T)
-    probs = (logits if bias is None else logits + bias.to(logits.dtype)).softmax(dim=-1)
-    heads = _mask_heads(probs @ v, head_mask)  # (B, H, T, hd)
-    merged = heads.transpose(1, 2).reshape(b, t, c)
-    branch1 = block.ls1(attn.proj(merged))
-    mid = x + branch1
-    h2 = block.norm2(mid)
-    branch2 = block.ls2(block.mlp(h2))
+    merged = values["attn.hook_z"].reshape(b, t, c)  # each head's output (a masked head's is zero), merged
+    branch1, mid, branch2 = values["hook_attn_out"], values["hook_resid_mid"], values["hook_mlp_out"]
 
     r_mid, r_branch2 = add_rule(mid, branch2, relevance)
-    r_mid = r_mid + _mlp_relevance(block.mlp, h2, r_branch2)  # norm2 and LayerScale pass it through
+    r_mid = r_mid + _mlp_relevance(block.mlp, h2, values["mlp.hook_post"], r_branch2)  # norm2, LayerScale: through
     r_x, r_branch1 = add_rule(x, branch1, r_mid)
     r_heads = linear_rule(merged, attn.proj.weight, r_branch1).reshape(b, t, attn.num_heads, attn.head_dim)
     r_heads = r_heads.transpose(1, 2)  # (B, H, T, hd); a masked head's input is zero, so it gets none

@@ -1,9 +1,9 @@
 """Relevance maps from attention and gradients: Chefer et al.'s two methods, Grad-CAM on the tokens,
 integrated gradients (captum's definition) and the per-patch sums of pixel attributions.
 
-Inputs are what `forward_intermediates(attn_rows=GRAD)` gives (each block's (B, heads, T, T) attention
-in the output's graph) with the gradient of the target with respect to each; the TokenLayout says which
-tokens are prefix tokens. Nothing here assumes one [CLS] token or a square grid.
+Inputs are what hooks on each block's `attn.hook_pattern` see (each (B, heads, T, T) attention, in the
+output's graph: a hooked block computes its output from them) with the gradient of the target with respect
+to each; the TokenLayout says which tokens are prefix tokens. Nothing here assumes one [CLS] token or a square grid.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..analysis import attention as attn
-from ..models import TokenLayout
+from ..models import TokenLayout, pooling
 from ..models.config import POOLS
 from .figures import MapsFigure, ScatterFigure
 from .forward import ForwardResult, Needs
@@ -47,10 +47,10 @@ def query_for(layout: TokenLayout, pool: str, patch: tuple[int, int] | None = No
     if patch is not None and patch[0] < layout.grid[0] and patch[1] < layout.grid[1]:
         index = layout.token_index(*patch)
         return Query((index,), f"patch ({patch[0]}, {patch[1]})")
-    if layout.num_prefix_tokens and pool in ("cls", "cls+mean"):  # cls+mean: [CLS] is the head's first half
-        return Query((0,), f"[{layout.prefix_names[0].upper()}]")
-    patches = tuple(range(layout.num_prefix_tokens, layout.num_tokens))
-    return Query(patches, "mean of the patch tokens", class_attention=layout.class_attn)
+    rows = pooling.POOLS[pool].query_rows(layout)
+    if rows == (0,):  # the head reads [CLS] (beside the mean of the patches too)
+        return Query(rows, f"[{layout.prefix_names[0].upper()}]")
+    return Query(rows, "mean of the patch tokens", class_attention=layout.class_attn)
 
 
 def needs_for(mode: str, layer: int, fusion: str) -> Needs:

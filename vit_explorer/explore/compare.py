@@ -40,7 +40,7 @@ def side(loaded: LoadedModel, name: str, inputs: Inputs, top_k: int = 5, done: F
     mask = inputs.mask if inputs.mask.shape == grid else np.zeros(grid, bool)
     if inputs.mask.any() and inputs.mask.shape != grid:
         notes.append(f"the mask ({inputs.mask.shape[0]}×{inputs.mask.shape[1]}) does not fit this grid: not applied")
-    layers = (cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+    layers = (cfg.num_blocks, cfg.num_heads)
     heads = inputs.head_mask if inputs.head_mask.shape == layers else np.ones(layers, np.float32)
     if (inputs.head_mask < 1).any() and inputs.head_mask.shape != layers:
         notes.append("the switched-off heads do not exist in this model: all heads on")

@@ -331,7 +331,7 @@ def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarra
     distances: list[np.ndarray] = []
     done = 0
 
-    def hook(block: int, probs: torch.Tensor) -> None:  # probs: (B, heads, T, T)
+    def hook(probs: torch.Tensor, site: object) -> None:  # probs: (B, heads, T, T), at each block's pattern
         distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
                          .cpu().numpy())  # (B, heads)
 
@@ -340,10 +340,10 @@ def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarra
         done += len(kept) + len(bad)
         if pixels is not None:
             distances.clear()
-            with torch.inference_mode():
-                out = model.forward_intermediates(
-                    pixels.to(device), capture=("embedded", "hidden_states", "pre_logits"),
-                    attn_layers=range(cfg.depth) if distance else (), attention_hook=hook if distance else None)
+            hooks = [(f"blocks.{i}.attn.hook_pattern", hook) for i in range(cfg.depth)] if distance else []
+            with torch.inference_mode(), model.hooks(hooks):
+                out = model.forward_intermediates(pixels.to(device),
+                                                  capture=("embedded", "hidden_states", "pre_logits"))
             idx = torch.from_numpy(patch_index[kept]).to(device)[:, :, None]  # (B, k, 1)
             per_state: dict[str, list[torch.Tensor]] = {}
             for state in [out["embedded"]] + out["hidden_states"]:  # depth + 1 of (B, T, D), one at a time

@@ -15,7 +15,7 @@ from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..text import shown
 from .dataset import DatasetSource, Features, Progress, features_for
-from .figures import LinesFigure, MapsFigure, ScatterFigure, state_ticks
+from .figures import Figure, LinesFigure, MapsFigure, ScatterFigure, state_ticks
 from .forward import STATE_AXIS
 from .heads import Cancelled
 
@@ -40,6 +40,12 @@ class ProbeCurves:
     confusion: np.ndarray  # (C, C) true x predicted counts at the best state
     label_names: list[str]
     linear_model: str = P.LOGISTIC  # which linear probe was fitted (P.RIDGE above P.MAX_LOGISTIC_WORK)
+
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: accuracy over the token states and the confusion at the best one."""
+        from .notebook import png
+
+        return png(probe_figure([self], len(self.states) - 1), confusion_figure(self))
 
 
 def _split(features: Features) -> tuple[np.ndarray, np.ndarray]:
@@ -282,6 +288,20 @@ class DatasetAnalysis:
     @property
     def best(self) -> ProbeCurves | None:
         return max(self.probes, key=lambda c: float(np.nanmax(c.linear))) if self.probes else None
+
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the probes over the states, CKA between the states, and the last state's features
+        projected (PCA), coloured by label."""
+        from .notebook import png
+
+        figures: list[Figure] = [probe_figure(self.probes, self.features.depth)] if self.probes else []
+        figures.append(cka_figure(self.cka, f"CKA between the token states ({self.tokens})"))
+        last = self.features.tokens(self.tokens)[self.features.depth]
+        if len(last) >= 3:
+            source = self.features.source
+            groups = [source.label_names[i] for i in source.labels] if source.labelled else None
+            figures.append(projection_figure(project(last), groups, "The last token state, projected (PCA)"))
+        return png(*figures)
 
 
 def analyse(loaded: LoadedModel, source: DatasetSource, *, compared: LoadedModel | None = None, batch_size: int = 64,

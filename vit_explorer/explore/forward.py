@@ -21,6 +21,7 @@ from ..analysis.tokens import cls_dist_similarity, patch_cls_similarity
 from ..checkpoints import LoadedModel
 from ..checkpoints.memory import check_run
 from ..models import TokenLayout
+from ..models.hooks import HookFn
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Inputs:
         cfg = loaded.config
         grid = loaded.model.check_image_size(*size)
         return cls(loaded, image, (int(size[0]), int(size[1])), np.zeros(grid, bool),
-                   np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32), needs=needs)
+                   np.ones((cfg.num_blocks, cfg.num_heads), np.float32), needs=needs)
 
     @property
     def masked(self) -> bool:
@@ -127,6 +128,15 @@ class ForwardResult:
     def num_classes(self) -> int:
         return int(self.probs.shape[0])
 
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the image as the model saw it and the top-5 prediction."""
+        from .figures import ImagesFigure
+        from .notebook import png
+        from .prediction import prediction_figure
+
+        image = ImagesFigure("", (self.display,), ("the image as the model sees it",), self.layout.grid)
+        return png(image, prediction_figure(self, min(5, self.num_classes)))
+
     @property
     def depth(self) -> int:
         """Number of self-attention blocks."""
@@ -156,7 +166,7 @@ def check_inputs(inputs: Inputs) -> None:
     _check_array("mask", inputs.mask, grid, "a bool per patch, True = [MASK]")
     if inputs.mask.dtype != np.bool_ and not np.isin(inputs.mask, (0, 1)).all():
         raise ValueError("mask must hold only True/False (or 1/0) per patch, got other values")
-    heads = (cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+    heads = (cfg.num_blocks, cfg.num_heads)
     _check_array("head_mask", inputs.head_mask, heads, "1 keeps a head, 0 drops it")
     values = inputs.head_mask.astype(np.float64)
     if not (np.isfinite(values).all() and (values >= 0).all() and (values <= 1).all()):
@@ -208,6 +218,10 @@ class _Reductions:
     distance: list[torch.Tensor] = field(default_factory=list)
     query_maps: list[torch.Tensor] = field(default_factory=list)
 
+    def at(self, block: int) -> HookFn:
+        """The hook on block's attn.hook_pattern that keeps what the views need of it."""
+        return lambda probs, site: self(block, probs)
+
     def __call__(self, block: int, probs: torch.Tensor) -> None:  # probs: (1, heads, T, T)
         needs = self.needs
         if needs.maps is None or block in needs.maps:
@@ -239,9 +253,10 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     capture = ["hidden_states", "with_pos", "embedded", "pre_logits"] + (
         ["class_attentions"] if loaded.config.class_attn_depth else [])
     explicit = needs.explicit_blocks(loaded.config.depth)
+    hooks = [(f"blocks.{i}.attn.hook_pattern", reduce.at(i)) for i in explicit]
     with torch.inference_mode():
-        out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture,
-                                          attn_layers=explicit, attention_hook=reduce if explicit else None)
+        with model.hooks(hooks):
+            out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)
         if inputs.masked and baseline is None:
             baseline = model(pixels)[0].float().softmax(-1).cpu().numpy()
     logits = out["logits"][0].float().cpu()

@@ -111,6 +111,7 @@ class Lesson:
     title: str
     steps: tuple[Step, ...]
     path: Path
+    models: dict[str, str] = field(default_factory=dict)  # the lesson's names of its models -> their sources
 
 
 def bundled_lessons() -> list[Path]:
@@ -170,7 +171,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
     steps = data.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         raise LessonError(f"{where}: steps: expected a list of 1 to {MAX_STEPS} steps")
-    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path)
+    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path, named)
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",

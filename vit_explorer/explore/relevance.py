@@ -29,8 +29,9 @@ from ..analysis import faithfulness as faith
 from ..analysis import lrp
 from ..analysis import relevance as rel
 from ..checkpoints import LoadedModel
-from ..models import TokenLayout, VisionTransformer, ViTConfig
-from ..models.blocks import ALL, GRAD, Block
+from ..models import TokenLayout, VisionTransformer, ViTConfig, pooling
+from ..models.blocks import Block
+from ..models.hooks import HookPoint
 from ..text import quoted
 from .attention import query_for
 from .figures import LinesFigure, MapsFigure, json_number
@@ -53,10 +54,7 @@ def _lrp_refusal(config: ViTConfig) -> str | None:
     if config.class_attn_depth or config.talking_heads:
         return ("CaiT's class attention and talking heads have no LRP rules in Chefer et al. 2021; use "
                 "attention-gradient, which covers them")
-    if config.pool in ("map", "query"):
-        pool = "attention-pool (MAP)" if config.pool == "map" else "query-pool (AIMv2)"
-        return (f"the {pool} head has no LRP rule in Chefer et al. 2021; use attention-gradient, which covers it")
-    return None
+    return pooling.POOLS[config.pool].lrp
 
 
 @dataclass(frozen=True)
@@ -259,24 +257,41 @@ class Scorer:
 # ---------------------------------------------------------------------------- the methods
 def _readout(layout: TokenLayout, config: ViTConfig, head: str) -> list[int]:
     """The tokens the target's head reads: [CLS] (DeiT: [CLS], the distillation token or both), or every patch."""
-    if config.pool == "cls" and layout.num_prefix_tokens:
-        return {"dist": [1], "average": [0, 1]}.get(head, [0]) if "dist" in layout.prefix_names else [0]
-    return list(range(layout.num_prefix_tokens, layout.num_tokens))
+    rows = list(pooling.POOLS[config.pool].query_rows(layout))
+    if rows == [0] and "dist" in layout.prefix_names:
+        return {"dist": [1], "average": [0, 1]}.get(head, [0])
+    return rows
 
 
-def _grad_pass(scorer: Scorer) -> tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor]]:
-    """One pass with every attention map in the output's graph; (outputs, maps, d target / d map); for a head
-    over [CLS] beside the mean of the patches, last the pooled vector and its gradient."""
-    capture = ["attentions", "class_attentions", "pool_attention", "hidden_states", "embedded", "pre_logits"]
-    with torch.enable_grad():
-        out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask, capture=capture, attn_rows=GRAD)
-        maps = list(out["attentions"]) + list(out.get("class_attentions", []))
-        if out.get("pool_attention") is not None:
-            maps.append(out["pool_attention"])
-        if scorer.model.config.pool == "cls+mean":
+def attention_sites(model: VisionTransformer) -> list[str]:
+    """Every attention pattern the explained output reads, in forward order: each block's, CaiT's class
+    attention's, the attention pool's."""
+    sites = [f"{stack}.{i}.attn.hook_pattern" for stack in ("blocks", "class_blocks")
+             for i in range(len(getattr(model, stack)))]
+    return sites + [name for name in ("attn_pool.hook_pattern",) if name in model.hook_dict]
+
+
+def _grad_pass(scorer: Scorer, sites: Sequence[str] = ()) -> tuple[dict[str, Any], list[torch.Tensor],
+                                                                    list[torch.Tensor], dict[str, torch.Tensor]]:
+    """One pass with every attention map in the output's graph (a hook at each pattern site forms it explicitly and
+    computes the output from it); (outputs, maps, d target / d map, the values at `sites`); for a head over [CLS]
+    beside the mean of the patches, last the pooled vector and its gradient."""
+    model = scorer.model
+    patterns = attention_sites(model)
+    cache: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, hook: HookPoint) -> None:
+        cache[hook.name] = x
+
+    with torch.enable_grad(), model.hooks([(name, keep) for name in dict.fromkeys([*patterns, *sites])]):
+        out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask, capture=["pre_logits"])
+        maps = [cache[name] for name in patterns]
+        if pooling.POOLS[model.config.pool].halves:
             maps.append(out["pre_logits"])
-        grads = list(torch.autograd.grad(target_logit(out, scorer.resolved).sum(), maps))
-    return out, maps, grads
+        # a map the output does not depend on (a hook cut its branch off) has a zero gradient
+        grads = list(torch.autograd.grad(target_logit(out, scorer.resolved).sum(), maps, allow_unused=True,
+                                         materialize_grads=True))
+    return out, maps, grads, cache
 
 
 def halves_readout(pooled: torch.Tensor, gradient: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
@@ -297,29 +312,23 @@ def halves_readout(pooled: torch.Tensor, gradient: torch.Tensor, layout: TokenLa
 
 
 def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
-    out, maps, grads = _grad_pass(scorer)
+    out, maps, grads, _ = _grad_pass(scorer)
     depth, layout = config.depth, scorer.layout
-    pool = (maps[-1].detach(), grads[-1]) if config.pool in ("map", "query") else None
+    pool = (maps[-1].detach(), grads[-1]) if pooling.POOLS[config.pool].latent else None
     query: list[int] | torch.Tensor = _readout(layout, config, scorer.resolved.head)
-    if config.pool == "cls+mean":
+    if pooling.POOLS[config.pool].halves:
         query = halves_readout(maps[-1], grads[-1], layout)
     return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout, query=query,
-                                  class_attentions=[m.detach() for m in maps[depth:depth + config.class_attn_depth]],
-                                  class_gradients=grads[depth:depth + config.class_attn_depth], pool=pool)[0]
+                                  class_attentions=[m.detach() for m in maps[depth:config.num_blocks]],
+                                  class_gradients=grads[depth:config.num_blocks], pool=pool)[0]
 
 
-def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scorer, final: torch.Tensor
-                     ) -> torch.Tensor:
-    """LRP from the explained output back to the final tokens (B, T, D) (the final norm passes it through)."""
+def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scorer, tokens: torch.Tensor,
+                     pooled: torch.Tensor) -> torch.Tensor:
+    """LRP from the explained output back to the final tokens (B, T, D), from the pass's own normed tokens and
+    pooled vector (the final norm passes the relevance through)."""
     cfg, layout, resolved = model.config, scorer.layout, scorer.resolved
-    tokens = model.norm(final)  # (1, T, D)
     k = layout.num_prefix_tokens
-    if cfg.pool == "gap":
-        pooled = model.fc_norm(tokens[:, k:].mean(dim=1))
-    elif cfg.pool == "cls+mean":
-        pooled = torch.cat([tokens[:, 0], tokens[:, k:].mean(dim=1)], dim=-1)  # (1, 2D)
-    else:
-        pooled = tokens[:, 0]
     relevance = torch.zeros_like(tokens)
     if resolved.kind == "similarity":
         embedding = out["logits"].float()  # (1, E): the cosine's terms e_d r_d / |e| sum to the similarity
@@ -340,14 +349,13 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
             r_dist = lrp.linear_rule(dist_in, model.head_dist, r_d)
         else:
             r_pooled = lrp.linear_rule(pooled, model.head, one_hot)
-    if cfg.pool == "gap":
-        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled)
-    elif cfg.pool == "cls+mean":  # the head's rule split the relevance between its halves
-        d = tokens.shape[-1]
-        relevance[:, 0] = r_pooled[:, :d]
-        relevance[:, k:] = lrp.mean_rule(tokens[:, k:], r_pooled[:, d:])
-    else:
-        relevance[:, 0] = r_pooled
+    d = tokens.shape[-1]
+    for n, part in enumerate(pooling.POOLS[cfg.pool].parts):  # the head's rule split the relevance between them
+        share = r_pooled[:, n * d:(n + 1) * d]
+        if part == pooling.MEAN:
+            relevance[:, k:] = relevance[:, k:] + lrp.mean_rule(tokens[:, k:], share)
+        else:
+            relevance[:, 0] = relevance[:, 0] + share
     if r_dist is not None:
         relevance[:, 1] = relevance[:, 1] + r_dist
     return relevance
@@ -365,28 +373,28 @@ class Propagated:
 
 
 def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
-    """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input."""
-    model, layout = scorer.model, scorer.layout
-    out, maps, grads = _grad_pass(scorer)
-    states = [out["embedded"]] + list(out["hidden_states"])  # block i reads states[i]
+    """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input
+    through the values that pass computed (lrp.BLOCK_SITES at every block)."""
+    model = scorer.model
+    blocks = [block for block in model.blocks if isinstance(block, Block)]
+    sites = ["ln_final.hook_normalized", "hook_pooled"] + [f"blocks.{i}.{site}" for i, block in enumerate(blocks)
+                                                           for site in lrp.block_sites(block)]
+    out, maps, grads, cache = _grad_pass(scorer, sites)
     with torch.no_grad():
-        start = relevance = _start_relevance(model, out, scorer, states[-1].detach())
-        rope = model.rope_angles(layout.grid)
-        heads = [None] * config.depth if scorer.head_mask is None else list(scorer.head_mask)
+        start = relevance = _start_relevance(model, out, scorer, cache["ln_final.hook_normalized"].detach(),
+                                             cache["hook_pooled"].detach())
         cams: list[torch.Tensor] = [torch.empty(0)] * config.depth
         for i in reversed(range(config.depth)):
-            block = model.blocks[i]
-            assert isinstance(block, Block)
-            bias = model.pos_scheme.attention_bias(block, config, layout.grid, layout.num_prefix_tokens)
-            relevance, cams[i] = lrp.block_relevance(block, states[i].detach(), relevance, rope=rope, bias=bias,
-                                                     num_prefix=layout.num_prefix_tokens, head_mask=heads[i])
+            block = blocks[i]
+            values = {site: cache[f"blocks.{i}.{site}"].detach() for site in lrp.block_sites(block)}
+            relevance, cams[i] = lrp.block_relevance(block, values, relevance)
     return Propagated(start, relevance, cams, grads[:config.depth])
 
 
 def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     done = propagate(scorer, config)
     readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
-    if config.pool in ("gap", "cls+mean"):  # each token's relevance at the output weighs its row
+    if pooling.MEAN in pooling.POOLS[config.pool].parts:  # each token's relevance at the output weighs its row
         readout = done.start.sum(dim=-1)  # (1, T)
     return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
 
@@ -395,7 +403,7 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     """Attention rollout from what the head reads, as the Attention view draws it (CaiT: through class attention)."""
     with torch.inference_mode():
         out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask,
-                       capture=["attentions", "class_attentions"], attn_rows=ALL)
+                       capture=["attentions", "class_attentions"])
     query = query_for(scorer.layout, config.pool)
     if query.class_attention and out.get("class_attentions"):
         return attn.class_rollout(out["class_attentions"], out["attentions"], scorer.layout)[0]
@@ -405,15 +413,10 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
 def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     model = scorer.model
     seen: list[torch.Tensor] = []
-    last = model.blocks[-1]
-    assert isinstance(last, Block)
-    handle = last.norm1.register_forward_hook(lambda module, args, output: seen.append(output))
-    try:
-        with torch.enable_grad():
-            out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
-            (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), seen[-1])
-    finally:
-        handle.remove()
+    site = f"blocks.{len(model.blocks) - 1}.ln1.hook_normalized"  # the last block's normed input, as grad-cam's
+    with torch.enable_grad(), model.hooks([(site, lambda x, hook: seen.append(x))]):
+        out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
+        (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), seen[-1])
     return rel.gradcam(seen[-1].detach(), grad, scorer.layout)[0]
 
 
@@ -490,6 +493,13 @@ class Explanation:
     @property
     def grid(self) -> tuple[int, int]:
         return self.layout.grid
+
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the map over the image and, when measured, its faithfulness curves."""
+        from .notebook import png
+
+        curves = [perturbation_figure([self])] if self.faithfulness is not None else []
+        return png(map_figure(self), *curves)
 
 
 @dataclass

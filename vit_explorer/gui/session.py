@@ -207,7 +207,7 @@ class Session(QObject):
             self.attention = replace(self.attention, mode="mean of heads")
             self.attention_changed.emit()
         self.mask = np.zeros(self.grid, bool)
-        self.head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
+        self.head_mask = np.ones((cfg.num_blocks, cfg.num_heads), np.float32)
         self.layer = min(self.layer, self.num_layers - 1)
         self.head = min(self.head, cfg.num_heads - 1)
         self.heads = None

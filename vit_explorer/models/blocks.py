@@ -3,36 +3,28 @@
 block, and the attention-pool (MAP) head. Parameter names follow timm's so checkpoints map
 one to one.
 
-Attention capture: the output always comes from the fused `scaled_dot_product_attention` (except
-with talking heads, which mix heads around the softmax), so capturing never changes what the model
-computes; `rows=ALL` also forms the (B, heads, N, N) probabilities explicitly, a list of query
-indices only those rows, `rows=None` none. `rows=GRAD` is the one exception, for gradient-based
-relevance: every row is formed and the output is computed from them (`probs @ v`), so the probabilities
-are in the output's autograd graph and their gradient is the real one (the same numbers to ~1e-6).
+Each block calls its named hook sites (models/hooks.py, TransformerLens's names) as it runs. Attention runs the
+fused `scaled_dot_product_attention` unless a hook sits on the block's `attn.hook_pattern` or
+`attn.hook_attn_scores` (or the block has talking heads, which mix heads around the softmax): then the
+probabilities are formed explicitly, the hooks see them, and the output is computed from what they return, so a
+replaced pattern changes the output and a backward hook sees the real gradient (the same numbers as the fused
+kernel to ~1e-6).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .hooks import HookPoint
 from .norms import make_norm
 from .position import SCHEMES, apply_rope
 
 if TYPE_CHECKING:
     from .config import ViTConfig
-
-ALL = "all"  # capture every query row
-GRAD = "grad"  # every row, with the output computed from them (their gradient is the output's)
-Rows = Sequence[int] | str | None
-# A block's edit (site, value) -> value: it reads, and may replace, what the block computes at a site:
-# "resid" its input (B, T, D), "head" each head's output before the projection (B, heads, T, hd), "attn" and
-# "mlp" what each branch adds to the stream, LayerScale included (B, T, D). None: the plain forward pass.
-Edit = Callable[[str, torch.Tensor], torch.Tensor]
 
 
 class LayerScale(nn.Module):
@@ -84,9 +76,12 @@ class Mlp(nn.Module):
         self.norm = make_norm(norm_kind, hidden, eps) if norm else nn.Identity()
         self.fc2 = nn.Linear(hidden, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
+        self.hook_pre = HookPoint("hook_pre")  # (B, T, hidden) before the activation
+        self.hook_post = HookPoint("hook_post")  # (B, T, hidden) the hidden activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.drop2(self.fc2(self.norm(self.drop1(self.act(self.fc1(x))))))
+        hidden = self.hook_post(self.act(self.hook_pre(self.fc1(x))))  # (B, T, hidden)
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(self.drop1(hidden))))
         return out
 
 
@@ -104,10 +99,13 @@ class SwiGLU(nn.Module):
         self.norm = make_norm(norm_kind, hidden, eps) if norm else nn.Identity()
         self.fc2 = nn.Linear(hidden, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
+        self.hook_pre = HookPoint("hook_pre")  # (B, T, hidden) the gate before its activation
+        self.hook_pre_linear = HookPoint("hook_pre_linear")  # (B, T, hidden) the value half
+        self.hook_post = HookPoint("hook_post")  # (B, T, hidden) the gated activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden: torch.Tensor = self.drop1(self.act(self.fc1_g(x)) * self.fc1_x(x))
-        out: torch.Tensor = self.drop2(self.fc2(self.norm(hidden)))
+        hidden = self.hook_post(self.act(self.hook_pre(self.fc1_g(x))) * self.hook_pre_linear(self.fc1_x(x)))
+        out: torch.Tensor = self.drop2(self.fc2(self.norm(self.drop1(hidden))))
         return out
 
 
@@ -119,11 +117,9 @@ def make_mlp(config: ViTConfig, ratio: float) -> nn.Module:
     return Mlp(d, hidden, config.drop_rate, config.mlp, config.mlp_norm, eps, norm_kind=kind, bias=bias)
 
 
-def _mask_heads(out: torch.Tensor, head_mask: torch.Tensor | None) -> torch.Tensor:
-    """Zero whole heads of out (B, H, T, hd): applied to each head's output, so exact on any path."""
-    if head_mask is None:
-        return out
-    return out * head_mask.to(out.device, out.dtype).view(1, -1, 1, 1)
+def _heads_site(site: HookPoint, x: torch.Tensor) -> torch.Tensor:
+    """A per-head site sees (B, T, heads, hd), TransformerLens's layout; attention computes in (B, heads, T, hd)."""
+    return site(x.transpose(1, 2)).transpose(1, 2) if site.active else x
 
 
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -155,6 +151,12 @@ class Attention(nn.Module):
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(dim, dim, bias=config.proj_bias)
         self.proj_drop = nn.Dropout(config.drop_rate)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint("hook_q"), HookPoint("hook_k"), HookPoint("hook_v")
+        if SCHEMES[config.pos_embed].rotates:  # after the rotation, as TransformerLens's
+            self.hook_rot_q, self.hook_rot_k = HookPoint("hook_rot_q"), HookPoint("hook_rot_k")
+        self.hook_attn_scores = HookPoint("hook_attn_scores")  # (B, H, N, N) before the softmax
+        self.hook_pattern = HookPoint("hook_pattern")  # (B, H, N, N) the probabilities
+        self.hook_z = HookPoint("hook_z")  # (B, N, H, hd) each head's output, before the output projection
 
     def project_qkv(self, x: torch.Tensor) -> torch.Tensor:
         if not hasattr(self, "q_bias"):
@@ -163,48 +165,56 @@ class Attention(nn.Module):
         return F.linear(x, self.qkv.weight, bias)
 
     def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None,
-                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """bias: (heads, N, N) added to the logits (BEiT's relative position bias)."""
+                num_prefix: int = 0) -> torch.Tensor:
+        """x (B, N, D) -> (B, N, D); bias: (heads, N, N) added to the logits (BEiT's relative position bias)."""
         b, n, c = x.shape
         qkv = self.project_qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # each (B, H, N, hd)
+        q, k, v = _heads_site(self.hook_q, q), _heads_site(self.hook_k, k), _heads_site(self.hook_v, v)
         if rope is not None:
             q, k = apply_rope(q, rope, num_prefix, self.rope_half), apply_rope(k, rope, num_prefix, self.rope_half)
+            q, k = _heads_site(self.hook_rot_q, q), _heads_site(self.hook_rot_k, k)
         if bias is not None:
             bias = bias.to(q.dtype)
-
-        probs = None
-        if self.talking_heads:  # heads mix around the softmax: no fused kernel computes that
-            logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
-            if bias is not None:
-                logits = logits + bias
-            logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-            probs = _softmax(logits)
-            probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-            out = self.attn_drop(probs) @ v  # (B, H, N, hd)
-            probs = None if rows is None else probs if rows in (ALL, GRAD) else probs[:, :, list(rows)]
-        elif rows == GRAD:  # the output from the explicit probabilities, so they are in its graph
-            logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
-            probs = (logits if bias is None else logits + bias).softmax(dim=-1)
-            out = self.attn_drop(probs) @ v  # (B, H, N, hd)
+        if self.talking_heads or self.hook_pattern.active or self.hook_attn_scores.active:
+            out = self.attend(q, k, v, bias)  # (B, H, N, hd)
         else:
             drop = self.attn_drop.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=drop)  # (B, H, N, hd)
-            if rows is not None:  # the output stays the fused kernel's, so capturing never changes it
-                q_rows = q if rows == ALL else q[:, :, list(rows)]
-                logits = (q_rows * self.scale) @ k.transpose(-2, -1)  # (B, H, R, N)
-                if bias is not None:
-                    logits = logits + (bias if rows == ALL else bias[:, list(rows)])
-                probs = _softmax(logits)
-        out = _mask_heads(out, head_mask)
-        if edit is not None:
-            out = edit("head", out)  # (B, H, N, hd)
-        out = out.transpose(1, 2).reshape(b, n, c)
-        return self.proj_drop(self.proj(out)), probs
+        z = self.hook_z(out.transpose(1, 2))  # (B, N, H, hd)
+        return self.proj_drop(self.proj(z.reshape(b, n, c)))
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """The explicit path: scores, softmax (talking heads mix heads around it), the pattern site, then A v."""
+        logits = (q * self.scale) @ k.transpose(-2, -1)  # (B, H, N, N)
+        if bias is not None:
+            logits = logits + bias
+        if self.talking_heads:
+            logits = self.proj_l(logits.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        logits = self.hook_attn_scores(logits)
+        probs = _softmax(logits) if not self.hook_attn_scores.active else logits.softmax(dim=-1)
+        if self.talking_heads:
+            probs = self.proj_w(probs.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        probs = self.hook_pattern(probs)  # (B, H, N, N)
+        out: torch.Tensor = self.attn_drop(probs) @ v  # (B, H, N, hd)
+        return out
 
 
-class Block(nn.Module):
+class StreamBlock(nn.Module):
+    """A block's residual-stream sites; each branch's output includes its LayerScale and drop-path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook_resid_pre = HookPoint("hook_resid_pre")
+        self.hook_ln1 = HookPoint("ln1.hook_normalized")
+        self.hook_attn_out = HookPoint("hook_attn_out")
+        self.hook_resid_mid = HookPoint("hook_resid_mid")
+        self.hook_ln2 = HookPoint("ln2.hook_normalized")
+        self.hook_mlp_out = HookPoint("hook_mlp_out")
+        self.hook_resid_post = HookPoint("hook_resid_post")
+
+
+class Block(StreamBlock):
     """Pre-norm transformer block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
     def __init__(self, config: ViTConfig, drop_path: float) -> None:
@@ -219,18 +229,15 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(drop_path)
 
+
     def forward(self, x: torch.Tensor, *, rope: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                num_prefix: int = 0, head_mask: torch.Tensor | None = None, rows: Rows = None,
-                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if edit is not None:
-            x = edit("resid", x)
-        attn_out, probs = self.attn(self.norm1(x), rope=rope, bias=bias, num_prefix=num_prefix, head_mask=head_mask,
-                                    rows=rows, edit=edit)
-        branch = self.drop_path1(self.ls1(attn_out))
-        x = x + (branch if edit is None else edit("attn", branch))
-        branch = self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        x = x + (branch if edit is None else edit("mlp", branch))
-        return x, probs
+                num_prefix: int = 0) -> torch.Tensor:
+        x = self.hook_resid_pre(x)  # (B, T, D)
+        attn_out = self.attn(self.hook_ln1(self.norm1(x)), rope=rope, bias=bias, num_prefix=num_prefix)
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.drop_path1(self.ls1(attn_out))))
+        mlp_out = self.hook_mlp_out(self.drop_path2(self.ls2(self.mlp(self.hook_ln2(self.norm2(x))))))
+        out: torch.Tensor = self.hook_resid_post(x + mlp_out)  # (B, T, D)
+        return out
 
 
 class ClassAttention(nn.Module):
@@ -248,31 +255,28 @@ class ClassAttention(nn.Module):
         self.attn_drop = nn.Dropout(config.attn_drop_rate)
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(config.drop_rate)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint("hook_q"), HookPoint("hook_k"), HookPoint("hook_v")
+        self.hook_pattern = HookPoint("hook_pattern")  # (B, H, 1, N): one row per head, the query is [CLS]
+        self.hook_z = HookPoint("hook_z")  # (B, 1, H, hd)
 
-    def forward(self, u: torch.Tensor, *, head_mask: torch.Tensor | None = None, capture: bool | str = False,
-                edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """capture: True forms the probabilities beside the fused output, GRAD computes the output from them."""
-        b, n, c = u.shape  # u = [CLS; patches]
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """u = [CLS; patches] (B, 1+N, D) -> [CLS]'s update (B, 1, D)."""
+        b, n, c = u.shape
         q = self.q(u[:, :1]).reshape(b, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, 1, hd)
         k = self.k(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(u).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        drop = self.attn_drop.p if self.training else 0.0
-        probs = None
-        if capture == GRAD:  # the output from the explicit probabilities, so they are in its graph
-            probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N)
+        q, k, v = _heads_site(self.hook_q, q), _heads_site(self.hook_k, k), _heads_site(self.hook_v, v)
+        if self.hook_pattern.active:
+            probs = self.hook_pattern(((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1))  # (B, H, 1, N)
             out = self.attn_drop(probs) @ v  # (B, H, 1, hd)
         else:
+            drop = self.attn_drop.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=drop)  # (B, H, 1, hd)
-        if capture is True:  # beside the fused output, which capturing never changes
-            probs = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)  # (B, H, 1, N): one row per head
-        out = _mask_heads(out, head_mask)
-        if edit is not None:
-            out = edit("head", out)  # (B, H, 1, hd)
-        out = out.transpose(1, 2).reshape(b, 1, c)
-        return self.proj_drop(self.proj(out)), probs
+        z = self.hook_z(out.transpose(1, 2))  # (B, 1, H, hd)
+        return self.proj_drop(self.proj(z.reshape(b, 1, c)))
 
 
-class ClassAttentionBlock(nn.Module):
+class ClassAttentionBlock(StreamBlock):
     """CaiT's class-attention block: updates [CLS] only, reading the (frozen) patch tokens."""
 
     def __init__(self, config: ViTConfig) -> None:
@@ -287,25 +291,24 @@ class ClassAttentionBlock(nn.Module):
         self.ls2 = LayerScale(dim, layer_scale) if layer_scale is not None else nn.Identity()
         self.drop_path2 = DropPath(0.0)
 
-    def forward(self, patches: torch.Tensor, cls: torch.Tensor, *, head_mask: torch.Tensor | None = None,
-                capture: bool | str = False, edit: Edit | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """edit: as Block's at the sites "head", "attn" and "mlp" ([CLS]'s alone); the model edits "resid"."""
-        u = torch.cat([cls, patches], dim=1)  # (B, 1+N, D)
-        attn_out, probs = self.attn(self.norm1(u), head_mask=head_mask, capture=capture, edit=edit)
-        branch = self.drop_path1(self.ls1(attn_out))
-        cls = cls + (branch if edit is None else edit("attn", branch))
-        branch = self.drop_path2(self.ls2(self.mlp(self.norm2(cls))))
-        cls = cls + (branch if edit is None else edit("mlp", branch))
-        return cls, probs
+    def forward(self, patches: torch.Tensor, cls: torch.Tensor) -> torch.Tensor:
+        """[CLS] (B, 1, D) reads itself and the patches (B, N, D); its hook_resid_pre (the whole sequence it reads)
+        is called by the model, which owns the sequence; the other stream sites hold [CLS] alone."""
+        attn_out = self.attn(self.hook_ln1(self.norm1(torch.cat([cls, patches], dim=1))))  # (B, 1, D)
+        cls = self.hook_resid_mid(cls + self.hook_attn_out(self.drop_path1(self.ls1(attn_out))))
+        mlp_out = self.hook_mlp_out(self.drop_path2(self.ls2(self.mlp(self.hook_ln2(self.norm2(cls))))))
+        out: torch.Tensor = self.hook_resid_post(cls + mlp_out)  # (B, 1, D)
+        return out
 
 
-def _attend_latent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, capture: bool | str
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A pool's latent query (B, H, 1, hd) over keys and values (B, H, N, hd): its output (B, H, 1, hd) and, when
-    captured, its attention (B, H, 1, N); with GRAD the output is computed from that attention (in its graph)."""
-    probs = ((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1) if capture else None
-    out = probs @ v if capture == GRAD and probs is not None else F.scaled_dot_product_attention(q, k, v)
-    return out, probs
+def _attend_latent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, site: HookPoint
+                   ) -> torch.Tensor:
+    """A pool's latent query (B, H, 1, hd) over keys and values (B, H, N, hd): its output (B, H, 1, hd); with a hook
+    at the pattern site the attention (B, H, 1, N) is formed, shown to it, and the output computed from it."""
+    if not site.active:
+        return F.scaled_dot_product_attention(q, k, v)
+    out: torch.Tensor = site(((q * scale) @ k.transpose(-2, -1)).softmax(dim=-1)) @ v
+    return out
 
 
 class _LatentPool(nn.Module):
@@ -317,6 +320,7 @@ class _LatentPool(nn.Module):
         self.head_dim = config.embed_dim // self.num_heads
         self.scale = self.head_dim**-0.5
         self.latent = nn.Parameter(torch.zeros(1, 1, config.embed_dim))
+        self.hook_pattern = HookPoint("hook_pattern")  # (B, heads, 1, N): the latent query over the tokens
 
 
 class AttentionPool(_LatentPool):
@@ -334,16 +338,16 @@ class AttentionPool(_LatentPool):
         self.norm = make_norm(config.norm, dim, config.layer_norm_eps)
         self.mlp = Mlp(dim, config.pool_mlp_hidden, config.drop_rate, config.mlp)
 
-    def forward(self, x: torch.Tensor, capture: bool | str = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, N, D) -> pooled (B, D), and with `capture` the latent's attention (B, heads, 1, N) (GRAD: the
-        output computed from it, so it is in the output's graph)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, N, D) -> pooled (B, D)."""
         b, n, c = x.shape
         q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         kv = self.kv(x).reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = kv.unbind(0)  # (B, H, N, hd)
-        out, probs = _attend_latent(q, k, v, self.scale, capture)
+        out = _attend_latent(q, k, v, self.scale, self.hook_pattern)
         out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
-        return out + self.mlp(self.norm(out)), probs
+        pooled: torch.Tensor = out + self.mlp(self.norm(out))
+        return pooled
 
 
 class QueryPool(_LatentPool):
@@ -358,12 +362,12 @@ class QueryPool(_LatentPool):
         self.v = nn.Linear(dim, dim, bias=config.qkv_bias)
         self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, capture: bool | str = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, N, D) -> pooled (B, D), and with `capture` the query's attention (B, heads, 1, N) (GRAD: the output
-        computed from it, as AttentionPool's)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, N, D) -> pooled (B, D)."""
         b, n, c = x.shape
         q = self.latent.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(b, -1, -1, -1)
         k = self.k(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, N, hd)
         v = self.v(x).reshape(b, n, self.num_heads, self.head_dim).transpose(1, 2)
-        out, probs = _attend_latent(q, k, v, self.scale, capture)
-        return self.proj(out.transpose(1, 2).reshape(b, c)), probs
+        out = _attend_latent(q, k, v, self.scale, self.hook_pattern)
+        pooled: torch.Tensor = self.proj(out.transpose(1, 2).reshape(b, c))
+        return pooled

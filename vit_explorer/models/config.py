@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from . import pooling
 from .norms import NORMS
 from .position import SCHEMES, Rotary2D
 from .stems import HYBRID_LAYERS, HYBRID_WIDTHS, hybrid_parameters
@@ -16,10 +17,7 @@ from .stems import STEMS as STEM_CLASSES
 STEMS = tuple(STEM_CLASSES)  # described in stems.py
 PREFIX_TOKENS = ("cls", "cls+dist", "none")
 PREFIX_NAMES = {"cls": ("cls",), "cls+dist": ("cls", "dist"), "none": ()}  # learned tokens in front of the patches
-# what the head reads: [CLS], the mean of the patch tokens, or an attention-pool (MAP) head over them (SigLIP)
-POOLS: tuple[str, ...] = ("cls", "gap", "map", "query")  # query: AIMv2's attention pool with the learned query as it is
-# transformers' DINOv2 classifiers: the head reads [CLS] concatenated with the mean of the patch tokens (2D wide)
-POOLS += ("cls+mean",)
+POOLS = tuple(pooling.POOLS)  # what the head reads: the pooling heads' table (pooling.py)
 # the MLP of each block: GELU (exact), GELU's tanh approximation (SigLIP in HF), CLIP's quick-GELU
 # x * sigmoid(1.702 x), or SwiGLU silu(x W_g) * (x W_x) (DINOv2-giant, EVA-02)
 MLPS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
@@ -163,7 +161,7 @@ class ViTConfig:
         for name in ("patch_size", "in_chans", "embed_dim", "num_heads"):
             _need(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
         _need(self.depth >= 0 and self.class_attn_depth >= 0, "depth and class_attn_depth must be >= 0")
-        _need(self.depth + self.class_attn_depth >= 1, "the model needs at least one block (depth >= 1)")
+        _need(self.num_blocks >= 1, "the model needs at least one block (depth >= 1)")
         _need(self.num_classes >= 0, f"num_classes must be >= 0, got {self.num_classes}")
         _need(self.reg_tokens >= 0 and self.proj_dim >= 0, "reg_tokens and proj_dim must be >= 0")
         _need(len(self.image_size) == 2, f"image_size must be (H, W), got {self.image_size}")
@@ -297,6 +295,12 @@ class ViTConfig:
         return self.embed_dim // self.num_heads
 
     @property
+    def num_blocks(self) -> int:
+        """Every block with attention heads: the self-attention blocks, then CaiT's class-attention blocks (the rows
+        of a head mask, the layers of the logit's parts)."""
+        return self.depth + self.class_attn_depth
+
+    @property
     def grid_size(self) -> tuple[int, int]:
         return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
 
@@ -331,7 +335,7 @@ class ViTConfig:
     @property
     def pooled_dim(self) -> int:
         """The width of what the head reads: D, or 2D for [CLS] beside the mean of the patches."""
-        return 2 * self.embed_dim if self.pool == "cls+mean" else self.embed_dim
+        return pooling.POOLS[self.pool].width(self.embed_dim)
 
     @property
     def distilled(self) -> bool:

@@ -192,6 +192,7 @@ class Scheme:
     additive = False  # adds one vector per token to the embedded tokens (the PE similarity views need this)
     resampled = False  # a learned table trained for one grid, resampled for other grids
     prefix_table = False  # the table can hold rows for prefix tokens (`pos_embed_prefix`)
+    rotates = False  # turns queries and keys inside attention (RoPE)
     rope_half = False  # RoPE turns dimension i with i + head_dim/2 (DINOv3), not 2i with 2i+1
     note = "no position embedding: the model sees the patches as an unordered set"  # what the PE views say
 
@@ -327,6 +328,7 @@ class NoPosition(Scheme):
 
 class Rotary2D(Scheme):
     name, label = "rope", "RoPE (2D rotary)"
+    rotates = True
     note = "rotary position embedding acts inside attention: queries and keys turn by the patch's row and column"
 
     def check(self, config: ViTConfig) -> str | None:

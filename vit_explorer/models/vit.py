@@ -3,53 +3,54 @@ MAE, DeiT III, BEiT and EVA-02 in one readable forward pass.
 
 Token layout inside the self-attention blocks: [prefix tokens][patches in raster order], with
 prefix = (), ("cls",) or ("cls", "dist"), followed by register tokens ("reg0", ...) if any. CaiT has
-no prefix there; its [CLS] joins in the class-attention stage. `forward_intermediates` is the single
-call that exposes every stage.
+no prefix there; its [CLS] joins in the class-attention stage. Every stage is a named hook site
+(models/hooks.py: `run_with_cache`, `run_with_hooks`, `hook_dict`, TransformerLens's names);
+`forward_intermediates` returns the stages views ask for by their stable capture names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from functools import partial
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
 
 from . import position
-from .blocks import ALL, GRAD, AttentionPool, Block, ClassAttentionBlock, QueryPool, Rows
+from .blocks import Block, ClassAttentionBlock
 from .config import ConfigError, TokenLayout, ViTConfig
+from .hooks import HookedMixin, HookFn, HookPoint
 from .norms import make_norm
+from .pooling import POOLS
 from .stems import make_stem
 
 EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedded")
 CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pool_attention",
                                "pre_logits")
 MASK_MODES = ("replace", "bert")
-AttentionHook = Callable[[int, torch.Tensor], None]  # (block index, (B, heads, R, T) probabilities)
-# (block index, site, value) -> value: blocks.Edit for every block; CaiT's class-attention blocks are counted
-# after the self-attention blocks, and their "resid" is the whole sequence [CLS; patches] they read
-StreamEdit = Callable[[int, str, torch.Tensor], torch.Tensor]
+# a capture name -> the sites whose values it holds: one tensor, or a list with one per block (per
+# class-attention block); attentions come back as (B, heads, T, T), class attentions as (B, heads, 1, 1+N)
+STAGE_SITES = {"stem": "hook_stem", "patches": "hook_embed", "masked": "hook_masked",
+               "with_prefix": "hook_with_prefix", "with_pos": "hook_with_pos", "embedded": "hook_embedded",
+               "pool_attention": "attn_pool.hook_pattern", "pre_logits": "hook_pooled"}
+BLOCK_SITES = {"hidden_states": ("blocks", "hook_resid_post"), "attentions": ("blocks", "attn.hook_pattern"),
+               "class_tokens": ("class_blocks", "hook_resid_post"),
+               "class_attentions": ("class_blocks", "attn.hook_pattern")}
 
 
-class Captures:
-    """The intermediate values one forward pass was asked for, by name (see CAPTURE_KEYS)."""
-
-    def __init__(self, capture: Iterable[str] | str) -> None:
-        if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
-            capture = CAPTURE_KEYS if capture == "all" else (capture,)
-        self.want = set(capture)
-        unknown = self.want - set(CAPTURE_KEYS)
-        if unknown:
-            raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
-        self.values: dict[str, Any] = {}
-
-    def keep(self, name: str, value: Any) -> None:
-        if name in self.want:
-            self.values[name] = value
+def _capture_names(capture: Iterable[str] | str) -> set[str]:
+    if isinstance(capture, str):  # 'all' or a single name; set('attentions') would be its letters
+        capture = CAPTURE_KEYS if capture == "all" else (capture,)
+    want = set(capture)
+    unknown = want - set(CAPTURE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown capture keys {sorted(unknown)}; choose from {CAPTURE_KEYS}")
+    return want
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(HookedMixin, nn.Module):
+    attn_pool: nn.Module  # an attention pool's module (pooling.Pool.module), where the pool has one
     def __init__(self, config: ViTConfig) -> None:
         super().__init__()
         self.config = config
@@ -82,16 +83,28 @@ class VisionTransformer(nn.Module):
         # the final norm: on every token, or (fc_norm) on the pooled vector
         self.norm = nn.Identity() if config.fc_norm else make_norm(config.norm, d, eps)
         self.fc_norm = make_norm(config.norm, d, eps) if config.fc_norm else nn.Identity()
-        if config.pool in ("map", "query"):
-            self.attn_pool: AttentionPool | QueryPool = AttentionPool(config) if config.pool == "map" else \
-                QueryPool(config)
+        self.pool = POOLS[config.pool]
+        pool_module = self.pool.module(config)
+        if pool_module is not None:
+            self.attn_pool = pool_module
         if config.proj_dim:
             self.proj = nn.Linear(config.pooled_dim, config.proj_dim, bias=False)
         self.head_drop = nn.Dropout(config.drop_rate)
         self.head = nn.Linear(config.pooled_dim, config.num_classes) if config.num_classes else nn.Identity()
         if config.distilled and config.dist_head:
             self.head_dist = nn.Linear(d, config.num_classes) if config.num_classes else nn.Identity()
+        # the embedding's sites, in the order the pass reaches them
+        self.hook_stem = HookPoint("hook_stem")  # (B, D, gh, gw) the stem's output
+        self.hook_embed = HookPoint("hook_embed")  # (B, N, D) the patch tokens
+        self.hook_masked = HookPoint("hook_masked")  # (B, N, D) after [MASK] replaced the masked patches
+        self.hook_with_prefix = HookPoint("hook_with_prefix")  # (B, T, D) [CLS], distillation, registers in front
+        self.hook_pos_embed = HookPoint("hook_pos_embed")  # (1, T, D) the additive position embedding, as added
+        self.hook_with_pos = HookPoint("hook_with_pos")  # (B, T, D)
+        self.hook_embedded = HookPoint("hook_embedded")  # (B, T, D) what the first block reads
+        self.hook_ln_final = HookPoint("ln_final.hook_normalized")  # (B, T, D) after the final norm
+        self.hook_pooled = HookPoint("hook_pooled")  # (B, pooled_dim) what the head reads
         self.init_weights()
+        self.name_hooks()
 
     # ------------------------------------------------------------------ setup
     def init_weights(self) -> None:
@@ -185,16 +198,6 @@ class VisionTransformer(nn.Module):
         out = torch.where(use_random[..., None], shuffled, patches)
         return torch.where(use_mask[..., None], token, out)
 
-    @staticmethod
-    def _check_rows(attn_rows: Rows, n_tokens: int) -> list[int]:
-        if isinstance(attn_rows, str) or attn_rows is None:
-            raise ValueError(f"attn_rows must be 'all' or a list of query indices, got {attn_rows!r}")
-        rows = [int(r) for r in attn_rows]
-        bad = [r for r in rows if not 0 <= r < n_tokens]
-        if bad:
-            raise ValueError(f"attn_rows {bad} out of range: this input has {n_tokens} tokens (0..{n_tokens - 1})")
-        return rows
-
     # ------------------------------------------------------------------ the forward pass
     def forward_intermediates(
         self,
@@ -204,154 +207,138 @@ class VisionTransformer(nn.Module):
         mask_mode: str = "replace",
         head_mask: torch.Tensor | None = None,
         capture: Iterable[str] | str = (),
-        attn_rows: Rows = ALL,
-        attn_layers: Collection[int] | None = None,
-        attention_hook: AttentionHook | None = None,
         generator: torch.Generator | None = None,
-        edit: StreamEdit | None = None,
     ) -> dict[str, Any]:
-        """Run the model and return, by stable names, what `capture` asks for.
+        """Run the model and return, by stable names, what `capture` asks for (each a hook site's value).
 
         Always returned: 'logits' (B, classes) (DeiT: mean of both heads), 'head_logits'
         ({'cls': ..., 'dist': ...}; only 'cls' when dist_head=False) and 'layout' (TokenLayout).
-        Capturable (capture='all' for every one): see CAPTURE_KEYS. 'attentions' is a list with one
-        (B, heads, R, T) tensor per block, R = T unless `attn_rows` lists query indices;
-        'class_attentions' one (B, heads, 1, 1+N) per class-attention block. head_mask:
-        (layers, heads), 1 keeps a head, 0 removes it; layers = depth + class_attn_depth.
-
-        Attention on demand: only the blocks in `attn_layers` (default: all) form attention
-        probabilities explicitly, the others run the fused kernel; their entries of 'attentions' are
-        None. `attention_hook(block, probs)` sees each of those blocks' probabilities as it runs, so a
-        caller can reduce them (fuse heads, measure distances) without the model keeping them.
-        `edit(block, site, value)` reads and may replace the residual stream, each branch's output or each
-        head's output as the blocks run (see StreamEdit; activation patching, the logit's parts).
-        attn_rows=GRAD: every block's, class-attention block's and the attention pool's probabilities are
-        formed and the outputs computed from them, so gradients with respect to them are the real ones.
+        Capturable (capture='all' for every one): see CAPTURE_KEYS and STAGE_SITES / BLOCK_SITES. 'attentions' is a
+        list with one (B, heads, T, T) tensor per block (capturing them forms them explicitly in every block);
+        'class_attentions' one (B, heads, 1, 1+N) per class-attention block. mask: (B, N) or (N,) bool, the
+        patches [MASK] replaces; head_mask: (num_blocks, heads), 1 keeps a head, 0 removes it (at its hook_z).
+        Hooks added with `add_hook` or `hooks()` run as well.
         """
-        out = Captures(capture)
+        want = _capture_names(capture)
         layout = self._check_inputs(pixel_values, head_mask)
         # a bf16 model runs in bf16: float32 inputs (pixels, head masks) would promote everything they touch
         pixel_values = pixel_values.to(self.dtype)
-        if head_mask is not None:
-            head_mask = head_mask.to(pixel_values.dtype)
-        rows = None
-        if "attentions" in out.want or attention_hook is not None:
-            rows = attn_rows if attn_rows in (ALL, GRAD) else self._check_rows(attn_rows, layout.num_tokens)
-        explicit = range(self.config.depth) if attn_layers is None else set(attn_layers)
-        heads = [None] * (self.config.depth + self.config.class_attn_depth) if head_mask is None else list(head_mask)
-        x = self.embed(pixel_values, layout, out, mask=mask, mask_mode=mask_mode, generator=generator)  # (B, T, D)
-        x = self.encode(x, layout, out, heads[:self.config.depth], rows, explicit, attention_hook, edit)  # (B, T, D)
-        grad = attn_rows == GRAD and rows is not None
-        x = self.attend_class(x, out, heads[self.config.depth:], edit, grad)  # CaiT: (B, 1+N, D)
-        head_logits = self.classify(x, layout, out, grad)
+        values: dict[str, Any] = {}
+        with self._pass_edits(mask, mask_mode, generator, head_mask), self._capturing(want, values):
+            x = self.embed(pixel_values, layout)  # (B, T, D)
+            x = self.encode(x, layout)  # (B, T, D)
+            x = self.attend_class(x)  # CaiT: (B, 1+N, D)
+            head_logits = self.classify(x, layout)
         if "dist" in head_logits:
             logits = (head_logits["cls"] + head_logits["dist"]) / 2  # DeiT: average of both heads
         else:
             (logits,) = head_logits.values()
-        return {**out.values, "logits": logits, "head_logits": head_logits, "layout": layout}
+        return {**values, "logits": logits, "head_logits": head_logits, "layout": layout}
+
+    @contextmanager
+    def _first_hooks(self, hooks: list[tuple[HookPoint, HookFn]]) -> Iterator[None]:
+        """Hooks that run before every other at their sites, for one pass: what the model's inputs ask of it."""
+        for point, fn in hooks:
+            point.fwd.insert(0, fn)
+        try:
+            yield
+        finally:
+            for point, fn in hooks:
+                point.fwd.remove(fn)
+
+    def _pass_edits(self, mask: torch.Tensor | None, mask_mode: str, generator: torch.Generator | None,
+                    head_mask: torch.Tensor | None) -> Any:
+        """[MASK] at hook_masked and the head mask at each block's attn.hook_z, as hooks of this pass."""
+        hooks: list[tuple[HookPoint, HookFn]] = []
+        if mask is not None:
+            if mask_mode not in MASK_MODES:
+                raise ValueError(f"mask mode must be one of {MASK_MODES}, got {mask_mode!r}")
+            hooks.append((self.hook_masked, lambda x, hook: self.apply_mask(x, mask, mask_mode, generator)))
+        if head_mask is not None:
+            for block, keep in zip(self.all_blocks(), head_mask.to(self.dtype), strict=True):
+                hooks.append((block.attn.hook_z, _head_mask(keep)))
+        return self._first_hooks(hooks)
+
+    def _capturing(self, want: set[str], values: dict[str, Any]) -> Any:
+        """Hooks that keep the captured values (in the autograd graph, as the pass computed them)."""
+        fwd: list[tuple[str, HookFn]] = []
+        for key in want & set(STAGE_SITES):
+            if STAGE_SITES[key] in self.hook_dict:
+                fwd.append((STAGE_SITES[key], _keeper(values, key)))
+        for key in want & set(BLOCK_SITES):
+            stack, site = BLOCK_SITES[key]
+            if not len(getattr(self, stack)):
+                continue
+            values[key] = []
+            for i in range(len(getattr(self, stack))):
+                fwd.append((f"{stack}.{i}.{site}", _keeper(values, key, append=True)))
+        return self.hooks(fwd)
+
+    def all_blocks(self) -> list[Block | ClassAttentionBlock]:
+        """The self-attention blocks, then CaiT's class-attention blocks: num_blocks in all."""
+        return [*self.blocks, *self.class_blocks]
 
     def _check_inputs(self, pixel_values: torch.Tensor, head_mask: torch.Tensor | None) -> TokenLayout:
         cfg = self.config
         if pixel_values.ndim != 4 or pixel_values.shape[1] != cfg.in_chans:
             raise ValueError(f"expected images (B, {cfg.in_chans}, H, W), got {tuple(pixel_values.shape)}")
         self.check_image_size(pixel_values.shape[2], pixel_values.shape[3])
-        n_layers = cfg.depth + cfg.class_attn_depth
+        n_layers = cfg.num_blocks
         if head_mask is not None and tuple(head_mask.shape) != (n_layers, cfg.num_heads):
             raise ValueError(f"head_mask must have shape ({n_layers}, {cfg.num_heads}), got {tuple(head_mask.shape)}")
         return self.layout((pixel_values.shape[2], pixel_values.shape[3]))
 
-    def embed(self, pixel_values: torch.Tensor, layout: TokenLayout, out: Captures, *,
-              mask: torch.Tensor | None = None, mask_mode: str = "replace",
-              generator: torch.Generator | None = None) -> torch.Tensor:
+    def embed(self, pixel_values: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
         """Image -> the token sequence the blocks read, (B, T, D); stages 1-4 of the forward pass."""
         b = pixel_values.shape[0]
         # 1. stem: image -> grid of patch embeddings -> sequence in raster order
-        feat = self.patch_embed(pixel_values)  # (B, D, gh, gw)
-        out.keep("stem", feat)
-        x = self.embed_norm(feat.flatten(2).transpose(1, 2))  # (B, N, D); AIMv2 norms the patch embeddings
-        out.keep("patches", x)
+        feat = self.hook_stem(self.patch_embed(pixel_values))  # (B, D, gh, gw)
+        x = self.hook_embed(self.embed_norm(feat.flatten(2).transpose(1, 2)))  # (B, N, D); AIMv2 norms them
 
-        # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added
-        if mask is not None:
-            x = self.apply_mask(x, mask, mask_mode, generator)
-        out.keep("masked", x)
+        # 2. [MASK] replaces chosen patch embeddings before prefix tokens and PE are added (a hook of the pass)
+        x = self.hook_masked(x)
 
         # 3. prefix tokens ([CLS], distillation, registers) in front of the patches
         prefix = [getattr(self, f"{name}_token") for name in self.prefix_names if not name.startswith("reg")]
         if self.config.reg_tokens:
             prefix.append(self.reg_token)  # (1, R, D): every register at once
-        x = torch.cat([token.expand(b, -1, -1) for token in prefix] + [x], dim=1)  # (B, P+N, D)
-        out.keep("with_prefix", x)
+        x = self.hook_with_prefix(torch.cat([token.expand(b, -1, -1) for token in prefix] + [x], dim=1))  # (B, T, D)
 
         # 4. position embedding (additive schemes), then dropout and (CLIP) the pre-norm
         pe = self.position_embedding(layout.grid)
         if pe is not None:
-            x = x + pe.to(x.dtype)[None]  # (B, P+N, D)
-        out.keep("with_pos", x)
-        x = self.norm_pre(self.pos_drop(x))
-        out.keep("embedded", x)
-        return x
+            x = x + self.hook_pos_embed(pe.to(x.dtype)[None])  # (B, P+N, D)
+        x = self.hook_with_pos(x)
+        return self.hook_embedded(self.norm_pre(self.pos_drop(x)))
 
-    def encode(self, x: torch.Tensor, layout: TokenLayout, out: Captures, head_masks: list[torch.Tensor | None],
-               rows: Rows, explicit: Collection[int], hook: AttentionHook | None,
-               edit: StreamEdit | None = None) -> torch.Tensor:
-        """5. the self-attention blocks. rows: the attention rows to form in the blocks in `explicit`
-        (None: none anywhere, the fused path); each block's probabilities go to `hook`, and are kept
-        only when 'attentions' is captured."""
+    def encode(self, x: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+        """5. the self-attention blocks."""
         rope = self.rope_angles(layout.grid)
-        hidden: list[torch.Tensor] = []
-        attentions: list[torch.Tensor | None] = []
-        for i, (block, head_mask) in enumerate(zip(self.blocks, head_masks, strict=True)):
-            block_rows = rows if i in explicit else None
+        for block in self.blocks:
             bias = self.pos_scheme.attention_bias(block, self.config, layout.grid, layout.num_prefix_tokens)
-            x, probs = block(x, rope=rope, bias=bias, num_prefix=layout.num_prefix_tokens, head_mask=head_mask,
-                             rows=block_rows, edit=None if edit is None else partial(edit, i))
-            if "hidden_states" in out.want:  # holding on to unwanted states would keep depth x (B, T, D) alive
-                hidden.append(x)
-            if probs is not None and hook is not None:
-                hook(i, probs)
-            if "attentions" in out.want:
-                attentions.append(probs)
-        out.keep("hidden_states", hidden)
-        out.keep("attentions", attentions)
+            x = block(x, rope=rope, bias=bias, num_prefix=layout.num_prefix_tokens)
         return x
 
-    def attend_class(self, x: torch.Tensor, out: Captures, head_masks: list[torch.Tensor | None],
-                     edit: StreamEdit | None = None, grad: bool = False) -> torch.Tensor:
+    def attend_class(self, x: torch.Tensor) -> torch.Tensor:
         """6. CaiT: [CLS] joins now and only it is updated by class attention; other models pass through."""
         if not self.config.class_attn_depth:
             return x
         cls = self.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, D)
-        class_tokens, class_attn = [], []
-        for j, (block, head_mask) in enumerate(zip(self.class_blocks, head_masks, strict=True)):
-            if edit is not None:  # the sequence this block reads; patched patches stay patched for the next ones
-                u = edit(self.config.depth + j, "resid", torch.cat([cls, x], dim=1))  # (B, 1+N, D)
+        for block in self.class_blocks:
+            assert isinstance(block, ClassAttentionBlock)
+            if block.hook_resid_pre.active:  # the sequence this block reads; patched patches stay patched
+                u = block.hook_resid_pre(torch.cat([cls, x], dim=1))  # (B, 1+N, D)
                 cls, x = u[:, :1], u[:, 1:]
-            cls, probs = block(x, cls, head_mask=head_mask, capture=GRAD if grad else "class_attentions" in out.want,
-                               edit=None if edit is None else partial(edit, self.config.depth + j))
-            class_tokens.append(cls)
-            class_attn.append(probs)
-        out.keep("class_tokens", class_tokens)
-        out.keep("class_attentions", class_attn)
+            cls = block(x, cls)
         return torch.cat([cls, x], dim=1)  # (B, 1+N, D)
 
-    def classify(self, x: torch.Tensor, layout: TokenLayout, out: Captures, grad: bool = False
-                 ) -> dict[str, torch.Tensor]:
+    def classify(self, x: torch.Tensor, layout: TokenLayout) -> dict[str, torch.Tensor]:
         """7. final norm, pooling, then the logits of each head: a classifier's, the projection to a
         joint space (CLIP), or with neither the pooled features themselves."""
         cfg = self.config
-        x = self.norm(x)
-        if cfg.pool == "gap":
-            pooled = self.fc_norm(x[:, layout.num_prefix_tokens:].mean(dim=1))  # (B, D), patch tokens only
-        elif cfg.pool in ("map", "query"):
-            start = 0 if cfg.pool_prefix else layout.num_prefix_tokens
-            pooled, probs = self.attn_pool(x[:, start:], GRAD if grad else "pool_attention" in out.want)
-            out.keep("pool_attention", probs)  # (B, heads, 1, N or T): the latent query over the patches (all tokens)
-        elif cfg.pool == "cls+mean":  # transformers' DINOv2 classifiers
-            pooled = torch.cat([x[:, 0], x[:, layout.num_prefix_tokens:].mean(dim=1)], dim=-1)  # (B, 2D)
-        else:
-            pooled = x[:, 0]
-        out.keep("pre_logits", pooled)
+        x = self.hook_ln_final(self.norm(x))
+        pooled = self.pool(self, x, layout)  # an attention pool's attention: attn_pool.hook_pattern
+        pooled = self.hook_pooled(pooled)
         if cfg.proj_dim:
             return {cfg.pool: self.proj(pooled)}
         head_logits = {cfg.pool: self.head(self.head_drop(pooled))}
@@ -363,6 +350,20 @@ class VisionTransformer(nn.Module):
                 head_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, classes); for DeiT with dist_head the mean of the class and distillation heads."""
         return self.forward_intermediates(pixel_values, mask=mask, head_mask=head_mask)["logits"]
+
+
+def _head_mask(keep: torch.Tensor) -> HookFn:
+    """Zero whole heads at a block's hook_z (B, T, heads, hd): keep (heads,) 1 or 0; exact on any path."""
+    return lambda z, hook: z * keep.to(z.device, z.dtype).view(1, 1, -1, 1)
+
+
+def _keeper(values: dict[str, Any], key: str, append: bool = False) -> HookFn:
+    def keep(x: torch.Tensor, hook: HookPoint) -> None:
+        if append:
+            values[key].append(x)
+        else:
+            values[key] = x
+    return keep
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -35,9 +35,9 @@ from ...explore.components import (
     corrupted_inputs,
     decomposition,
     head_shares,
-    layer_shares,
     lens_maps,
     lens_pictures,
+    parts_figure,
     patch_once,
     record_runs,
     run_sweep,
@@ -205,7 +205,7 @@ class ComponentsView(View):
         self.target.addItem("top class", None)
         for i in range(cfg.num_classes):
             self.target.addItem(f"{i}: {loaded.label(i)}", i)
-        self.layer.setRange(0, cfg.depth + cfg.class_attn_depth - 1)
+        self.layer.setRange(0, cfg.num_blocks - 1)
         self.head.setRange(0, cfg.num_heads - 1)
         self.painted = np.zeros(self.session.grid, bool)
         self.note.setText("" if cfg.num_classes else NO_CLASSIFIER)
@@ -408,14 +408,11 @@ class ComponentsView(View):
         self.note.setText("" if loaded.config.num_classes else NO_CLASSIFIER)
         cfg = loaded.config
         self.parts_plots.ci.clear()
-        labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
         what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
-        figures.BarsPlot(self.parts_plots.ci, BarsFigure(
-            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
-            value_format="{:+.3f}"))
+        figures.BarsPlot(self.parts_plots.ci, parts_figure(d, loaded))
         self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
-        grid = head_shares(d, cfg.depth + cfg.class_attn_depth, cfg.num_heads)
+        grid = head_shares(d, cfg.num_blocks, cfg.num_heads)
         top = float(np.abs(grid).max()) or 1.0
         figures.draw_heatmap(self.heads_plots.ci, grid, title=f"{what}: each head's share of the logit",
                              cmap=SHARE_CMAP, levels=(-top, top), colorbar_label="share of the logit",

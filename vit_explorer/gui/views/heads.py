@@ -112,7 +112,7 @@ class HeadsView(View):
         if loaded is None:
             return
         cfg = loaded.config
-        layers = cfg.depth + cfg.class_attn_depth
+        layers = cfg.num_blocks
         for h in range(cfg.num_heads):
             self.grid.addWidget(plain(QLabel(f"head {h}")), 0, h + 1)
         for i in range(layers):
