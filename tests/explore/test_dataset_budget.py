@@ -10,6 +10,7 @@ from vit_explorer.checkpoints import load
 from vit_explorer.checkpoints.memory import BudgetError
 from vit_explorer.explore import budget
 from vit_explorer.explore import dataset as D
+from vit_explorer.jobs import Job
 from vit_explorer.paths import BUNDLED_MODEL
 
 
@@ -18,9 +19,9 @@ def test_features_that_would_not_fit_are_refused_before_the_first_batch(monkeypa
     source = D.open_source("shapes", limit=40)
     each = budget.feature_bytes(loaded.config, D.PATCHES_PER_IMAGE)
     monkeypatch.setattr(budget, "available_bytes", lambda device: 2 * 25 * each)  # room for 25 images' features
-    batches: list[int] = []
+    batches: list[float] = []
     with pytest.raises(BudgetError) as error:
-        D.extract(loaded, source, progress=lambda done, total: batches.append(done))
+        D.extract(loaded, source, job=Job(lambda share, what: batches.append(share)))
     message = str(error.value)
     assert message.startswith("--data shapes: the features (") and "of 40 images need about" in message, message
     assert "use --limit 25 or fewer" in message and batches == []

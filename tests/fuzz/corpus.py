@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from vit_explorer.explore.dataset_command import COMMANDS as DATASET_COMMANDS
+from vit_explorer.commands import COMMANDS
 
 IMAGE = "image.png"
 
@@ -772,7 +772,8 @@ analysis_case("dataset", "tsne-identical-images",  # SIGSEGV inside scikit-learn
 analysis_case("dataset", "umap-identical-images",
               lambda kit: dataset(kit, "embed", _same_images(kit), "--projection", "umap"),
               ["all the same", "--projection pca"], heavy=True)
-for command in DATASET_COMMANDS:  # every dataset command, a new one too: 12 GB of pixels was killed without a word
+# every dataset command, a new one too: 12 GB of pixels was killed without a word
+for command in [c.name for c in COMMANDS.values() if c.module == "dataset"]:
     analysis_case("dataset", f"{command}-shapes-1000000",
                   lambda kit, c=command: dataset(kit, c, "shapes", "--limit", "1000000"),
                   ["need about", "GiB", "--limit"], heavy=True)

@@ -6,7 +6,7 @@ layers x heads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,6 +26,7 @@ from ..analysis.components import (
     sweep,
 )
 from ..checkpoints import LoadedModel
+from ..jobs import Job
 from ..models import TokenLayout
 from .figures import BarsFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
@@ -203,7 +204,7 @@ def patch_once(runs: PatchRuns, layer: int, positions: Sequence[int] | None, hea
 
 def run_sweep(clean: Inputs, corrupted: Inputs, component: str, *, target: int | None = None,
               foil: int | None = None, layers: Sequence[int] | None = None, positions: Sequence[int] | None = None,
-              batch: int = 32, cancel: Callable[[], bool] | None = None) -> Sweep:
+              batch: int = 32, job: Job | None = None) -> Sweep:
     """analysis.components.sweep for two runs of the app's kind."""
     check_inputs(clean)
     check_inputs(corrupted)
@@ -212,7 +213,7 @@ def run_sweep(clean: Inputs, corrupted: Inputs, component: str, *, target: int |
     mask_b, heads_b = run_masks(corrupted)
     return sweep(clean.loaded.model, pixels_for(clean), pixels_for(corrupted), component, layers=layers,
                  positions=positions, target=target, foil=foil, clean_mask=mask_a, corrupted_mask=mask_b,
-                 clean_head_mask=heads_a, corrupted_head_mask=heads_b, batch=batch, cancel=cancel)
+                 clean_head_mask=heads_a, corrupted_head_mask=heads_b, batch=batch, job=job)
 
 
 def sweep_json(result: Sweep) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def lesson_states(lesson: Lesson, loaded_for: Callable[[Model], LoadedModel],
             if mode == CLASS_ATTENTION and not cfg.class_attn_depth:
                 mode = "mean of heads"
             mask = np.zeros(_grid(loaded, size), bool)
-            head_mask = np.ones((cfg.depth + cfg.class_attn_depth, cfg.num_heads), np.float32)
+            head_mask = np.ones((cfg.num_blocks, cfg.num_heads), np.float32)
             layer, head, query = min(layer, _layers(loaded, mode) - 1), min(head, cfg.num_heads - 1), None
         if model is None or loaded is None:
             raise LessonError(f"{where}: no step so far names a model (\"model\"); the first step must")
