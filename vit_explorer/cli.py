@@ -24,7 +24,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (argparse prints the whole usage first)."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        from .text import shown
+
+        # argparse quotes the value given: one line, bounded (a 5,000-digit --target)
+        print(f"{self.prog}: error: {shown(message, 600)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 

@@ -1,4 +1,5 @@
-"""The fuzz corpus: named bad inputs to `predict`, `inspect` and `convert` (and so to `load`).
+"""The fuzz corpus: named bad inputs to `predict`, `inspect`, `convert` (and so to `load`), `explain`,
+`components` / `patch` and the dataset analyses `embed` / `probe` / `cka`.
 
 Each case writes one bad input into its own scratch folder (config files field by field with wrong
 types and out-of-range values, corrupt weights, hostile pickles, bad images, special files, bad
@@ -31,6 +32,8 @@ import numpy as np
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+
+from vit_explorer.commands import COMMANDS
 
 IMAGE = "image.png"
 
@@ -662,6 +665,136 @@ def _attention_bomb(kit: Kit) -> tuple[list[str], list[str]]:
 
 
 add("resources/attention-1TiB", _attention_bomb, heavy=True)
+
+
+# --------------------------------------------------------------------- explain, components / patch, dataset analyses
+def explain(kit: Kit, *extra: str) -> list[str]:
+    return ["explain", _native(kit), kit.image, *extra]
+
+
+def patch(kit: Kit, corrupted: str, *extra: str) -> list[str]:
+    return ["patch", _native(kit), kit.image, corrupted, *extra]
+
+
+def dataset(kit: Kit, command: str, data: str, *extra: str) -> list[str]:
+    """A dataset command on the native model, its output in the scratch folder (it must stay unwritten)."""
+    return [command, _native(kit), "--data", data, "--out", str(kit.root / "out"), "--no-cache", *extra]
+
+
+def _same_images(kit: Kit, n: int = 12) -> str:
+    """A folder of two classes of n identical images: every model gives them the same features."""
+    for c in range(2):
+        (kit.root / "same" / f"c{c}").mkdir(parents=True)
+        for i in range(n // 2):
+            Image.new("RGB", (32, 32), (200, 10, 10)).save(kit.root / "same" / f"c{c}" / f"{i}.png")
+    return str(kit.root / "same")
+
+
+def analysis_case(category: str, name: str, argv: Callable[[Kit], list[str]], fragments: list[str],
+                  heavy: bool = False) -> None:
+    add(f"{category}/{name}", lambda kit: (argv(kit), fragments), heavy)
+
+
+TARGETS = {"superscript": "²", "double-minus": "--3", "5000-digits": "9" * 5000, "label-typo": "catt",
+           "out-of-range": "7", "negative": "-1", "newline": "cat\n"}
+for name, value in TARGETS.items():
+    analysis_case("explain", f"target-{name}", lambda kit, v=value: explain(kit, "--method", "rollout",
+                                                                             f"--target={v}"), ["target"])
+analysis_case("explain", "out-empty", lambda kit: explain(kit, "--out", ""), ["--out", "empty"])
+analysis_case("explain", "out-blank", lambda kit: explain(kit, "--out", "  "), ["--out", "empty"])
+analysis_case("explain", "method-twice", lambda kit: explain(kit, "--method", "rollout", "rollout"),
+              ["--method", "rollout", "more than once"])
+analysis_case("explain", "method-twice-in-two-flags",
+              lambda kit: explain(kit, "--method", "rollout", "--method", "gradcam", "rollout"),
+              ["--method", "rollout", "more than once"])
+analysis_case("explain", "method-unknown", lambda kit: explain(kit, "--method", "shap"), ["--method", "shap"])
+analysis_case("explain", "reference-on-a-classifier", lambda kit: explain(kit, "--reference", kit.image),
+              ["--reference", "classifier", "--target"])
+analysis_case("explain", "reference-missing", lambda kit: explain(kit, "--reference", str(kit.root / "no.png")),
+              ["no.png"])
+analysis_case("explain", "head-cls-on-one-head", lambda kit: explain(kit, "--method", "rollout", "--head", "cls"),
+              ["head", "cls"])
+analysis_case("explain", "baseline-unknown", lambda kit: explain(kit, "--baseline", "noise"), ["--baseline"])
+analysis_case("explain", "out-is-a-file", lambda kit: (kit.root / "f").write_text("x") and  # noqa: B018
+              explain(kit, "--out", str(kit.root / "f")), ["f"])
+
+analysis_case("components", "reference-on-a-classifier",
+              lambda kit: ["components", _native(kit), kit.image, "--reference", kit.image], ["--reference"])
+for value in ("²", "7", "-1", "x", "9" * 5000):
+    analysis_case("components", f"target={value[:20]}", lambda kit, v=value: ["components", _native(kit), kit.image,
+                                                                          f"--target={v}"], ["target"])
+analysis_case("patch", "heads-off-negative", lambda kit: patch(kit, "heads", "--heads-off=-1:-1"),
+              ["--heads-off", "-1:-1"])
+analysis_case("patch", "heads-off-out-of-range", lambda kit: patch(kit, "heads", "--heads-off=0:99"),
+              ["--heads-off", "0:99"])
+analysis_case("patch", "heads-off-empty", lambda kit: patch(kit, "heads", "--heads-off=,"), ["--heads-off"])
+analysis_case("patch", "heads-off-three-parts", lambda kit: patch(kit, "heads", "--heads-off=0:0:0"),
+              ["--heads-off", "0:0:0"])
+analysis_case("patch", "heads-off-with-mask", lambda kit: patch(kit, "mask", "--heads-off=0:0"),
+              ["--heads-off", "only with", "heads"])
+analysis_case("patch", "heads-off-with-an-image", lambda kit: patch(kit, kit.image, "--heads-off=0:0"),
+              ["--heads-off", "only with"])
+analysis_case("patch", "masked-empty", lambda kit: patch(kit, "mask", "--masked=,"), ["--masked"])
+analysis_case("patch", "masked-negative", lambda kit: patch(kit, "mask", "--masked=-1"), ["--masked"])
+analysis_case("patch", "masked-out-of-range", lambda kit: patch(kit, "mask", "--masked=9999"),
+              ["--masked", "out of range"])
+analysis_case("patch", "masked-with-heads", lambda kit: patch(kit, "heads", "--masked=0"),
+              ["--masked", "only with", "mask"])
+analysis_case("patch", "masked-with-an-image", lambda kit: patch(kit, kit.image, "--masked=0"),
+              ["--masked", "only with"])
+analysis_case("patch", "positions-out-of-range", lambda kit: patch(kit, "mask", "--positions=0,99999"),
+              ["positions", "99999", "out of range"])
+analysis_case("patch", "positions-20000-out-of-range",
+              lambda kit: patch(kit, "mask", "--positions=" + ",".join(["99999"] * 20000)), ["positions", "99999"])
+analysis_case("patch", "positions-superscript", lambda kit: patch(kit, "mask", "--positions=²"), ["--positions"])
+analysis_case("patch", "positions-empty", lambda kit: patch(kit, "mask", "--positions="), ["--positions"])
+analysis_case("patch", "batch-zero", lambda kit: patch(kit, "mask", "--batch", "0"), ["--batch"])
+analysis_case("patch", "component-unknown", lambda kit: patch(kit, "mask", "--component", "ffn"), ["--component"])
+analysis_case("patch", "corrupted-missing", lambda kit: patch(kit, str(kit.root / "no.png")), ["no.png"])
+
+for value in ("1e300", "inf", "nan", "0", "-1", "1e-9"):
+    analysis_case("dataset", f"cka-threshold={value}",
+                  lambda kit, v=value: dataset(kit, "cka", "shapes", "--limit", "20", "--kernel", "rbf",
+                                               "--threshold", v), ["--threshold"])
+analysis_case("dataset", "cka-threshold-with-linear",
+              lambda kit: dataset(kit, "cka", "shapes", "--limit", "20", "--threshold", "0.5"), ["--threshold", "rbf"])
+analysis_case("dataset", "cka-2-images", lambda kit: dataset(kit, "cka", "shapes", "--limit", "2"),
+              ["CKA", "at least 4"])
+analysis_case("dataset", "cka-minibatch-2", lambda kit: dataset(kit, "cka", "shapes", "--limit", "20",
+                                                                "--minibatch", "2"), ["--minibatch"])
+analysis_case("dataset", "umap-3-images", lambda kit: dataset(kit, "embed", "shapes", "--limit", "3", "--projection",
+                                                              "umap"), ["UMAP", "at least", "--projection pca"])
+analysis_case("dataset", "tsne-3-images", lambda kit: dataset(kit, "embed", "shapes", "--limit", "3", "--projection",
+                                                              "tsne"), ["TSNE", "at least"])
+analysis_case("dataset", "tsne-identical-images",  # SIGSEGV inside scikit-learn without the guard: memory-limited
+              lambda kit: dataset(kit, "embed", _same_images(kit), "--projection", "tsne"),
+              ["all the same", "--projection pca"], heavy=True)
+analysis_case("dataset", "umap-identical-images",
+              lambda kit: dataset(kit, "embed", _same_images(kit), "--projection", "umap"),
+              ["all the same", "--projection pca"], heavy=True)
+# every dataset command, a new one too: 12 GB of pixels was killed without a word
+for command in [c.name for c in COMMANDS.values() if c.module == "dataset"]:
+    analysis_case("dataset", f"{command}-shapes-1000000",
+                  lambda kit, c=command: dataset(kit, c, "shapes", "--limit", "1000000"),
+                  ["need about", "GiB", "--limit"], heavy=True)
+analysis_case("dataset", "embed-where-100000000",  # drew images in memory without end before the budget
+              lambda kit: dataset(kit, "embed", "where", "--limit", "100000000"), ["need about", "--limit"],
+              heavy=True)
+analysis_case("dataset", "data-200000-characters", lambda kit: dataset(kit, "embed", "d" * 200_000),
+              ["--data", "File name too long"])
+analysis_case("dataset", "data-missing", lambda kit: dataset(kit, "probe", str(kit.root / "none")),
+              ["--data", "no such folder"])
+analysis_case("dataset", "probe-unlabelled", lambda kit: (Image.new("RGB", (8, 8)).save(kit.root / "a.png") or
+                                                          dataset(kit, "probe", str(kit.root))), ["labels"])
+for flag, value in (("--limit", "0"), ("--batch-size", "0"), ("--val-fraction", "1.5"), ("--val-fraction", "nan"),
+                    ("--limit", "x")):
+    analysis_case("dataset", f"probe{flag}={value}", lambda kit, f=flag, v=value: dataset(kit, "probe", "shapes", f, v),
+                  [flag])
+analysis_case("dataset", "out-is-a-file", lambda kit: (kit.root / "f").write_text("x") and  # noqa: B018
+              ["embed", _native(kit), "--data", "shapes", "--limit", "20", "--out", str(kit.root / "f")], ["--out"])
+analysis_case("dataset", "cka-second-model-missing",
+              lambda kit: ["cka", _native(kit), str(kit.root / "nope"), "--data", "shapes", "--limit", "20", "--out",
+                           str(kit.root / "out"), "--no-cache"], ["nope"])
 
 
 def counts() -> Counter[str]:

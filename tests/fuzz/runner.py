@@ -52,7 +52,8 @@ def judge(case: Case, valid: Path, root: Path, seconds_allowed: float = 60.0) ->
     before = snapshot(root)
     outcome = run(argv)
     problems = []
-    lines = outcome.err.strip().splitlines()
+    # a progress bar (tqdm: lines redrawn with carriage returns) may come before a refusal that needs the features
+    lines = [line for line in outcome.err.strip().split("\n") if "\r" not in line]
     prefix = f"vit-explorer {argv[0]}: error: "
     if outcome.status != 2:
         problems.append(f"exit status {outcome.status}, not 2")

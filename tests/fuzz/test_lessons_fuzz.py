@@ -99,7 +99,8 @@ CASES = [
     Case("lessons/title-of-10^6-characters", data(step(title="x" * 10**6)), "more than a lesson file may be"),
     Case("lessons/empty-file", text(""), "not valid JSON"),
     Case("lessons/invalid-utf8", text(b'{"format": "\xff\xfe"}'), "not UTF-8"),
-    Case("lessons/utf8-bom", text("\ufeff" + json.dumps(lesson())), "BOM"),
+    # a byte-order mark (Notepad's default) is read past (tests/test_hostile_round4.py): what follows it is judged
+    Case("lessons/utf8-bom-then-no-json", text("\ufeff{not json"), "not valid JSON"),
     Case("lessons/nul-bytes-in-the-json", text(b'{"format"\x00: 1}'), "not valid JSON"),
     Case("lessons/utf16", text(json.dumps(lesson()).encode("utf-16")), "not UTF-8"),
     Case("lessons/deep-nesting-100000", text("[" * 100_000 + "]" * 100_000), "nested"),

@@ -138,11 +138,121 @@ def compare_html(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
     return {"name": folder.name, "titles": titles}
 
 
-SCENARIOS = {"started": started, "compare-html": compare_html, "lesson-html": lesson_html, "model-box": model_box,
-             "lesson-title": lesson_title, "long-message": long_message}
+def _drive_dataset(app: Any, window: Any, view: Any, scratch: Path) -> None:
+    """Analyse the folder whose class folders are named like HTML (the test made it), then hover a point."""
+    view.data.setCurrentText(str(scratch / "classes"))
+    view.limit.setValue(20)
+    view.run_button.click()
+    _wait(app, lambda: view.analysis is not None and view.points is not None, 90)
+    _settle(app)
+    view._hovered(None, [next(iter(view.scatter.points()))], None)  # the hover text of a point
+
+
+DRIVE = {"Dataset": _drive_dataset}  # views that wait for a user's action before they show a file's text
+
+
+def every_view(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """Every view of the window, brought up to date on a model whose labels and folder hold HTML and 100,000
+    characters (and driven where it waits for a user, DRIVE), walked by screen_text for rich or long text; then a
+    200,000-character dataset entry."""
+    from screen_text import problems
+
+    found: dict[str, list[str]] = {"Image": problems(window.image_panel)}
+    for title, view in window.views.items():
+        window.docks[title].raise_()
+        _settle(app)
+        view.bring_up_to_date(30)
+        if title in DRIVE:
+            DRIVE[title](app, window, view, scratch)
+        view.bring_up_to_date(30)
+        window.grab()  # painted: an <img> rendered here takes gigabytes
+        found[title] = problems(view)
+    dataset = window.views["Dataset"]
+    shown = {"heading": window.views["Explain"].heading.text(), "hover": dataset.thumb_text.text(),
+             "legend": [label.text for _, label in dataset.legend.items]}
+    window.docks["Dataset"].raise_()
+    dataset.data.setCurrentText("d" * 200_000)
+    dataset.run_button.click()
+    _wait(app, lambda: dataset.run_button.text() == "Analyse", 60)
+    _settle(app)
+    window.grab()
+    found["Dataset, a long entry"] = problems(dataset)
+    return {"problems": {title: seen for title, seen in found.items() if seen}, "views": sorted(window.views), **shown,
+            "note": dataset.note.full_text,
+            "title": len(window.windowTitle()), "status": len(window.statusBar().currentMessage())}
+
+
+def exports(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """Every view exported as PNG and as CSV onto a named pipe, a link to one, a folder and under a file (as if it
+    were a folder): each refused with a message naming the path, within seconds, the target left as it was."""
+    import stat
+
+    targets = scratch / "targets"
+    targets.mkdir()
+    os.mkfifo(targets / "pipe")
+    (targets / "link").symlink_to(targets / "pipe")
+    (targets / "folder").mkdir()
+    (targets / "file").write_text("x")
+    outcomes: dict[str, str] = {}
+    for title, view in window.views.items():
+        window.docks[title].raise_()
+        view.bring_up_to_date(30)
+        for name in ("pipe", "link", "folder", "file/x"):
+            for kind in ("png", "csv"):
+                path = targets / f"{name}.{kind}" if name == "file/x" else targets / name
+                start = time.monotonic()
+                try:
+                    view.export_png(path) if kind == "png" else view.export_csv(path)
+                    said = "written"
+                except (OSError, ValueError) as error:
+                    said = str(error)
+                outcomes[f"{title} {kind} {name}"] = f"{time.monotonic() - start:.1f}s {said}"
+    kinds = {name: stat.S_IFMT(os.lstat(targets / name).st_mode) for name in ("pipe", "link", "folder", "file")}
+    return {"outcomes": outcomes, "kinds": kinds, "left": sorted(p.name for p in targets.iterdir()),
+            "in_folder": sorted(p.name for p in (targets / "folder").iterdir())}
+
+
+def dataset_inputs(app: Any, window: Any, scratch: Path) -> dict[str, Any]:
+    """The Dataset view on hostile input (the folders the test made in SCRATCH): what its note and its projector's
+    line say after each, and that the window lived through them."""
+    view = window.views["Dataset"]
+    window.docks["Dataset"].raise_()
+    said: dict[str, str] = {}
+
+    def analyse(data: str, limit: int) -> None:
+        view.data.setCurrentText(data)
+        view.limit.setValue(limit)
+        view.run_button.click()
+        _wait(app, lambda: view.run_button.text() == "Analyse", 90)
+        _settle(app)
+
+    analyse("shapes", 1_000_000)  # the spin box allows it: about 12 GB of pixels, killed without a word before
+    said["million"] = view.note.full_text
+    analyse(str(scratch / "three"), 10)
+    said["three"] = view.note.full_text
+    analyse(str(scratch / "same"), 10)
+    said["same"] = view.note.full_text
+    for method in ("tsne", "umap"):  # t-SNE of identical features: a SIGSEGV inside scikit-learn before
+        view.projection.setCurrentText(method)
+        _wait(app, lambda: not view.detail.text().startswith("projecting"), 90)
+        said[method] = view.detail.text()
+    window.grab()
+    return {"said": said}
+
+
+SCENARIOS = {"started": started,
+             "dataset-inputs": dataset_inputs,
+             "every-view": every_view,
+             "exports": exports,
+             "compare-html": compare_html,
+             "lesson-html": lesson_html,
+             "model-box": model_box,
+             "lesson-title": lesson_title,
+             "long-message": long_message}
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).parent))  # screen_text, beside this file
     scenario, source, scratch = SCENARIOS[sys.argv[1]], sys.argv[2], Path(sys.argv[3])
     os.environ.update(QT_QPA_PLATFORM="offscreen", HF_HUB_OFFLINE="1", XDG_CONFIG_HOME=str(scratch / "config"))
     import torch  # noqa: F401 - mapped before the limit, as the window would import it anyway

@@ -642,9 +642,12 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
         raise ValueError(f"foil {foil} is out of range: this model has {n_out} outputs (0 .. {n_out - 1})")
     n_layers = cfg.num_blocks
     tokens = model.layout((clean.shape[-2], clean.shape[-1])).num_tokens
+    if positions is not None:  # each position once: a repeat would only run the same patched pass again
+        positions = list(dict.fromkeys(int(p) for p in positions))
     bad = [p for p in positions or () if not 0 <= p < tokens]
     if bad:
-        raise ValueError(f"positions {bad} out of range: this input has {tokens} tokens (0 .. {tokens - 1})")
+        listed = f"{bad[:10]}" + (f" and {len(bad) - 10:,} more" if len(bad) > 10 else "")
+        raise ValueError(f"positions {listed} out of range: this input has {tokens} tokens (0 .. {tokens - 1})")
     if component == "head":
         layers = list(range(n_layers)) if layers is None else list(layers)
         columns = list(range(cfg.num_heads))

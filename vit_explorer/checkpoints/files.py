@@ -85,9 +85,10 @@ def read_bounded(path: Path, limit: int, what: str, error: type[Exception] = Che
 
 
 def parse_json(data: bytes, where: str) -> Any:
-    """JSON from bytes with bounded depth; a CheckpointError naming `where` for anything else."""
+    """JSON from bytes with bounded depth (a UTF-8 byte-order mark, Notepad's default, is read past); a
+    CheckpointError naming `where` for anything else."""
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{where}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
@@ -120,8 +121,24 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     return data
 
 
+def check_target(path: Path) -> None:
+    """ValueError unless `path` is missing or a regular file (through links): writing to a named pipe blocks until
+    someone reads it (an export froze the window for good), a device or a folder is not a file to replace."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise ValueError(f"{path}: cannot write there ({e.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((kind for test, kind in _KINDS if test(info.st_mode)), "not a regular file")
+        raise ValueError(f"{path}: is {kind}, not a regular file to write; choose another name")
+
+
 def write_atomic(path: Path, write: Callable[[str], Any]) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half-written file."""
+    """Write through a temporary file in the same folder, then rename: never a half-written file, and never into
+    anything but a regular file (`check_target`)."""
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models import ConfigError, ViTConfig
+from ..text import shown
 from .errors import CheckpointError
 from .fields import Fields, describe
 from .preprocess import (
@@ -45,7 +46,7 @@ def index_labels(f: Fields, key: str) -> dict[int, str]:
     names = {}
     for index in section.data:
         if not (index.isascii() and index.isdigit() and len(index) <= 6):
-            section.fail(index[:20], "a class index (a string of digits) mapped to a name")
+            section.fail(shown(index, 20), "a class index (a string of digits) mapped to a name")
         names[int(index)] = section.text(index)
     return names
 

@@ -12,6 +12,7 @@ import numpy as np
 from ..analysis.components import SITES
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..explore.components import corrupted_inputs, decomposition, decomposition_json, part_label, run_sweep, sweep_json
+from ..text import quoted
 from . import Render
 
 
@@ -58,10 +59,27 @@ def _patch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"argument {flag}: expected comma-separated integers, got {text!r}") from None
+    """Comma-separated whole numbers >= 0, each once (in the order given); at least one."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or not all(v.isascii() and v.isdigit() and len(v) <= 9 for v in values):
+        raise ValueError(f"argument {flag}: expected comma-separated indices (whole numbers from 0), got "
+                         f"{quoted(text)}")
+    return list(dict.fromkeys(int(v) for v in values))
+
+
+def _pairs(text: str, shape: tuple[int, int]) -> list[tuple[int, int]]:
+    """--heads-off BLOCK:HEAD,...: each pair within `shape` (blocks, heads), counted from 0; at least one."""
+    pairs = []
+    for pair in (p.strip() for p in text.split(",") if p.strip()):
+        parts = pair.split(":")
+        if (len(parts) != 2 or not all(v.isascii() and v.isdigit() and len(v) <= 9 for v in parts)
+                or not (int(parts[0]) < shape[0] and int(parts[1]) < shape[1])):
+            raise ValueError(f"argument --heads-off: {quoted(pair)} is not BLOCK:HEAD within {shape[0]} blocks x "
+                             f"{shape[1]} heads (counted from 0)")
+        pairs.append((int(parts[0]), int(parts[1])))
+    if not pairs:
+        raise ValueError(f"argument --heads-off: no BLOCK:HEAD pair in {quoted(text)}")
+    return pairs
 
 
 def _inputs(loaded: Any, image: Any) -> Any:
@@ -97,6 +115,9 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
 
     if args.batch < 1:
         raise ValueError(f"argument --batch: must be at least 1, got {args.batch}")
+    for flag, value, kind in (("--masked", args.masked, "mask"), ("--heads-off", args.heads_off, "heads")):
+        if value is not None and args.corrupted != kind:
+            raise ValueError(f"argument {flag}: only with the corrupted run '{kind}', not {quoted(args.corrupted)}")
     clean_image = open_image(args.clean)
     other = None if args.corrupted in ("mask", "heads") else open_image(args.corrupted)
     loaded = load(args.source, **load_options(args))
@@ -105,28 +126,24 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         corrupted = corrupted_inputs(clean, "image", image=other, image_id=1)
     elif args.corrupted == "mask":
         mask = None
-        if args.masked:
+        if args.masked is not None:
             mask = np.zeros(clean.mask.size, dtype=bool)
             picked = _ints(args.masked, "--masked")
-            bad = [i for i in picked if not 0 <= i < mask.size]
+            bad = [i for i in picked if not i < mask.size]
             if bad:
-                raise ValueError(f"argument --masked: patches {bad} out of range 0 .. {mask.size - 1}")
+                raise ValueError(f"argument --masked: patches {', '.join(map(str, bad[:10]))} out of range "
+                                 f"0 .. {mask.size - 1}")
             mask[picked] = True
             mask = mask.reshape(clean.mask.shape)
         corrupted = corrupted_inputs(clean, "mask", mask=mask)
     else:
         heads = None
-        if args.heads_off:
+        if args.heads_off is not None:
             heads = np.ones_like(clean.head_mask)
-            for pair in args.heads_off.split(","):
-                try:
-                    layer, head = (int(v) for v in pair.split(":"))
-                    heads[layer, head] = 0
-                except (ValueError, IndexError):
-                    raise ValueError(f"argument --heads-off: {pair!r} is not BLOCK:HEAD within "
-                                     f"{heads.shape[0]} blocks x {heads.shape[1]} heads") from None
+            for layer, head in _pairs(args.heads_off, heads.shape):
+                heads[layer, head] = 0
         corrupted = corrupted_inputs(clean, "heads", head_mask=heads)
-    positions = _ints(args.positions, "--positions") if args.positions else None
+    positions = _ints(args.positions, "--positions") if args.positions is not None else None
     result = run_sweep(clean, corrupted, args.component, target=args.target, foil=args.foil, positions=positions,
                        batch=args.batch)
     if args.json:

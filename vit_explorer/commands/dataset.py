@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
@@ -30,7 +31,11 @@ from ..explore import dataset_analysis as A
 from ..explore.attention import distance_figure
 from ..explore.figures import Figure, json_number
 from ..jobs import tqdm_job
+from ..text import shown
 from . import Render
+
+THRESHOLD = 0.5  # cka --threshold's default
+MIN_THRESHOLD, MAX_THRESHOLD = 1e-3, 1e3  # beyond, every RBF similarity rounds to 0 or to 1 (1e300 overflowed)
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -61,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
                             help="compare the [CLS] token or the mean of the patch tokens (default: cls where "
                                  "both models have one)")
         parser.add_argument("--kernel", choices=("linear", "rbf"), default="linear")
-        parser.add_argument("--threshold", type=float, default=0.5,
-                            help="RBF bandwidth as a fraction of the median distance (default 0.5)")
+        parser.add_argument("--threshold", type=float, default=None,
+                            help=f"--kernel rbf: the bandwidth as a fraction of the median distance, {MIN_THRESHOLD:g} "
+                                 f"to {MAX_THRESHOLD:g} (default {THRESHOLD})")
         parser.add_argument("--debiased", action="store_true", help="the debiased (unbiased HSIC) estimator")
         parser.add_argument("--minibatch", type=int, default=None,
                             help="minibatch CKA with this many images per batch (default: exact up to "
@@ -78,8 +84,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"argument --limit: must be at least 1, got {args.limit}")
     if getattr(args, "minibatch", None) is not None and args.minibatch < 4:
         raise ValueError(f"argument --minibatch: must be at least 4 images, got {args.minibatch}")
-    if getattr(args, "threshold", 1.0) <= 0:
-        raise ValueError(f"argument --threshold: must be > 0, got {args.threshold}")
+    if args.command == "cka":
+        if args.threshold is not None and args.kernel != "rbf":
+            raise ValueError("argument --threshold: the RBF bandwidth; only with --kernel rbf")
+        if args.threshold is None:
+            args.threshold = THRESHOLD
+        if not MIN_THRESHOLD <= args.threshold <= MAX_THRESHOLD:  # NaN too
+            raise ValueError(f"argument --threshold: the RBF bandwidth as a fraction of the median distance, from "
+                             f"{MIN_THRESHOLD:g} to {MAX_THRESHOLD:g}; got {args.threshold:g}")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
@@ -162,11 +174,10 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
 
     out = Path(args.out)
     source = D.open_source(args.data, limit=args.limit, seed=args.seed, val_fraction=args.val_fraction)
+    _check_source(args, source)
     for note in source.notes if rank == 0 else ():
         print(f"vit-explorer {args.command}: {note}", file=sys.stderr)
     loaded = load(args.source, **load_options(args))
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
     if args.command == "embed":
         return _embed(args, loaded, source, out, render)
     if args.command == "probe":
@@ -174,11 +185,27 @@ def _run(args: argparse.Namespace, render: Render, rank: int) -> int:
     return _cka(args, loaded, source, out, render)
 
 
+def _check_source(args: argparse.Namespace, source: D.DatasetSource) -> None:
+    """What the images rule out before any model runs: probes without labels, CKA or a t-SNE/UMAP of too few."""
+    if args.command == "probe" and not source.labelled:
+        raise ValueError(f"--data {shown(args.data)}: the images have no labels; probes need one sub-folder per class")
+    if args.command == "cka" and len(source) < A.MIN_CKA_IMAGES:
+        raise ValueError(f"--data {shown(args.data)}: CKA of {len(source)} image(s) says nothing (with 2 it is 1.0 "
+                         f"for any features); it needs at least {A.MIN_CKA_IMAGES} (use more images or a larger "
+                         "--limit)")
+    if args.command == "embed" and args.projection != "pca" and len(source) < A.MIN_NEIGHBOURS:
+        raise ValueError(f"--projection {args.projection}: {args.projection.upper()} needs at least "
+                         f"{A.MIN_NEIGHBOURS} images, --data {shown(args.data)} has {len(source)}; use --projection "
+                         "pca or more images")
+
+
 def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
     f = _features(loaded, source, args, "embed", distance=args.attention_distance)
     if f is None:
         return 0
     src = f.source
+    last = (f.cls or f.mean)[f.depth]
+    points = A.project(last, args.projection, seed=args.seed)  # first: a projection refused leaves no file half done
     arrays: dict[str, np.ndarray] = {"paths": np.asarray(src.paths, dtype=str), "labels": src.labels,
                                      "label_names": np.asarray(src.label_names, dtype=str), "split": src.split,
                                      "pooled": f.pooled, "predicted": f.predicted}
@@ -194,8 +221,6 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     _write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
                [[i, p, int(lab), names[lab] if 0 <= lab < len(names) else "", int(s), int(pred)]
                 for i, (p, lab, s, pred) in enumerate(zip(src.paths, src.labels, src.split, f.predicted, strict=True))])
-    last = (f.cls or f.mean)[f.depth]
-    points = A.project(last, args.projection, seed=args.seed)
     _write_csv(out / "projection.csv", ["index", "x", "y"],
                [[i, float(x), float(y)] for i, (x, y) in enumerate(points)])
     groups = [names[lab] for lab in src.labels] if src.labelled else None
@@ -223,12 +248,14 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 
 
 def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
-    if not source.labelled:
-        raise ValueError(f"--data {args.data}: the images have no labels; probes need one sub-folder per class")
     f = _features(loaded, source, args, "probe")
     if f is None:
         return 0
     curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
+    if curves[0].linear_model != P.LOGISTIC:
+        print(f"vit-explorer probe: note: the linear probe is a {curves[0].linear_model}: logistic regression on "
+              f"{len(f.source.label_names):,} classes would take minutes (above {P.MAX_LOGISTIC_WORK:,} training "
+              "images x features x classes)", file=sys.stderr)
     rows = [[int(s), c.tokens, json_number(k), json_number(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
     _write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
@@ -242,7 +269,7 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     }
     summary = _summary(args, f, loaded)
     summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine"},
-                   linear={"model": "StandardScaler + LogisticRegression (lbfgs, C=1)"},
+                   linear={"model": best.linear_model},
                    best={"tokens": best.tokens, "state": best.best_state,
                          "linear": json_number(best.linear[list(best.states).index(best.best_state)])},
                    curves={c.tokens: {"knn": [json_number(v) for v in c.knn],
@@ -257,11 +284,9 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
     from ..checkpoints import load
 
+    loaded_b = load(args.source_b, **load_options(args)) if args.source_b else None  # before any work
     fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
-    fb = None
-    if args.source_b:
-        loaded_b = load(args.source_b, **load_options(args))
-        fb = _features(loaded_b, source, args, "cka: model B")
+    fb = None if loaded_b is None else _features(loaded_b, source, args, "cka: model B")
     if fa is None:
         return 0
     if fb is not None and fa.source.paths != fb.source.paths:
@@ -269,6 +294,13 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
         raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
                          "both); fix or remove the unreadable ones")
     tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
+    for name, features in (("A", fa), ("B", fb)) if fb is not None else (("", fa),):
+        if still := A.constant_states(features, tokens):
+            model = f" of model {name}" if name else ""
+            print(f"vit-explorer cka: warning: state{'s' if len(still) > 1 else ''} {', '.join(map(str, still))}"
+                  f"{model} do{'es' if len(still) == 1 else ''} not vary over the {len(features):,} images (the same "
+                  "features for each: identical images or a collapsed model); CKA with a constant state is 0 by "
+                  "convention", file=sys.stderr)
     matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
                           minibatch=args.minibatch)
     minibatch = args.minibatch or (A.MINIBATCH if len(fa) > A.EXACT_CKA_IMAGES else None)

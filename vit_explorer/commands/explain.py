@@ -47,6 +47,10 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
     from ..data.images import open_image
     from ..explore.forward import Inputs
 
+    if args.out is not None and not args.out.strip():
+        raise ValueError("argument --out: empty; give the folder to write the maps into (or leave --out out)")
+    if args.method and (twice := sorted({m for m in args.method if args.method.count(m) > 1})):
+        raise ValueError(f"argument --method: {', '.join(twice)} given more than once; name each method once")
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
     reference = open_image(args.reference) if args.reference else None
     out = Path(args.out) if args.out else None
@@ -54,6 +58,9 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         report.check_out(out, overwrite=False)
     loaded = load(args.source, **load_options(args))
     cfg = loaded.config
+    if reference is not None and rel.has_classifier(cfg):
+        raise ValueError("argument --reference: this model has a classifier, so there is no similarity to take; "
+                         "give --target instead")
     methods = args.method or rel.supported(cfg, default=True)
     for name in methods:
         rel.check_method(name, cfg)  # before anything runs

@@ -79,9 +79,12 @@ def _predict(args: argparse.Namespace) -> int:
                   "logits": [json_number(v) for v in logits.tolist()]}
         print(json.dumps(result, allow_nan=False))
     else:
-        width = max(len(r["label"]) for r in rows)
-        for r in rows:
-            print(f"{r['prob'] * 100:6.2f}%  {r['label']:<{width}}  (class {r['index']})")
+        from ..text import shown
+
+        names = [shown(r["label"]) for r in rows]  # a label from a file: one line, bounded (--json keeps it whole)
+        width = max(map(len, names))
+        for r, name in zip(rows, names, strict=True):
+            print(f"{r['prob'] * 100:6.2f}%  {name:<{width}}  (class {r['index']})")
     return 0
 
 

@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -217,14 +218,38 @@ def _world() -> int:
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def run(args: argparse.Namespace, render: Render | None) -> int:
+@contextlib.contextmanager
+def _hold(out: Path, rank: int, distributed: bool) -> Iterator[None]:
+    """The output folder held for this run (checkpoint.hold_folder). Under torchrun rank 0 takes the lock and tells
+    every rank whether it got it: a run refused (another holds the folder) ends on every rank at once, where the
+    other ranks would otherwise train on, or wait for rank 0 for good."""
     from ..training.checkpoint import hold_folder
 
+    if not distributed:
+        with hold_folder(out):
+            yield
+        return
+    import torch.distributed as dist
+
+    with contextlib.ExitStack() as stack:
+        problem = [""]
+        if rank == 0:
+            try:
+                stack.enter_context(hold_folder(out))
+            except ValueError as error:
+                problem = [str(error)]
+        dist.broadcast_object_list(problem, src=0)
+        if problem[0]:
+            raise ValueError(problem[0])
+        yield
+
+
+def run(args: argparse.Namespace, render: Render | None) -> int:
     distributed = setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     try:
         config, data, recipe = build(args)
-        with hold_folder(Path(args.out)) if rank == 0 else contextlib.nullcontext():
+        with _hold(Path(args.out), rank, distributed):
             if not args.resume:
                 check_out(args)  # again, now that no other run can write: one may have finished meanwhile
             return _train(args, config, data, recipe, rank)

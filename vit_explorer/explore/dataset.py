@@ -42,6 +42,8 @@ from ..data import cifar, folder, synthetic
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
 from ..errors import describe
 from ..jobs import Job
+from ..text import shown
+from . import budget
 
 BUILTIN_IMAGES = 2000  # images drawn from a built-in set when no --limit is given
 BUILTIN_SIDE = 64  # pixels per side a built-in set is drawn at (the model's preprocessing resizes them)
@@ -121,13 +123,20 @@ def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fract
         raise ValueError(f"--val-fraction must be between 0 and 1, got {val_fraction!r}")
     if data in synthetic.VARIANTS:
         n = BUILTIN_IMAGES if limit is None else limit
+        budget.check_images(f"--data {data}", n, budget.pixel_bytes(BUILTIN_SIDE), "the pixels")  # before drawing
         images, drawn = synthetic.generate(n, seed=seed, size=BUILTIN_SIDE, variant=data, split="val")
         lab = drawn.numpy().astype(np.int64)
         return DatasetSource(data, None, [f"{data}/val/{i:05d}" for i in range(n)], lab,
                              list(synthetic.VARIANTS[data]), holdout(lab, val_fraction, seed), images)
     root = Path(data).expanduser()
+    try:
+        root.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as error:  # a name too long, a loop of links: named, and bounded (it may be 200,000 characters)
+        raise ValueError(f"--data {shown(data)}: {error.strerror or error}") from None
     if not root.is_dir():
-        raise ValueError(f"--data {data}: not a built-in dataset ({', '.join(synthetic.VARIANTS)}) and "
+        raise ValueError(f"--data {shown(data)}: not a built-in dataset ({', '.join(synthetic.VARIANTS)}) and "
                          f"{'not a folder' if root.exists() else 'no such folder'}")
     if cifar.is_cifar10(root) or cifar.is_cifar100(root):
         source = _cifar(root, data)
@@ -143,7 +152,7 @@ def open_source(data: str, *, limit: int | None = None, seed: int = 0, val_fract
     if limit is not None and limit < len(source):
         kept = stratified_sample(source.labels, limit, seed)
         source = source.subset(kept)
-        source.notes.append(f"{data}: a seeded, stratified sample of {len(kept):,} images (--limit)")
+        source.notes.append(f"{shown(data)}: a seeded, stratified sample of {len(kept):,} images (--limit)")
     return source
 
 
@@ -167,11 +176,11 @@ def _train_val(root: Path, data: str, follow_links: bool) -> DatasetSource:
 def _flat(root: Path, data: str, follow_links: bool) -> DatasetSource:
     files = [p for p, _ in folder._images_in(root, root.resolve(), follow_links)]
     if not files:
-        raise ValueError(f"--data {data}: no images (extensions {', '.join(IMAGE_EXTENSIONS)}) and no class "
+        raise ValueError(f"--data {shown(data)}: no images (extensions {', '.join(IMAGE_EXTENSIONS)}) and no class "
                          "folders; give a folder of images, one sub-folder per class for labels")
     n = len(files)
     return DatasetSource(data, root, [p.relative_to(root).as_posix() for p in files], np.full(n, -1, np.int64), [],
-                         np.zeros(n, np.int8), notes=[f"{data}: no class folders, so the images are unlabelled "
+                         np.zeros(n, np.int8), notes=[f"{shown(data)}: no class folders, so the images are unlabelled "
                                                        "(probes need one sub-folder per class)"])
 
 
@@ -389,10 +398,17 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
     checked between batches (Cancelled)."""
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    _check_features(loaded, source, patches)
     patch_index = _patch_sample(loaded, len(source), patches, seed)
     part = _extract_part(loaded, source, np.arange(len(source)), patch_index, batch_size=batch_size,
                          distance=distance, job=job or Job())
     return _assemble(loaded, source, [part], patch_index)
+
+
+def _check_features(loaded: LoadedModel, source: DatasetSource, patches: int) -> None:
+    """Refuse, before the first batch, features of every image that would not fit (explore.budget)."""
+    budget.check_images(f"--data {shown(source.name)}", len(source), budget.feature_bytes(loaded.config, patches),
+                        f"the features ({loaded.config.depth + 1} token states of width {loaded.config.embed_dim})")
 
 
 # ---------------------------------------------------------------------------------------------- the cache
@@ -577,6 +593,7 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
     if hit[0]:
         return features_for(loaded, source, cache=cache, patches=patches, distance=distance, seed=seed,
                             job=job) if rank == 0 else None
+    _check_features(loaded, source, patches)  # every rank, before any extracts: all refuse together
     n = len(source)
     patch_index = _patch_sample(loaded, n, patches, seed)  # the same draw on every rank
     mine = shard(n, rank, world)

@@ -13,6 +13,7 @@ from ..analysis import cka as C
 from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..jobs import Job
+from ..text import shown
 from .dataset import DatasetSource, Features, features_for
 from .figures import Figure, LinesFigure, MapsFigure, ScatterFigure, state_ticks
 from .forward import STATE_AXIS
@@ -21,6 +22,9 @@ EXACT_CKA_IMAGES = 3000  # above this many images CKA runs as minibatch CKA (the
 MINIBATCH = 1000  # images per minibatch then
 PROJECTIONS = ("pca", "tsne", "umap")
 MAX_TSNE = 20_000  # t-SNE is quadratic in time beyond a few tens of thousands of points
+MIN_NEIGHBOURS = 5  # points t-SNE and UMAP need (UMAP's spectral start fails in scipy on 3)
+MIN_CKA_IMAGES = 4  # below, CKA says nothing: two images give 1.0 for any features, and the debiased needs n > 3
+SPREAD = 1e-6  # features whose spread is this small relative to their size are the same for every image
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class ProbeCurves:
     predictions: np.ndarray  # (V,) the linear probe's predictions at the best state
     confusion: np.ndarray  # (C, C) true x predicted counts at the best state
     label_names: list[str]
+    linear_model: str = P.LOGISTIC  # which linear probe was fitted (P.RIDGE above P.MAX_LOGISTIC_WORK)
 
     def _repr_png_(self) -> bytes:
         """Inline in Jupyter: accuracy over the token states and the confusion at the best one."""
@@ -74,8 +79,10 @@ def probe_curves(features: Features, tokens: str = "cls", *, seed: int = 0, knn:
             preds.append(P.knn_predict(x[train], labels[train], x[val], num_classes=len(names)))
     score = lin_acc if linear else knn_acc
     best = int(np.nanargmax(score)) if np.isfinite(score).any() else len(states) - 1
+    width = by_state[int(states[0])].shape[1]
+    model = P.linear_model(len(train), width, int(np.unique(labels[train]).size))
     return ProbeCurves(tokens, states, knn_acc, lin_acc, int(states[best]), val, preds[best],
-                       P.confusion(labels[val], preds[best], len(names)), names)
+                       P.confusion(labels[val], preds[best], len(names)), names, model)
 
 
 def _paired(a: Features, b: Features | None) -> None:
@@ -84,13 +91,29 @@ def _paired(a: Features, b: Features | None) -> None:
                          "the same images in both")
 
 
+def constant(x: np.ndarray) -> bool:
+    """Whether features (N, D) are the same for every image (to rounding): a collapsed model, identical images."""
+    x = np.asarray(x, dtype=np.float64)
+    return bool(np.ptp(x, axis=0).max(initial=0.0) <= SPREAD * max(float(np.abs(x).max(initial=0.0)), 1e-30))
+
+
+def constant_states(features: Features, tokens: str) -> list[int]:
+    """The token states whose features do not vary over the images, leaving out the [CLS] before any block
+    (the same learned vector for every image by design)."""
+    return [s for s, x in sorted(features.tokens(tokens).items()) if constant(x) and not (tokens == "cls" and s == 0)]
+
+
 def cka_states(a: Features, b: Features | None = None, tokens: str = "cls", *, kernel: str = "linear",
                threshold: float = 0.5, debiased: bool = False, minibatch: int | None = None,
                tokens_b: str | None = None) -> np.ndarray:
     """CKA of every state of `a` (rows) with every state of `b` (columns; None: `a` itself), on the same images.
     Exact CKA up to EXACT_CKA_IMAGES images; beyond, or with `minibatch` (images per batch), minibatch CKA
-    (which estimates the debiased value). RBF bandwidth: `threshold` x the median distance."""
+    (which estimates the debiased value). RBF bandwidth: `threshold` x the median distance. Fewer than
+    MIN_CKA_IMAGES images are refused (ValueError)."""
     _paired(a, b)
+    if len(a) < MIN_CKA_IMAGES:
+        raise ValueError(f"{shown(a.source.name)}: CKA of {len(a)} image(s) says nothing (with 2 it is 1.0 for any "
+                         f"features); it needs at least {MIN_CKA_IMAGES} (use more images or a larger --limit)")
     xs = [v for _, v in sorted(a.tokens(tokens).items())]
     ys = None if b is None else [v for _, v in sorted(b.tokens(tokens_b or tokens).items())]
     n = xs[0].shape[0]
@@ -130,6 +153,16 @@ def project(x: np.ndarray, method: str = "pca", *, seed: int = 0) -> np.ndarray:
         raise ValueError(f"projection must be one of {PROJECTIONS}, got {method!r}")
     if x.ndim != 2 or x.shape[0] < 3:
         raise ValueError(f"a projection needs at least 3 points (N, D), got shape {x.shape}")
+    if method != "pca" and not np.isfinite(x).all():
+        raise ValueError(f"the features hold NaN or infinite values: no {method.upper()} of them; use --projection "
+                         "pca (or check the model's weights)")
+    if method != "pca" and x.shape[0] < MIN_NEIGHBOURS:
+        raise ValueError(f"{method.upper()} needs at least {MIN_NEIGHBOURS} points, got {x.shape[0]}; use "
+                         "--projection pca or more images")
+    if method != "pca" and constant(x):  # scikit-learn's t-SNE dies (SIGSEGV) on them
+        raise ValueError(f"the {x.shape[0]} points are all the same (the features do not vary between the images: "
+                         f"identical images or a collapsed model): a {method.upper()} of them means nothing; use "
+                         "--projection pca")
     if method == "pca":
         centred = x - x.mean(axis=0)
         u, s, _ = np.linalg.svd(centred, full_matrices=False)
@@ -144,7 +177,10 @@ def project(x: np.ndarray, method: str = "pca", *, seed: int = 0) -> np.ndarray:
                              "UMAP or PCA")
         from sklearn.manifold import TSNE
 
-        return TSNE(2, perplexity=min(30.0, (x.shape[0] - 1) / 3), init="pca", random_state=seed).fit_transform(x)
+        flat = np.linalg.svd(x - x.mean(axis=0), compute_uv=False)[1:2].sum() <= SPREAD * np.abs(x).max()
+        # a PCA start divides by the spread of its second axis: from a random start where the points lie on a line
+        return TSNE(2, perplexity=min(30.0, (x.shape[0] - 1) / 3), init="random" if flat else "pca",
+                    random_state=seed).fit_transform(x)
     try:
         import umap
     except ImportError:

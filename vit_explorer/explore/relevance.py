@@ -14,6 +14,7 @@ cancelled through, a `Job`.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from ..jobs import Job
 from ..models import TokenLayout, VisionTransformer, ViTConfig, pooling
 from ..models.blocks import Block
 from ..models.hooks import HookPoint
+from ..text import quoted
 from .attention import query_for
 from .figures import LinesFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
@@ -148,18 +150,20 @@ def resolve_target(loaded: LoadedModel, target: Target, run: Callable[[], dict[s
     if index is None:
         index = int(_head_outputs(run(), head)[0].argmax())
     elif isinstance(index, str):
-        if index.lstrip("-").isdigit():
+        if re.fullmatch(r"-?[0-9]{1,9}", index):  # ASCII digits only: int() takes '²' and 5,000 digits badly
             index = int(index)
         elif index in loaded.labels:
             index = loaded.labels.index(index)
         else:
-            raise ValueError(f"target {index!r} is neither a class index nor one of this model's labels "
-                             f"(e.g. {', '.join(loaded.labels[:3])})")
+            raise ValueError(f"target {quoted(index)} is neither a class index nor one of this model's labels "
+                             f"(classes 0 to {cfg.num_classes - 1}, e.g. "
+                             f"{', '.join(quoted(n) for n in loaded.labels[:3])})")
     if not 0 <= index < cfg.num_classes:
         raise ValueError(f"target class {index} out of range: this model has classes 0 to {cfg.num_classes - 1}")
     label = loaded.label(index)
     where = {"average": "average of both heads", "cls": "class head", "dist": "distillation head"}.get(head, "")
-    return Resolved("class", index, label, head, f"class {index} '{label}'" + (f" ({where})" if distilled else ""))
+    title = f"class {index} {quoted(label)}" + (f" ({where})" if distilled else "")  # a label from a file: bounded
+    return Resolved("class", index, label, head, title)
 
 
 def embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:

@@ -21,7 +21,7 @@ points down. `image.mapFromScene(pos)` turns a mouse position into (col, row).
 
 from __future__ import annotations
 
-import html
+import html as _html
 import os
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +33,7 @@ import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.Qt import QtCore, QtGui, QtWidgets
 
+from ..checkpoints.files import write_atomic
 from ..explore.figures import (
     SIMILARITY_CMAP,
     BarsFigure,
@@ -46,6 +47,9 @@ from ..explore.figures import (
     finite_levels,
     small_multiples_shape,
 )
+from ..text import elide, shown
+from .text import Legend
+from .text import html as html_text
 
 pg.setConfigOptions(imageAxisOrder="row-major")
 COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.WeakKeyDictionary()  # plot -> its bar
@@ -97,6 +101,7 @@ def _is_integer(values: np.ndarray) -> bool:
     return finite.size > 0 and bool(np.all(finite == np.round(finite)))
 
 
+MAX_TITLE = 400  # characters of a title or an axis label drawn (a longer one, quoting a file's text, is cut)
 _title_chars = 44  # titles wrap at about this many characters at text scale 1 (headings a few more)
 
 
@@ -126,13 +131,13 @@ def wrap_title(text: str, heading: bool = False) -> str:
     the text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
     width = max(12, round((_title_chars + (4 if heading else 0)) / _wrap_scale))
     lines: list[str] = []
-    for word in text.split(" "):
+    for word in elide(text, MAX_TITLE).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
             lines[-1] += " " + word
         else:
             lines.append(word)
     # pyqtgraph renders titles as HTML: a model's name (its folder's) is shown as written
-    return "<br>".join(html.escape(line, quote=False) for line in lines)
+    return "<br>".join(_html.escape(line, quote=False) for line in lines)
 
 
 def set_title(plot: pg.PlotItem, text: str, html: str | None = None, size: str | None = None) -> None:
@@ -174,7 +179,7 @@ def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: s
         axis.setTickFont(_tick_font())
         axis.enableAutoSIPrefix(False)
         if text:
-            plot.setLabel(side, text, **{"font-size": label_size()})
+            plot.setLabel(side, html_text(text, MAX_TITLE), **{"font-size": label_size()})
     plot.setMenuEnabled(False)
     return plot
 
@@ -202,7 +207,7 @@ def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, lev
     bar.axis.enableAutoSIPrefix(False)  # "attention (x0.001)" confuses more than it helps
     bar.axis.setWidth(None)  # the bar's fixed 45 px hides labels such as 0.0051; size to the labels
     if label:
-        bar.axis.setLabel(label, **{"font-size": label_size()})
+        bar.axis.setLabel(html_text(label, MAX_TITLE), **{"font-size": label_size()})
     return bar
 
 
@@ -341,7 +346,7 @@ def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.
     bar.axis.enableAutoSIPrefix(False)
     bar.axis.setWidth(None)
     if label:
-        bar.axis.setLabel(label, **{"font-size": label_size()})
+        bar.axis.setLabel(html_text(label, MAX_TITLE), **{"font-size": label_size()})
     layout.addItem(bar, row=row, col=col, rowspan=rowspan)
     return bar
 
@@ -452,7 +457,7 @@ class BarsPlot:
             scatter = pg.ScatterPlotItem(symbol=symbol, size=12, brush=pg.mkBrush(colour), pen=pg.mkPen("k", width=1))
             self.plot.addItem(scatter)
             self.scatters.append(scatter)
-            keys.append(f'<span style="color:{colour}">{glyph}</span> {html.escape(name, quote=False)}')  # a model name
+            keys.append(f'<span style="color:{colour}">{glyph}</span> {html_text(name)}')  # a model name
         if keys:  # the key goes in the title, where it never hides a bar or a value; one entry a line if narrow
             one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _wrap_scale
             key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
@@ -486,7 +491,7 @@ class BarsPlot:
 
     def _set_labels(self, labels: Sequence[str]) -> None:
         axis = self.plot.getAxis("left" if self.figure.horizontal else "bottom")
-        axis.setTicks([[(i, str(label)) for i, label in enumerate(labels)], []])
+        axis.setTicks([[(i, shown(label)) for i, label in enumerate(labels)], []])  # class names: one bounded line
 
     def _fix_value_axis(self, value_range: tuple[float, float], value_format: str) -> None:
         """The value axis exactly over `value_range`, ticks in the values' own format (percentages for
@@ -544,8 +549,7 @@ class BarsPlot:
 def _legend(columns: int = 1) -> pg.LegendItem:
     """A legend for a layout cell of its own, outside every data area: no box, text in the foreground colour
     (palette.follow_palette recolours it with the theme), only as tall as its rows."""
-    legend = pg.LegendItem(labelTextSize=label_size(), labelTextColor=pg.getConfigOption("foreground"),
-                           colCount=columns)
+    legend = Legend(labelTextSize=label_size(), labelTextColor=pg.getConfigOption("foreground"), colCount=columns)
     legend.setSizePolicy(QtWidgets.QSizePolicy.Policy.Preferred, QtWidgets.QSizePolicy.Policy.Fixed)
     return legend
 
@@ -845,7 +849,10 @@ def render_png(figure: Figure, path: str | Path, size: tuple[int, int] = (900, 7
         widget.deleteLater()
     finally:
         pg.setConfigOptions(**saved)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not pixmap.save(str(path), "PNG"):
-        raise OSError(f"{path}: could not write the PNG")
+
+    def save(tmp: str) -> None:
+        if not pixmap.save(tmp, "PNG"):
+            raise OSError(f"{path}: could not write the PNG")
+
+    write_atomic(path, save)  # a regular file, whole or not at all (the report's and the analyses' figures)
     return path

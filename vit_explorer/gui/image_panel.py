@@ -320,6 +320,7 @@ class ImagePanel(SessionWidget):
         try:
             self.session.set_size((self.height_box.value(), self.width_box.value()))
         except ValueError as error:
+            self._sync_size_boxes()  # the size refused: the boxes show the one the model still runs at
             self.session.error.emit(str(error))
 
     def reset_size(self) -> None:

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..text import shown
 from .banner import Banner
 from .collector import app_collector, collect_everything
 from .lesson import LessonRunner
@@ -235,6 +236,7 @@ class MainWindow(QMainWindow):
 
         from ..checkpoints.devices import preferred_device
         from .image_panel import ImagePanel, sample_images
+        from .text import plain_labels
         from .views import VIEW_CLASSES
 
         # leave one core to the GUI thread so the window keeps repainting while the model computes
@@ -245,10 +247,12 @@ class MainWindow(QMainWindow):
         follow_palette(self, self.palette())  # plots drawn from now on; changeEvent handles later changes
 
         self.image_panel = ImagePanel(self.session)
+        plain_labels(self.image_panel)
         self._add_dock("Image", self.image_panel, Qt.DockWidgetArea.LeftDockWidgetArea)
         first_big: QDockWidget | None = None
         for cls in VIEW_CLASSES:
             view = cls(self.session)
+            plain_labels(view)  # every label shows its text as written: no view can forget it
             self.views[cls.title] = view
             if cls.title == "Prediction":
                 self._add_dock(cls.title, view, Qt.DockWidgetArea.LeftDockWidgetArea)
@@ -418,7 +422,7 @@ class MainWindow(QMainWindow):
         """The previous model stays: the box goes back to it, the status bar no longer says "loading" (the banner
         says what went wrong)."""
         self.source_box.setCurrentText(self.shown_source())
-        self.statusBar().showMessage(f"could not load {source}: see the message above", 10000)
+        self.statusBar().showMessage(f"could not load {shown(source)}: see the message above", 10000)
 
     def shown_source(self) -> str:
         """What the Model box shows for the current model."""
@@ -450,7 +454,12 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802
         from ..data.images import IMAGE_EXTENSIONS
 
-        path = event.mimeData().urls()[0].toLocalFile()
+        url = event.mimeData().urls()[0]
+        if not url.isLocalFile():  # a link dragged from a browser: nothing on this disk to open
+            self.show_error(f"{shown(url.toString())}: a dropped web address is not opened; download the file and "
+                            "drop that, or type a hub id (org/name) in the Model box")
+            return
+        path = url.toLocalFile()
         if path.lower().endswith(IMAGE_EXTENSIONS) and self.image_panel is not None:
             self.image_panel.open_path(path)
         else:
@@ -480,7 +489,7 @@ class MainWindow(QMainWindow):
         self.progress.setVisible(bool(source))
         self.load_button.setEnabled(not source)
         if source:
-            self.statusBar().showMessage(f"loading {source}…")
+            self.statusBar().showMessage(f"loading {shown(source)}…")
 
     def _model_changed(self) -> None:
         loaded = self.session.loaded
@@ -493,8 +502,8 @@ class MainWindow(QMainWindow):
             self.show_error("\n".join(lines))
         self.source_box.setCurrentText(self.shown_source())
         name = Path(loaded.source).name if loaded.source else self.shown_source()
-        self.setWindowTitle(f"vit-explorer — {name}")
-        self.statusBar().showMessage(f"loaded {loaded.source or 'the built model'} ({loaded.kind})", 8000)
+        self.setWindowTitle(f"vit-explorer — {shown(name, 80)}")  # a source may be a 100,000-character name
+        self.statusBar().showMessage(f"loaded {shown(loaded.source or 'the built model')} ({loaded.kind})", 8000)
         self.device_label.setText(f"device: {loaded.device} · {str(loaded.dtype).removeprefix('torch.')}")
         self.device_label.setToolTip("Where the model runs, and in which dtype: bf16 / fp16 weights run as they are "
                                      "stored (`vit-explorer SOURCE --dtype float32` upcasts); the views draw "

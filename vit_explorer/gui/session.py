@@ -251,9 +251,13 @@ class Session(QObject):
         self.request_forward()
 
     def set_mask(self, mask: np.ndarray) -> None:
+        """Mask the patches where `mask` (the patch grid's shape; only 0/1 or booleans) is true."""
+        mask = np.asarray(mask)
         if mask.shape != self.grid:
             raise ValueError(f"mask shape {mask.shape} does not match the patch grid {self.grid}")
-        if np.array_equal(mask, self.mask):
+        if mask.dtype != bool and not np.isin(mask, (0, 1)).all():  # 0.5 or NaN would pass as "masked"
+            raise ValueError("a [MASK] mask holds only 0 and 1 (or False and True), one per patch")
+        if np.array_equal(mask.astype(bool), self.mask):
             return
         self.mask = mask.astype(bool)
         self.inputs_changed.emit()
@@ -265,9 +269,17 @@ class Session(QObject):
         self.set_mask(mask)
 
     def set_head_mask(self, head_mask: np.ndarray) -> None:
-        if head_mask.shape == self.head_mask.shape and np.array_equal(head_mask, self.head_mask):
+        """Keep each (layer, head) by its value in `head_mask` (layers x heads): 1 keeps a head, 0 removes it, a value
+        between scales its output."""
+        head_mask = np.asarray(head_mask, dtype=np.float32)
+        if head_mask.shape != self.head_mask.shape:
+            raise ValueError(f"head mask shape {head_mask.shape} does not match the model's (layers, heads) "
+                             f"{self.head_mask.shape}")
+        if not (np.isfinite(head_mask).all() and ((head_mask >= 0) & (head_mask <= 1)).all()):
+            raise ValueError("a head mask holds values from 0 (the head off) to 1 (kept), one per layer and head")
+        if np.array_equal(head_mask, self.head_mask):
             return
-        self.head_mask = head_mask.astype(np.float32)
+        self.head_mask = head_mask
         self.inputs_changed.emit()
         self.request_forward()
 

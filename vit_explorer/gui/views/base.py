@@ -24,7 +24,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...checkpoints.files import write_atomic
 from ...explore.views import VIEWS
+from ...text import MAX_TEXT, elide, one_line
 from .. import figures
 from ..flow import flow_row
 from ..session import Session
@@ -51,7 +53,7 @@ class Note(QLabel):
         self.compact = False
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
-        self.full_text = text
+        self.full_text = elide(text, MAX_TEXT)  # a note may quote what was typed or a file's text: bounded
         self._show()
         self.setVisible(bool(text))
 
@@ -276,8 +278,12 @@ class View(SessionWidget):
         painter.end()
         for key, value in self.export_info().items():
             image.setText(key, value)
-        if not image.save(str(path), "PNG"):
-            raise OSError(f"{path}: could not write the PNG file")
+
+        def save(tmp: str) -> None:
+            if not image.save(tmp, "PNG"):
+                raise OSError(f"{path}: could not write the PNG file")
+
+        write_atomic(path, save)  # a regular file only, whole or not at all: a named pipe would block for good
         return path
 
     def export_csv(self, path: str | Path) -> Path:
@@ -288,12 +294,17 @@ class View(SessionWidget):
         if table is None:
             raise ValueError(f"{self.title} has no numbers to export yet")
         header, rows = table
-        with path.open("w", newline="") as f:
-            for key, value in self.export_info().items():
-                f.write(f"# {key}: {value}\n")
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(rows)
+        info = self.export_info()
+
+        def write(tmp: str) -> None:
+            with open(tmp, "w", newline="") as f:
+                for key, value in info.items():
+                    f.write(f"# {key}: {one_line(value)}\n")  # a model's source with a newline: still one comment
+                writer = csv.writer(f)
+                writer.writerow(header)
+                writer.writerows(rows)
+
+        write_atomic(path, write)
         return path
 
     def ask_export(self, kind: str, scale: float = 1.0) -> None:

@@ -6,7 +6,6 @@ towards the clean run's; or sweep every block x position (or block x head) at on
 
 from __future__ import annotations
 
-import html
 import math
 from dataclasses import replace
 
@@ -49,6 +48,7 @@ from ...jobs import Job
 from .. import figures
 from ..image_panel import QUERY_RGBA, PatchCanvas
 from ..session import Session
+from ..text import html as html_text
 from .base import Note, Table, View
 from .job_controls import JobControls
 
@@ -434,7 +434,7 @@ class ComponentsView(View):
         shown = sorted(set(maps.classes.ravel().tolist()))[:MAX_KEYS]
         layout.nextRow()
         key = "&nbsp; ".join(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
-                             f"{html.escape(loaded.label(c), quote=False)}" for c in shown)
+                             f"{html_text(loaded.label(c))}" for c in shown)
         layout.addLabel(key, colspan=columns, size=figures.label_size())
         self._fit(self.lens_plots)
         self._say("Lens", f"Each patch's state read through the final norm and the head, at the input and after each "
@@ -465,7 +465,7 @@ class ComponentsView(View):
         figures.BarsPlot(self.move_plots.ci, BarsFigure(
             f"patched: {self.effect:+.2f} of the way to the clean run",
             ("clean", "corrupted", "patched"), np.asarray([runs.clean_difference, runs.corrupted_difference, patched]),
-            xlabel=html.escape(f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}", quote=False),
+            xlabel=f"logit of {loaded.label(runs.target)} minus {loaded.label(runs.foil)}",
             value_format="{:+.3f}",
             highlight=2))
         self._fit(self.move_plots)

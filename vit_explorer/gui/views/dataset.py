@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...analysis import probes as P
 from ...analysis.polygon import inside
 from ...data import synthetic
 from ...explore import dataset as D
@@ -37,6 +38,7 @@ from ...explore.attention import distance_figure
 from ...jobs import Job
 from .. import figures
 from ..session import Session
+from ..text import Legend
 from .base import Note, Table, View, placeholder_pane
 from .job_controls import JobControls
 
@@ -183,7 +185,8 @@ class DatasetView(View):
         self.marks = pg.ScatterPlotItem(size=11, pen=pg.mkPen((10, 10, 10), width=1.5), brush=None)  # the selection
         self.marks.setZValue(10)
         self.scatter_plot.addItem(self.marks)
-        self.legend = pg.LegendItem()  # a swatch per class, in a column of its own: beside the points, never on them
+        # a swatch per class, named as written, in a column of its own: beside the points, never on them
+        self.legend = Legend()
         self.projector.ci.addItem(self.legend, row=0, col=1)
         self.scatter.sigHovered.connect(self._hovered)
         self.scatter.sigClicked.connect(self._clicked)
@@ -309,8 +312,11 @@ class DatasetView(View):
         f = analysis.features
         skipped = f" ({len(f.skipped)} unreadable images skipped)" if f.skipped else ""
         cached = ", features from the cache" if f.from_cache else ""
+        best = analysis.best
+        probe = f"; the linear probe is a {best.linear_model} (so many classes)" if best is not None and \
+            best.linear_model != P.LOGISTIC else ""
         self._finished(f"{f.source.name}: {len(f):,} images, {int((f.source.split == 1).sum()):,} for validation"
-                       f"{skipped}{cached}" + ("" if f.source.labelled else "; no labels, so no probes"))
+                       f"{skipped}{cached}{probe}" + ("" if f.source.labelled else "; no labels, so no probes"))
         self.restyle()
         self.update_projection()
 

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QScrollArea, QWi
 from ...explore.forward import Inputs
 from ...explore.heads import HeadImportance, measure
 from ..session import Session
+from ..text import plain
 from .base import Table, View
 from .job_controls import JobControls
 
@@ -108,10 +109,10 @@ class HeadsView(View):
         cfg = loaded.config
         layers = cfg.num_blocks
         for h in range(cfg.num_heads):
-            self.grid.addWidget(QLabel(f"head {h}"), 0, h + 1)
+            self.grid.addWidget(plain(QLabel(f"head {h}")), 0, h + 1)
         for i in range(layers):
             name = f"layer {i}" if i < cfg.depth else f"class-attn {i - cfg.depth}"
-            self.grid.addWidget(QLabel(name), i + 1, 0)
+            self.grid.addWidget(plain(QLabel(name)), i + 1, 0)
             buttons: list[QPushButton] = []
             for h in range(cfg.num_heads):
                 button = QPushButton("")

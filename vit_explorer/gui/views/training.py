@@ -40,6 +40,7 @@ from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
 from ..session import Run, Session
+from ..text import Legend
 from ..workers import GeneratorThread
 from .base import Table, View, placeholder_pane
 
@@ -317,17 +318,19 @@ class TrainingView(View):
             from ...checkpoints.devices import resolve_device
             from ...data.datasets import load_data
             from ...training import threads
+            from ...training.checkpoint import hold_folder
             from ...training.trainer import train
 
-            data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
-            cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
-            yield DataReady(data, cfg_run)
-            # the threads `vit-explorer train` takes (one on a CPU, or VIT_EXPLORER_THREADS), set in this thread
-            choice = threads.choose(None, cfg_run, recipe.batch_size, resolve_device(None, default="auto"))
-            threads.apply(choice)
-            if choice.reason:
-                yield Notice(choice.reason)
-            yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
+            with hold_folder(run.out):  # as `vit-explorer train` does: a second run on the folder is refused
+                data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
+                cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
+                yield DataReady(data, cfg_run)
+                # the threads `vit-explorer train` takes (one on a CPU, or VIT_EXPLORER_THREADS), set in this thread
+                choice = threads.choose(None, cfg_run, recipe.batch_size, resolve_device(None, default="auto"))
+                threads.apply(choice)
+                if choice.reason:
+                    yield Notice(choice.reason)
+                yield from train(cfg_run, data, recipe, run.out, resume=resume, control=control)
 
         self.worker = GeneratorThread(make, self)
         self.worker.item.connect(lambda event: self._event(run, event))
@@ -560,7 +563,7 @@ class TrainingView(View):
         self._beside = self._wide()
         curves = self.plots.ci.addLayout()
         # one legend for both curves, in a row of its own above them: it never covers a curve
-        legend = self._legend = pg.LegendItem(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
+        legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
                                               labelTextColor=pg.getConfigOption("foreground"))
         curves.addItem(legend)
         curves.nextRow()
