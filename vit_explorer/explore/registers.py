@@ -1,0 +1,246 @@
+"""Outlier diagnosis over a dataset, register neurons, and test-time registers on the live model (issue 29).
+
+One pass per batch, through the named hook sites only: `hook_embedded` and each `blocks.{i}.hook_resid_post` give
+the token norms of every state (0 = the embedded input, i = the output of block i - 1) and the massive
+activations; each `blocks.{i}.mlp.hook_post` the MLP hidden units at the patches (where register neurons live);
+with `attention`, each `blocks.{i}.attn.hook_pattern` the entropy per head and the [CLS] attention the outliers of
+that block's input receive. The finder (analysis/registers.py, the paper's `find_register_neurons`) then needs no
+second pass: each batch adds, for every state, each unit's mean activation at that state's outliers.
+
+An untrained model shows no outliers (share 0, `outlier_state` None) and near-uniform attention (entropy near
+log T); registers a model already has (DINOv2-reg, DINOv3) are prefix tokens, never counted among the patches,
+and their norms are shown beside the patches' as the reference.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..analysis import registers as R
+from ..checkpoints import LoadedModel
+from ..models.hooks import HookPoint
+from . import dataset as D
+
+DEFAULT_IMAGES = 500  # the paper's N for the finder
+MAX_BATCH_BYTES = 256 * 2**20  # the MLP activations one batch keeps for the finder
+MIN_SHARE = 1e-3  # a state has outliers when at least this share of its patch tokens are
+
+
+@dataclass
+class Diagnosis:
+    """The outlier diagnosis of a model over a dataset; arrays over states S = depth + 1 and blocks L = depth."""
+
+    images: int
+    grid: tuple[int, int]
+    prefix_names: tuple[str, ...]
+    ratio: float
+    threshold: float | None
+    norms: np.ndarray  # (n, S, N) float32 every patch token's norm
+    prefix_norms: np.ndarray  # (n, S, P) the prefix tokens' ([CLS], registers)
+    outliers: np.ndarray  # (n, S, N) bool
+    massive_max: np.ndarray  # (S,) the largest |activation| over the dataset
+    massive_median: np.ndarray  # (S,) the mean over images of the median |activation|
+    massive_dim: np.ndarray  # (S,) the feature dimension of the largest
+    massive_per_dim: np.ndarray  # (S, D) the largest |activation| per dimension
+    scores: np.ndarray  # (S, L, H) mean activation of each unit at each state's outliers (0 where none)
+    images_with_outliers: np.ndarray  # (S,)
+    entropy: np.ndarray | None = None  # (L, heads) nats, mean over images and queries
+    max_entropy: float | None = None  # log T
+    cls_share: np.ndarray | None = None  # (L,) [CLS] attention to the outliers of the block's input
+    token_share: np.ndarray | None = None  # (L,) their share of the tokens: what uniform attention gives
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def outlier_share(self) -> np.ndarray:
+        """(S,) the share of patch tokens that are outliers at each state."""
+        return self.outliers.mean(axis=(0, 2)) if self.outliers.size else np.zeros(self.outliers.shape[1])
+
+    @property
+    def outlier_map(self) -> np.ndarray:
+        """(S, gh, gw) how often each patch position is an outlier: where they sit on the image."""
+        return self.outliers.mean(axis=0).reshape(self.outliers.shape[1], *self.grid)
+
+    @property
+    def outlier_state(self) -> int | None:
+        """The first state with at least half the largest outlier share (and MIN_SHARE), or None: the outliers
+        appear after the MLP of block outlier_state - 1."""
+        share = self.outlier_share
+        if share.max(initial=0.0) < MIN_SHARE:
+            return None
+        return int(np.flatnonzero(share >= max(share.max() / 2, MIN_SHARE))[0])
+
+    def neuron_scores(self) -> np.ndarray:
+        """(blocks up to the outlier block, H): each unit's mean activation at the outliers of `outlier_state`."""
+        s = self.outlier_state
+        if s is None or s == 0:
+            return np.zeros((0, self.scores.shape[2]), np.float32)
+        return self.scores[s, :s] / max(int(self.images_with_outliers[s]), 1)
+
+    def neurons(self, top: int = 20) -> list[tuple[int, int, float]]:
+        """The register neurons (block, unit, score), best first; [] without outliers."""
+        scores = self.neuron_scores()
+        return R.rank_neurons(torch.from_numpy(scores), top) if scores.size else []
+
+    def to_json(self, top: int = 20) -> dict[str, Any]:
+        """The command's --json object (issue 29's contract) and a few more keys."""
+        states = [{"state": s, "outlier_share": float(self.outlier_share[s]), "max_norm": float(self.norms[:, s].max()),
+                   "median_norm": float(np.median(self.norms[:, s]))} for s in range(self.norms.shape[1])]
+        return {"states": states, "neurons": [{"block": b, "unit": u, "score": v} for b, u, v in self.neurons(top)],
+                "outlier_state": self.outlier_state, "images": self.images, "rule": self.rule()}
+
+    def rule(self) -> str:
+        if self.threshold is not None:
+            return f"norm > {self.threshold:g}"
+        return f"norm > {self.ratio:g} x the image's median patch norm"
+
+
+def _batch_size(loaded: LoadedModel, requested: int) -> int:
+    """At most `requested`, and few enough that one batch's MLP activations fit MAX_BATCH_BYTES."""
+    cfg = loaded.config
+    layout = loaded.model.layout(loaded.preprocessing.size)
+    hidden = int(cfg.embed_dim * cfg.mlp_ratio)
+    per_image = layout.num_patches * hidden * cfg.depth * 4
+    return max(1, min(requested, MAX_BATCH_BYTES // max(per_image, 1)))
+
+
+class _Batch:
+    """The hooks of one pass and what they keep."""
+
+    def __init__(self, layout: Any, depth: int, ratio: float, threshold: float | None, attention: bool) -> None:
+        self.p, self.n = layout.num_prefix_tokens, layout.num_patches
+        self.cls = 0 if "cls" in layout.prefix_names and not layout.class_attn else None
+        self.ratio, self.threshold = ratio, threshold
+        self.norms: list[torch.Tensor] = []  # per state (B, T)
+        self.masks: list[torch.Tensor] = []  # per state (B, N)
+        self.massive: list[dict[str, torch.Tensor]] = []
+        self.acts: list[torch.Tensor] = []  # per block (B, N, H)
+        self.entropy: list[torch.Tensor] = []  # per block (B, heads)
+        self.cls_share: list[torch.Tensor] = []  # per block (B,)
+        self.hooks: list[tuple[str, Callable[[torch.Tensor, HookPoint], None]]] = [("hook_embedded", self.state)]
+        for i in range(depth):
+            self.hooks.append((f"blocks.{i}.mlp.hook_post", self.mlp))
+            self.hooks.append((f"blocks.{i}.hook_resid_post", self.state))
+            if attention:
+                self.hooks.append((f"blocks.{i}.attn.hook_pattern", self.pattern))
+
+    def state(self, x: torch.Tensor, hook: HookPoint) -> None:
+        norms = R.token_norms(x)  # (B, T)
+        self.norms.append(norms)
+        self.masks.append(R.outlier_mask(norms[:, self.p:], ratio=self.ratio, threshold=self.threshold))
+        self.massive.append(R.massive_activations(x, self.p))
+
+    def mlp(self, hidden: torch.Tensor, hook: HookPoint) -> None:
+        self.acts.append(hidden[:, -self.n:].float())
+
+    def pattern(self, probs: torch.Tensor, hook: HookPoint) -> None:  # the block's input is the last state seen
+        self.entropy.append(R.attention_entropy(probs))
+        if self.cls is not None:
+            keys = torch.zeros(probs.shape[0], probs.shape[-1], dtype=torch.bool, device=probs.device)
+            keys[:, self.p:] = self.masks[-1]
+            self.cls_share.append(R.cls_share(probs, keys, self.cls))
+
+
+def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.DEFAULT_RATIO,
+             threshold: float | None = None, attention: bool = True, batch_size: int = 32,
+             progress: D.Progress | None = None, cancel: threading.Event | None = None) -> Diagnosis:
+    """The outlier diagnosis of `loaded` over every image of `source` (see the module doc); `attention=False`
+    skips entropy and [CLS] shares (the blocks then keep the fused attention kernel: the finder's speed)."""
+    model, cfg = loaded.model, loaded.config
+    layout = model.layout(loaded.preprocessing.size)
+    depth, s_count = cfg.depth, cfg.depth + 1
+    batch_size = _batch_size(loaded, batch_size)
+    keep: dict[str, list[np.ndarray]] = {}
+    sums: torch.Tensor | None = None
+    with_outliers = np.zeros(s_count, np.int64)
+    skipped: list[str] = []
+    done = 0
+    for kept, pixels, bad in D._batches(source, loaded, batch_size, cancel, np.arange(len(source))):
+        skipped += bad
+        done += len(kept) + len(bad)
+        if pixels is not None:
+            batch = _Batch(layout, depth, ratio, threshold, attention)
+            with torch.inference_mode(), model.hooks(batch.hooks):
+                model(pixels.to(loaded.device, model.dtype))
+            masks = torch.stack(batch.masks)  # (S, B, N)
+            weights = R.outlier_weights(masks)
+            part = torch.stack([R.register_neuron_sums(weights, a) for a in batch.acts], dim=1)  # (S, L, H)
+            sums = part if sums is None else sums + part
+            with_outliers += masks.any(dim=-1).sum(dim=-1).cpu().numpy()
+            _keep(keep, batch)
+        if progress is not None:
+            progress(done, len(source))
+    if not keep:
+        first = skipped[0] if skipped else "the dataset is empty"
+        raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
+    return _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
+
+
+def _keep(keep: dict[str, list[np.ndarray]], batch: _Batch) -> None:
+    p = batch.p
+    arrays = {"norms": torch.stack([n[:, p:] for n in batch.norms], 1), "prefix": torch.stack(
+        [n[:, :p] for n in batch.norms], 1), "outliers": torch.stack(batch.masks, 1),
+        "m_max": torch.stack([m["max"] for m in batch.massive], 1),
+        "m_median": torch.stack([m["median"] for m in batch.massive], 1),
+        "m_dim": torch.stack([m["dim"] for m in batch.massive], 1),
+        "m_per_dim": torch.stack([m["per_dim"] for m in batch.massive], 1).amax(dim=0, keepdim=True)}
+    if batch.entropy:
+        arrays["entropy"] = torch.stack(batch.entropy, 1)  # (B, L, heads)
+    if batch.cls_share:
+        arrays["cls_share"] = torch.stack(batch.cls_share, 1)  # (B, L)
+    for name, value in arrays.items():
+        keep.setdefault(name, []).append(value.cpu().numpy())
+
+
+def _assemble(keep: dict[str, list[np.ndarray]], sums: torch.Tensor | None, with_outliers: np.ndarray, layout: Any,
+              ratio: float, threshold: float | None, skipped: list[str]) -> Diagnosis:
+    j = {name: np.concatenate(values) for name, values in keep.items()}
+    m_max = j["m_max"]  # (n, S)
+    best = m_max.argmax(axis=0)
+    outliers = j["outliers"]
+    entropy = j["entropy"].mean(axis=0) if "entropy" in j else None
+    cls_share = token_share = None
+    if "cls_share" in j:
+        cls_share = j["cls_share"].mean(axis=0)
+        token_share = outliers[:, :-1].sum(axis=2).mean(axis=0) / layout.num_tokens  # block i reads state i
+    assert sums is not None
+    return Diagnosis(
+        images=len(m_max), grid=layout.grid, prefix_names=layout.prefix_names, ratio=ratio, threshold=threshold,
+        norms=j["norms"], prefix_norms=j["prefix"], outliers=outliers, massive_max=m_max.max(axis=0),
+        massive_median=j["m_median"].mean(axis=0), massive_dim=j["m_dim"][best, np.arange(m_max.shape[1])],
+        massive_per_dim=j["m_per_dim"].max(axis=0), scores=sums.cpu().numpy(), images_with_outliers=with_outliers,
+        entropy=entropy, max_entropy=R.max_entropy(layout.num_tokens) if entropy is not None else None,
+        cls_share=cls_share, token_share=token_share, skipped=skipped)
+
+
+# ---------------------------------------------------------------------- test-time registers on the live model
+def check_neurons(loaded: LoadedModel, neurons: Sequence[tuple[int, int]]) -> None:
+    """Every (block, unit) names a self-attention block's MLP hidden unit of this model."""
+    cfg = loaded.config
+    hidden = loaded.model.get_submodule("blocks.0.mlp.fc2").in_features if cfg.depth else 0
+    for block, unit in neurons:
+        if not 0 <= block < cfg.depth:
+            raise ValueError(f"--test-time-registers {block}:{unit}: block {block} is not one of 0..{cfg.depth - 1}")
+        if not 0 <= unit < hidden:
+            raise ValueError(f"--test-time-registers {block}:{unit}: unit {unit} is not one of 0..{hidden - 1} "
+                             "(the MLP's hidden units)")
+
+
+def with_registers(loaded: LoadedModel, pixels: torch.Tensor, neurons: Sequence[tuple[int, int]], *,
+                   mode: str = "zero", k: int = 1, register_value: R.RegisterValue = None,
+                   capture: Sequence[str] = ()) -> dict[str, Any]:
+    """One pass with k test-time registers fed by `neurons` (the paper's `activate_on_registers` at each block's
+    `mlp.hook_post`): forward_intermediates' dict, whose layout names the registers."""
+    check_neurons(loaded, neurons)
+    model = loaded.model
+    with model.test_time_registers(k):
+        layout = model.layout((pixels.shape[2], pixels.shape[3]))
+        registers = layout.registers[-k:]
+        hooks = R.register_hooks(neurons, layout.num_patches, registers, mode, register_value)
+        with model.hooks(hooks):
+            return model.forward_intermediates(pixels, capture=tuple(capture))
