@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch", "embed", "probe", "cka")
+COMMANDS = ("predict", "inspect", "train", "convert", "explain", "components", "patch", "embed", "probe", "cka",
+            "registers")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,7 +46,7 @@ def _app_parser() -> argparse.ArgumentParser:
 def _command_parser() -> argparse.ArgumentParser:
     from . import explain, report
     from .checkpoints.arguments import add_model_arguments
-    from .explore import components_command, dataset_command
+    from .explore import components_command, dataset_command, registers_command
     from .training import command as train_command
 
     parser = _Parser(prog="vit-explorer")
@@ -56,6 +57,7 @@ def _command_parser() -> argparse.ArgumentParser:
     p.add_argument("image", help="image file")
     p.add_argument("--top-k", type=int, default=5, help="how many classes to print (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    registers_command.add_predict_arguments(p)
     add_model_arguments(p)
 
     p = sub.add_parser("inspect", help="write a report (PNG/CSV/JSON) of a checkpoint's learned structure")
@@ -75,6 +77,7 @@ def _command_parser() -> argparse.ArgumentParser:
 
     for name in dataset_command.COMMANDS:
         dataset_command.add_arguments(sub.add_parser(name, help=dataset_command.HELP[name]), name)
+    registers_command.add_arguments(sub)
     return parser
 
 
@@ -130,7 +133,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(image)
     with torch.inference_mode():
-        logits = loaded.model(pixels)[0].float().cpu()
+        logits = _logits(args, loaded, pixels)[0].float().cpu()
     if (warning := nonfinite_outputs(logits, args.source)) is not None and not loaded.warnings:
         warnings.warn(warning, CheckpointWarning, stacklevel=1)  # NaN weights were warned about on loading
     rows = loaded.top_k(logits, args.top_k)
@@ -144,6 +147,17 @@ def _predict(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['prob'] * 100:6.2f}%  {r['label']:<{width}}  (class {r['index']})")
     return 0
+
+
+def _logits(args: argparse.Namespace, loaded: Any, pixels: Any) -> Any:
+    """The model's logits; with --test-time-registers, those of the model with one test-time register."""
+    if args.test_time_registers is None:
+        return loaded.model(pixels)
+    from .analysis.registers import parse_neurons
+    from .explore.registers import with_registers
+
+    neurons = parse_neurons(args.test_time_registers)
+    return with_registers(loaded, pixels, neurons, mode=args.register_mode)["logits"]
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -222,6 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .explore import components_command
 
             return components_command.run(args)
+        if args.command == "registers":
+            from .explore import registers_command
+            from .gui.figures import render_png  # the app's compositions draw the figures
+
+            return registers_command.run(args, render_png)
         if args.command in ("embed", "probe", "cka"):
             from .explore import dataset_command
             from .gui.figures import render_png  # the app's compositions draw the figures

@@ -184,3 +184,28 @@ def test_parse_and_check_neurons(loaded) -> None:
         X.check_neurons(loaded, [(9, 0)])
     with pytest.raises(ValueError, match="unit 128"):
         X.check_neurons(loaded, [(0, 128)])
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(pos_embed="rope"), dict(pos_embed="rel_bias"), dict(pos_embed="rope_dinov3", reg_tokens=2),
+    dict(prefix_tokens="cls+dist"), dict(prefix_tokens="none", pool="gap"), dict(pos_embed="sincos_2d", mlp="swiglu"),
+])
+def test_a_test_time_register_fits_every_layout(overrides) -> None:
+    """Position schemes (RoPE skips prefix tokens, BEiT's bias has prefix rows), distillation tokens, GAP, SwiGLU:
+    the extra token is one more register, named in the layout, and the pooled output never reads it."""
+    loaded = build_loaded(preset("classroom-tiny", image_size=(16, 16), **overrides), device="cpu")
+    model, x = loaded.model, images(2)[:, :, :16, :16]
+    before = model.layout()
+    out = X.with_registers(loaded, x, [(0, 1), (1, 2)], capture=("hidden_states",))
+    layout = out["layout"]
+    assert layout.num_prefix_tokens == before.num_prefix_tokens + 1 and layout.registers[-1] == before.num_prefix_tokens
+    assert out["hidden_states"][0].shape[1] == before.num_tokens + 1 and out["logits"].shape == model(x).shape
+    assert torch.isfinite(out["logits"]).all() and model.layout() == before
+
+
+def test_cait_has_no_place_for_a_test_time_register() -> None:
+    loaded = build_loaded(preset("classroom-tiny", image_size=(16, 16), class_attn_depth=1, prefix_tokens="cls",
+                                  pos_embed_prefix=False),
+                          device="cpu")
+    with pytest.raises(Exception, match="CaiT"):
+        X.with_registers(loaded, images(1)[:, :, :16, :16], [(0, 1)])

@@ -222,7 +222,8 @@ def _assemble(keep: dict[str, list[np.ndarray]], sums: torch.Tensor | None, with
 def check_neurons(loaded: LoadedModel, neurons: Sequence[tuple[int, int]]) -> None:
     """Every (block, unit) names a self-attention block's MLP hidden unit of this model."""
     cfg = loaded.config
-    hidden = loaded.model.get_submodule("blocks.0.mlp.fc2").in_features if cfg.depth else 0
+    fc2 = loaded.model.get_submodule("blocks.0.mlp.fc2") if cfg.depth else None
+    hidden = int(fc2.in_features) if isinstance(fc2, torch.nn.Linear) else 0
     for block, unit in neurons:
         if not 0 <= block < cfg.depth:
             raise ValueError(f"--test-time-registers {block}:{unit}: block {block} is not one of 0..{cfg.depth - 1}")
