@@ -133,7 +133,7 @@ class _Batch:
         norms = R.token_norms(x)  # (B, T)
         self.norms.append(norms)
         self.masks.append(R.outlier_mask(norms[:, self.p:], ratio=self.ratio, threshold=self.threshold))
-        self.massive.append(R.massive_activations(x, self.p))
+        self.massive.append(R.massive_activations(x))
 
     def mlp(self, hidden: torch.Tensor, hook: HookPoint) -> None:
         self.acts.append(hidden[:, -self.n:].float())
@@ -168,9 +168,7 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
             with torch.inference_mode(), model.hooks(batch.hooks):
                 model(pixels.to(loaded.device, model.dtype))
             masks = torch.stack(batch.masks)  # (S, B, N)
-            weights = R.outlier_weights(masks)
-            part = torch.stack([R.register_neuron_sums(weights, a) for a in batch.acts], dim=1)  # (S, L, H)
-            sums = part if sums is None else sums + part
+            sums = _add_sums(sums, masks, batch.acts)
             with_outliers += masks.any(dim=-1).sum(dim=-1).cpu().numpy()
             _keep(keep, batch)
         if progress is not None:
@@ -179,6 +177,18 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
     return _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
+
+
+def _add_sums(sums: torch.Tensor | None, masks: torch.Tensor, acts: list[torch.Tensor]) -> torch.Tensor:
+    """sums (S, L, H) plus this batch's part: for the states with outliers in it, each earlier block's units' mean
+    activation at them, summed over images (a block's units can make the outliers of later states only)."""
+    if sums is None:
+        sums = torch.zeros(masks.shape[0], len(acts), acts[0].shape[-1] if acts else 0, device=masks.device)
+    weights = R.outlier_weights(masks)  # (S, B, N)
+    for s in torch.nonzero(masks.flatten(1).any(dim=1)).flatten().tolist():
+        for block in range(min(s, len(acts))):
+            sums[s, block] += R.register_neuron_sums(weights[s:s + 1], acts[block])[0]
+    return sums
 
 
 def _keep(keep: dict[str, list[np.ndarray]], batch: _Batch) -> None:
