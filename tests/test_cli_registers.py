@@ -66,3 +66,21 @@ def test_bad_register_flags_are_one_line_errors(flags, message, capsys) -> None:
     assert main(["predict", MODEL, str(SAMPLES / "circle.png"), *flags]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("vit-explorer predict: error:")
+
+
+def test_the_readme_registers_example_runs_and_agrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Registers, outliers and attention health"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    monkeypatch.chdir(root)
+    scope: dict[str, object] = {}
+    with torch.inference_mode():
+        exec(compile(code.group(1), "README.md", "exec"), scope)
+    d, out = scope["d"], scope["out"]
+    assert d.outlier_state is None and d.neurons(5) == []  # type: ignore[attr-defined]
+    assert out["layout"].registers == (1,)  # type: ignore[index]
+    assert torch.equal(scope["by_hand"], out["logits"])  # type: ignore[index,arg-type]
