@@ -209,3 +209,20 @@ def test_cait_has_no_place_for_a_test_time_register() -> None:
                           device="cpu")
     with pytest.raises(Exception, match="CaiT"):
         X.with_registers(loaded, images(1)[:, :, :16, :16], [(0, 1)])
+
+
+def test_the_positional_artifact_is_all_of_the_variance_when_every_image_is_the_same(loaded, tmp_path) -> None:
+    image = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
+    for i in range(3):
+        Image.fromarray(image).save(tmp_path / f"{i}.png")
+    d = X.diagnose(loaded, D.open_source(str(tmp_path)), batch_size=2)
+    assert d.positional_share is not None and d.position_mean is not None
+    np.testing.assert_allclose(d.positional_share, 1.0, rtol=1e-4)
+    pixels = D.dataset_preprocessing(loaded)(Image.open(tmp_path / "0.png"))
+    _, cache = loaded.model.run_with_cache(pixels, names_filter="hook_embedded")
+    np.testing.assert_allclose(d.position_mean[0], cache["hook_embedded"][0, 1:].numpy(), rtol=1e-4, atol=1e-5)
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    noisy = X.diagnose(loaded, D.open_source(str(tmp_path)), batch_size=2).positional_share
+    assert noisy is not None and (noisy < 0.9).all()

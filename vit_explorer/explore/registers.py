@@ -50,6 +50,8 @@ class Diagnosis:
     massive_per_dim: np.ndarray  # (S, D) the largest |activation| per dimension
     scores: np.ndarray  # (S, L, H) mean activation of each unit at each state's outliers (0 where none)
     images_with_outliers: np.ndarray  # (S,)
+    position_mean: np.ndarray | None = None  # (S, N, D) the mean patch feature per grid cell: what images share
+    positional_share: np.ndarray | None = None  # (S,) the share of patch-token variance position_mean explains
     entropy: np.ndarray | None = None  # (L, heads) nats, mean over images and queries
     max_entropy: float | None = None  # log T
     cls_share: np.ndarray | None = None  # (L,) [CLS] attention to the outliers of the block's input
@@ -117,6 +119,8 @@ class _Batch:
         self.cls = 0 if "cls" in layout.prefix_names and not layout.class_attn else None
         self.ratio, self.threshold = ratio, threshold
         self.norms: list[torch.Tensor] = []  # per state (B, T)
+        self.cell_sums: list[torch.Tensor] = []  # per state (N, D) the patch tokens summed over the images
+        self.square_sums: list[torch.Tensor] = []  # per state () their squared norms summed
         self.masks: list[torch.Tensor] = []  # per state (B, N)
         self.massive: list[dict[str, torch.Tensor]] = []
         self.acts: list[torch.Tensor] = []  # per block (B, N, H)
@@ -132,6 +136,9 @@ class _Batch:
     def state(self, x: torch.Tensor, hook: HookPoint) -> None:
         norms = R.token_norms(x)  # (B, T)
         self.norms.append(norms)
+        patches = x[:, self.p:].float()  # (B, N, D)
+        self.cell_sums.append(patches.sum(dim=0))  # (N, D)
+        self.square_sums.append(patches.square().sum())
         self.masks.append(R.outlier_mask(norms[:, self.p:], ratio=self.ratio, threshold=self.threshold))
         self.massive.append(R.massive_activations(x))
 
@@ -157,6 +164,8 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
     batch_size = _batch_size(loaded, batch_size)
     keep: dict[str, list[np.ndarray]] = {}
     sums: torch.Tensor | None = None
+    cells: torch.Tensor | None = None  # (S, N, D)
+    squares = torch.zeros(s_count, dtype=torch.float64, device=loaded.device)
     with_outliers = np.zeros(s_count, np.int64)
     skipped: list[str] = []
     done = 0
@@ -169,6 +178,8 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
                 model(pixels.to(loaded.device, model.dtype))
             masks = torch.stack(batch.masks)  # (S, B, N)
             sums = _add_sums(sums, masks, batch.acts)
+            cells = torch.stack(batch.cell_sums) if cells is None else cells + torch.stack(batch.cell_sums)
+            squares = squares + torch.stack(batch.square_sums).double()
             with_outliers += masks.any(dim=-1).sum(dim=-1).cpu().numpy()
             _keep(keep, batch)
         if progress is not None:
@@ -176,7 +187,24 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
     if not keep:
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
-    return _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
+    diagnosis = _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
+    assert cells is not None
+    diagnosis.position_mean, diagnosis.positional_share = positional_artifact(cells, squares, diagnosis.images)
+    return diagnosis
+
+
+def positional_artifact(cells: torch.Tensor, squares: torch.Tensor, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """cells (S, N, D) the patch tokens summed per grid cell over n images, squares (S,) their squared norms summed
+    -> the mean patch feature per cell (S, N, D) and the share of the patch tokens' total variance (about the mean
+    over every patch and image) that the per-cell means explain (S,): 1 when every image is the same, near 0 when
+    nothing is shared by position."""
+    cell_mean = cells.double() / n  # (S, N, D)
+    grand = cell_mean.mean(dim=1, keepdim=True)  # (S, 1, D)
+    count = n * cells.shape[1]
+    total = squares.double() - count * grand.squeeze(1).square().sum(dim=-1)  # (S,) sum of squares about the mean
+    between = n * (cell_mean - grand).square().sum(dim=(1, 2))  # (S,)
+    share = (between / total.clamp_min(1e-30)).clamp(0.0, 1.0)
+    return cell_mean.float().cpu().numpy(), share.cpu().numpy()
 
 
 def _add_sums(sums: torch.Tensor | None, masks: torch.Tensor, acts: list[torch.Tensor]) -> torch.Tensor:

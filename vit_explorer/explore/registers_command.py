@@ -137,13 +137,14 @@ def write(d: Diagnosis, out: Path, render: Render, result: dict[str, Any], top: 
     out.mkdir(parents=True, exist_ok=True)
     cls = d.cls_share if d.cls_share is not None else None
     rows = []
+    positional = d.positional_share if d.positional_share is not None else np.full(d.norms.shape[1], np.nan)
     for s in range(d.norms.shape[1]):
         block = s if cls is not None and s < len(cls) else None  # block s reads state s
         rows.append([s, float(d.outlier_share[s]), float(d.norms[:, s].max()), float(np.median(d.norms[:, s])),
                      float(d.massive_max[s]), float(d.massive_median[s]), int(d.massive_dim[s]),
-                     "" if block is None or cls is None else float(cls[block])])
+                     "" if block is None or cls is None else float(cls[block]), float(positional[s])])
     _write_csv(out / "states.csv", ["state", "outlier_share", "max_norm", "median_norm", "massive_max",
-                                    "massive_median", "massive_dim", "cls_share_received"], rows)
+                                    "massive_median", "massive_dim", "cls_share_received", "positional_share"], rows)
     _write_csv(out / "neurons.csv", ["block", "unit", "score"], [list(n) for n in d.neurons(top)])
     if d.entropy is not None:
         _write_csv(out / "entropy.csv", ["block", "head", "entropy", "max_entropy"],
@@ -171,12 +172,23 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
         "massive.png": (LinesFigure("Massive activations (Sun et al. 2024): largest |activation| vs the median", x,
                                     {"largest": d.massive_max, "median": d.massive_median}, "after block",
                                     "|activation|", state_ticks(states)), (900, 500))}
+    if d.positional_share is not None:
+        out["positional.png"] = (LinesFigure("Positional artifact: patch-token variance the mean per grid cell "
+                                             "explains", x, {"share": d.positional_share}, "after block",
+                                             "share of variance", state_ticks(states)), (900, 500))
     neurons = d.neurons(top)
     if neurons:
-        out["neurons.png"] = (BarsFigure(f"Register neurons: mean activation at the outliers of state "
-                                         f"{d.outlier_state}", tuple(f"block {b} unit {u}" for b, u, _ in neurons),
+        s = d.outlier_state
+        out["neurons.png"] = (BarsFigure(f"Register neurons: mean activation at the outliers of state {s} (they "
+                                         f"appear after block {s - 1 if s else 0})",
+                                         tuple(f"block {b} unit {u}" for b, u, _ in neurons),
                                          np.asarray([v for *_, v in neurons]), "mean activation", "{:.2f}"),
                               (900, 600))
+        best = d.neuron_scores().max(axis=1)  # (blocks,)
+        out["neurons_by_block.png"] = (BarsFigure("The strongest unit of each block at the outliers",
+                                                  tuple(f"block {b}" for b in range(len(best))), best,
+                                                  "mean activation", "{:.2f}", highlight=int(best.argmax())),
+                                       (900, 500))
     if d.outlier_state is not None:
         s = d.outlier_state
         out["outlier_map.png"] = (MapsFigure("", d.outlier_map[s:s + 1], (f"where the outliers sit (state {s})",),
