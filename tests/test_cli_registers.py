@@ -84,3 +84,15 @@ def test_the_readme_registers_example_runs_and_agrees(monkeypatch: pytest.Monkey
     assert d.outlier_state is None and d.neurons(5) == []  # type: ignore[attr-defined]
     assert out["layout"].registers == (1,)  # type: ignore[index]
     assert torch.equal(scope["by_hand"], out["logits"])  # type: ignore[index,arg-type]
+
+
+def test_an_absolute_threshold_and_no_attention(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main(["registers", MODEL, "--data", "shapes", "--limit", "8", "--json", "--threshold", "1e-3",
+                 "--no-attention", "--out", str(out)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert all(s["outlier_share"] == 1.0 for s in result["states"])  # every token is over so low a cut
+    assert result["outlier_state"] == 0 and result["neurons"] == []  # at the input: no block before it
+    assert result["rule"] == "norm > 0.001" and not (out / "entropy.csv").exists()
+    assert main(["registers", MODEL, "--data", "shapes", "--ratio", "0.5"]) == 2
+    assert "--ratio" in capsys.readouterr().err

@@ -26,6 +26,7 @@ from ..analysis import registers as R
 from ..checkpoints import LoadedModel
 from ..models.hooks import HookPoint
 from . import dataset as D
+from .figures import BarsFigure, Figure, LinesFigure, MapsFigure, state_ticks
 
 DEFAULT_IMAGES = 500  # the paper's N for the finder
 MAX_BATCH_BYTES = 256 * 2**20  # the MLP activations one batch keeps for the finder
@@ -283,3 +284,52 @@ def with_registers(loaded: LoadedModel, pixels: torch.Tensor, neurons: Sequence[
         hooks = R.register_hooks(neurons, layout.num_patches, registers, mode, register_value)
         with model.hooks(hooks):
             return model.forward_intermediates(pixels, capture=tuple(capture))
+
+
+# ---------------------------------------------------------------------- figures (the command's and the app's)
+def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, int]]]:
+    """The diagnosis's figures by file name, each with its size: drawn by the app's compositions."""
+    states = d.norms.shape[1]
+    x = np.arange(states, dtype=float) - 1  # state_ticks' x: -1 the input, then block b's output at b
+    median = np.median(d.norms, axis=(0, 2))
+    out: dict[str, tuple[Figure, tuple[int, int]]] = {
+        "outlier_share.png": (LinesFigure("High-norm patch tokens per state (an untrained model: none)", x,
+                                          {"outlier share": d.outlier_share}, "after block", "share of patches",
+                                          state_ticks(states)), (900, 500)),
+        "norms.png": (LinesFigure("Patch-token norms per state (prefix tokens and registers beside them)", x,
+                                  {"max": d.norms.max(axis=(0, 2)), "median": median,
+                                   **{f"[{n.upper()}]": d.prefix_norms[:, :, i].mean(axis=0)
+                                      for i, n in enumerate(d.prefix_names[:6])}},
+                                  "after block", "L2 norm", state_ticks(states)), (900, 500)),
+        "massive.png": (LinesFigure("Massive activations (Sun et al. 2024): largest |activation| vs the median "
+                                    "(random weights: a few x)", x,
+                                    {"largest": d.massive_max, "median": d.massive_median}, "after block",
+                                    "|activation|", state_ticks(states)), (900, 500))}
+    if d.positional_share is not None:
+        out["positional.png"] = (LinesFigure("Positional artifact: patch-token variance the mean per grid cell "
+                                             "explains", x, {"share": d.positional_share}, "after block",
+                                             "share of variance", state_ticks(states)), (900, 500))
+    neurons = d.neurons(top)
+    if neurons:
+        s = d.outlier_state
+        out["neurons.png"] = (BarsFigure(f"Register neurons: mean activation at the outliers of state {s} (they "
+                                         f"appear after block {s - 1 if s else 0})",
+                                         tuple(f"block {b} unit {u}" for b, u, _ in neurons),
+                                         np.asarray([v for *_, v in neurons]), "mean activation", "{:.2f}"),
+                              (900, 600))
+        best = d.neuron_scores().max(axis=1)  # (blocks,)
+        out["neurons_by_block.png"] = (BarsFigure("The strongest unit of each block at the outliers",
+                                                  tuple(f"block {b}" for b in range(len(best))), best,
+                                                  "mean activation", "{:.2f}", highlight=int(best.argmax())),
+                                       (900, 500))
+    if d.outlier_state is not None:
+        s = d.outlier_state
+        out["outlier_map.png"] = (MapsFigure("", d.outlier_map[s:s + 1], (f"where the outliers sit (state {s})",),
+                                             None, d.grid, colorbar_label="share of images"), (600, 600))
+    if d.entropy is not None and d.max_entropy is not None:
+        blocks = np.arange(d.entropy.shape[0], dtype=float)
+        series = {f"head {h}": d.entropy[:, h] for h in range(min(d.entropy.shape[1], 16))}
+        series["uniform (log T)"] = np.full(len(blocks), d.max_entropy)
+        out["entropy.png"] = (LinesFigure("Attention entropy per head (nats; uniform attention: log T)", blocks,
+                                          series, "block", "entropy (nats)"), (900, 500))
+    return out
