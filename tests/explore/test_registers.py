@@ -226,3 +226,18 @@ def test_the_positional_artifact_is_all_of_the_variance_when_every_image_is_the_
         Image.fromarray(rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
     noisy = X.diagnose(loaded, D.open_source(str(tmp_path)), batch_size=2).positional_share
     assert noisy is not None and (noisy < 0.9).all()
+
+
+def test_a_pass_on_another_thread_is_not_counted(planted) -> None:
+    """The diagnosis's hooks read only their own thread's pass (a GUI worker may run the model meanwhile)."""
+    import threading
+
+    seen: list[int] = []
+    batch = X._Batch(planted.model.layout(), planted.config.depth, R.DEFAULT_RATIO, None, attention=True)
+    with planted.model.hooks(batch.hooks), torch.inference_mode():
+        other = threading.Thread(target=lambda: seen.append(planted.model(images(2)).shape[0]))
+        other.start()
+        other.join()
+        assert seen == [2] and batch.norms == [] and batch.acts == []
+        planted.model(images(2))
+    assert len(batch.norms) == planted.config.depth + 1 and len(batch.acts) == planted.config.depth

@@ -113,9 +113,11 @@ def _batch_size(loaded: LoadedModel, requested: int) -> int:
 
 
 class _Batch:
-    """The hooks of one pass and what they keep."""
+    """The hooks of one pass and what they keep. They read only, and only the pass of the thread that made them: a
+    pass another worker runs on the same model meanwhile is not counted."""
 
     def __init__(self, layout: Any, depth: int, ratio: float, threshold: float | None, attention: bool) -> None:
+        self.thread = threading.get_ident()
         self.p, self.n = layout.num_prefix_tokens, layout.num_patches
         self.cls = 0 if "cls" in layout.prefix_names and not layout.class_attn else None
         self.ratio, self.threshold = ratio, threshold
@@ -134,7 +136,12 @@ class _Batch:
             if attention:
                 self.hooks.append((f"blocks.{i}.attn.hook_pattern", self.pattern))
 
+    def ours(self) -> bool:
+        return threading.get_ident() == self.thread
+
     def state(self, x: torch.Tensor, hook: HookPoint) -> None:
+        if not self.ours():
+            return
         norms = R.token_norms(x)  # (B, T)
         self.norms.append(norms)
         patches = x[:, self.p:].float()  # (B, N, D)
@@ -144,9 +151,13 @@ class _Batch:
         self.massive.append(R.massive_activations(x))
 
     def mlp(self, hidden: torch.Tensor, hook: HookPoint) -> None:
+        if not self.ours():
+            return
         self.acts.append(hidden[:, -self.n:].float())
 
     def pattern(self, probs: torch.Tensor, hook: HookPoint) -> None:  # the block's input is the last state seen
+        if not self.ours():
+            return
         self.entropy.append(R.attention_entropy(probs))
         if self.cls is not None:
             keys = torch.zeros(probs.shape[0], probs.shape[-1], dtype=torch.bool, device=probs.device)
