@@ -304,7 +304,7 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
     x = np.arange(states, dtype=float) - 1  # state_ticks' x: -1 the input, then block b's output at b
     median = np.median(d.norms, axis=(0, 2))
     out: dict[str, tuple[Figure, tuple[int, int]]] = {
-        "outlier_share.png": (LinesFigure("High-norm patch tokens per state (an untrained model: none)", x,
+        "outlier_share.png": (LinesFigure("High-norm patch tokens per state (an untrained model has none)", x,
                                           {"outlier share": d.outlier_share}, "after block", "share of patches",
                                           state_ticks(states)), (900, 500)),
         "norms.png": (LinesFigure("Patch-token norms per state (prefix tokens and registers beside them)", x,
@@ -344,3 +344,14 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
         out["entropy.png"] = (LinesFigure("Attention entropy per head (nats; uniform attention: log T)", blocks,
                                           series, "block", "entropy (nats)"), (900, 500))
     return out
+
+
+def sample_diagnosis(loaded: LoadedModel) -> tuple[Figure, Figure]:
+    """The Features view's figures: the diagnosis over the bundled sample images (a dataset's is the command's):
+    the norms per state, then the register neurons, or, where no state has outliers, their share (zero)."""
+    from ..paths import SAMPLES
+
+    d = diagnose(loaded, D.open_source(str(SAMPLES)), batch_size=8)
+    drawn = figures(d)
+    second = drawn["neurons.png"] if "neurons.png" in drawn else drawn["outlier_share.png"]
+    return drawn["norms.png"][0], second[0]
