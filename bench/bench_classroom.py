@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from vit_explorer.commands.train import add_arguments, build
 from vit_explorer.training import events as ev
-from vit_explorer.training.command import add_arguments, build
 from vit_explorer.training.trainer import train
 
 TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an idle 2-core CPU
@@ -36,7 +36,7 @@ TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an 
 
 def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_arguments(parser, "train")
     args = parser.parse_args(["--stem", stem, "--seed", str(seed), *length, "--no-state", "--out", "unused", *extra])
     config, data, recipe = build(args)
     if app:  # the Training view's recipe: its own event cadence, the default data (seed 0)

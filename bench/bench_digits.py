@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vit_explorer.commands.train import add_arguments, build
 from vit_explorer.training import events as ev
-from vit_explorer.training.command import add_arguments, build
 from vit_explorer.training.trainer import train
 
 SIZE = 32
@@ -59,7 +59,7 @@ def baselines(x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val
 
 def vit(folder: Path, seed: int, budget: float, extra: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_arguments(parser, "train")
     args = parser.parse_args(["--dataset", str(folder), "--seed", str(seed), "--time-budget", str(budget),
                               "--no-state", "--out", str(folder / "unused"), *extra])
     config, data, recipe = build(args)

@@ -229,6 +229,7 @@ def test_a_link_in_the_output_folder_is_never_written_through(tmp_path: Path,
     assert not (out / "summary.json").is_symlink() and json.loads((out / "summary.json").read_text())["top_k"]
 
 
+@pytest.mark.slow
 def test_a_fifo_in_the_output_folder_does_not_hang(tmp_path: Path) -> None:
     source, out = _native(tmp_path / "model"), tmp_path / "report"
     out.mkdir()

@@ -10,17 +10,22 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    import torch
+
     from .checkpoints.loaded import LoadedModel
 
 
-def load(source: str, *, device: str | None = None, arch: str | None = None) -> LoadedModel:
+def load(source: str, *, device: str | None = None, dtype: str | torch.dtype | None = None,
+         arch: str | None = None) -> LoadedModel:
     """Load a hub id (HF or `timm/...`), a local folder or a file into a `LoadedModel`.
 
-    `arch` names the timm architecture of a bare weights file (e.g. "vit_small_patch16_224").
+    `device` ('cpu', 'cuda', 'cuda:1', 'mps'; default the CPU); `dtype` ('float32', 'bfloat16', 'float16',
+    'float64'; default the weights' own, so a bf16 checkpoint runs in bf16) as `--dtype` gives it; `arch` names the
+    timm architecture of a bare weights file (e.g. "vit_small_patch16_224").
     """
     from .checkpoints import load as _load
 
-    return _load(source, device=device, arch=arch)
+    return _load(source, device=device, dtype=dtype, arch=arch)
 
 
 def __getattr__(name: str) -> Any:

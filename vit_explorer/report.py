@@ -13,7 +13,6 @@ import csv
 import json
 import os
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from .analysis.params import ParameterTable
 from .analysis.pe import PESimilarity
@@ -36,6 +34,7 @@ from .explore.figures import Figure, SimilarityFigure, TilesFigure, small_multip
 from .explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from .explore.prediction import prediction_figure
 from .explore.tables import ModelTables, model_tables
+from .jobs import Job
 
 Render = Callable[[Figure, Path, tuple[int, int]], object]  # (figure, PNG path, (width, height))
 REPORT_SUFFIXES = (".json", ".csv", ".png")  # what a report folder holds (summary.json, params.csv, figures)
@@ -182,8 +181,7 @@ def _relevance_figures(result: ForwardResult) -> Figures:
     cfg = result.inputs.loaded.config
     if not relevance.has_classifier(cfg):
         return {}
-    methods = [m for m in ("attention-gradient", "transformer-attribution", "gradcam")
-               if relevance.METHODS[m].reason(cfg) is None]
+    methods = [name for name in relevance.supported(cfg) if relevance.METHODS[name].report]
     top = relevance.Target(index=int(result.probs.argmax()))
     explained = relevance.explain(result.inputs, methods, top, measure=False)
     return {"relevance.png": (relevance.ranking_figure(explained), _multiples_size(len(methods)))}
@@ -218,9 +216,9 @@ def _feature_figures(loaded: LoadedModel, result: ForwardResult, image_info: dic
     return figures, names, skipped
 
 
-def write_report(report: Report, out_dir: str | Path, render: Render, progress: bool = False,
+def write_report(report: Report, out_dir: str | Path, render: Render, job: Job | None = None,
                  overwrite: bool = False) -> dict[str, Any]:
-    """Write summary.json, params.csv and every figure through `render`; return the summary.
+    """Write summary.json, params.csv and every figure through `render` (the job hears of each); return the summary.
 
     The report is written whole or not at all: into a temporary sibling folder renamed to `out_dir`
     at the end, never through a link. `out_dir` must be new or empty, or (with `overwrite`) hold an
@@ -230,9 +228,11 @@ def write_report(report: Report, out_dir: str | Path, render: Render, progress: 
 
     def fill(folder: Path) -> None:
         _write_params_csv(folder / "params.csv", report.params)
-        for name, (figure, size) in tqdm(report.figures.items(), desc="inspect: figures", unit="figure",
-                                         file=sys.stderr, disable=not progress):
+        work = job or Job()
+        for done, (name, (figure, size)) in enumerate(report.figures.items(), start=1):
+            work.check()
             render(figure, folder / name, size)
+            work.progress(done / len(report.figures), name)
         (folder / "summary.json").write_text(json.dumps(report.summary, indent=2))
 
     write_folder(out, fill, replace=replace)

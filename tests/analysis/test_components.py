@@ -4,6 +4,8 @@ and the lens reads each token through the final norm and the head."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from PIL import Image
@@ -11,6 +13,8 @@ from PIL import Image
 from tests.models.test_families import FAMILY_PRESETS, IMAGE, tiny
 from vit_explorer import load
 from vit_explorer.analysis.components import SITES, decompose, lens, patched_logits, record_site, sweep
+from vit_explorer.errors import Cancelled
+from vit_explorer.jobs import Job
 from vit_explorer.models import VisionTransformer, preset
 from vit_explorer.models.config import TOKEN_LAYOUTS
 from vit_explorer.paths import BUNDLED, SAMPLES
@@ -184,8 +188,10 @@ def test_a_sweep_is_the_single_runs_normalised() -> None:
     assert result.effects[1, 1].item() == pytest.approx(expected.item(), abs=1e-5)
     heads = sweep(model, clean, clean, "head", corrupted_head_mask=torch.zeros(2, 4), batch=3)
     assert heads.axis == "head" and heads.raw.shape == (2, 4)
-    with pytest.raises(InterruptedError):
-        sweep(model, clean, clean, "mlp", corrupted_mask=mask, cancel=lambda: True)
+    cancelled = threading.Event()
+    cancelled.set()
+    with pytest.raises(Cancelled):
+        sweep(model, clean, clean, "mlp", corrupted_mask=mask, job=Job(cancel=cancelled))
 
 
 @pytest.mark.parametrize("name", ["vit-s16", "cait-xxs24", "dinov2-s14-reg4"])

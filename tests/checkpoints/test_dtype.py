@@ -148,3 +148,24 @@ def test_released_pages_leave_memory(tmp_path: Path) -> None:
     after = resident()
     assert touched - before > 100 * 2**20 and touched - after > 100 * 2**20, (before, touched, after)
     assert torch.equal(mapped_big[:4], big[:4])
+
+
+def test_the_library_load_takes_dtype_as_the_cli_does() -> None:
+    """`vit_explorer.load(source, dtype=...)`, as the README documents, is the CLI's --dtype: one code path."""
+    import argparse
+
+    import vit_explorer
+    from vit_explorer.checkpoints.arguments import add_model_arguments, load_options
+    from vit_explorer.paths import BUNDLED_MODEL
+
+    parser = argparse.ArgumentParser()
+    add_model_arguments(parser)
+    options = load_options(parser.parse_args(["--dtype", "float64"]))
+    ours = vit_explorer.load(str(BUNDLED_MODEL), dtype="float64")
+    cli = load(str(BUNDLED_MODEL), **options)
+    assert ours.dtype == cli.dtype == torch.float64
+    assert all(p.dtype == torch.float64 for p in ours.model.parameters())
+    pixels = torch.rand(1, 3, *ours.config.image_size, dtype=torch.float64)
+    with torch.inference_mode():
+        assert torch.equal(ours.model(pixels), cli.model(pixels))
+    assert vit_explorer.load(str(BUNDLED_MODEL)).dtype == torch.float32  # the weights' own

@@ -249,3 +249,45 @@ def test_registers_and_distillation_sites_hold_the_prefix_tokens(pair) -> None:
         _, cache = ours.run_with_cache(torch.randn(1, 3, 32, 32), names_filter=["hook_with_prefix"])
     torch.testing.assert_close(cache["hook_with_prefix"][0, 1:5], ours.reg_token[0])
     assert FAMILIES["dinov2_reg"][0].startswith("vit_small_patch14_reg4")
+
+
+def test_a_pass_in_another_thread_does_not_see_this_threads_hooks(pair) -> None:
+    """The app runs passes on one model in several workers: a head mask or hooks of one pass stay in its thread,
+    while add_hook's apply to every pass."""
+    import threading
+
+    _, ours = pair("vit")
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        plain = ours(x)
+    inside: dict[str, torch.Tensor] = {}
+    started, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        started.set()
+        release.wait(30)
+        with torch.no_grad():
+            inside["logits"] = ours(x)
+
+    def zero(z: torch.Tensor, hook: Any) -> torch.Tensor:
+        release.set()  # the other thread runs its pass while this one's hooks are in place
+        worker.join(30)
+        return torch.zeros_like(z)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    started.wait(30)
+    with torch.no_grad():
+        hooked = ours.run_with_hooks(x, fwd_hooks=[("blocks.0.attn.hook_z", zero)])
+    worker.join(30)
+    torch.testing.assert_close(inside["logits"], plain)
+    assert not torch.allclose(hooked, plain)
+    ours.add_hook("blocks.0.attn.hook_z", lambda z, hook: torch.zeros_like(z))
+    try:
+        seen: dict[str, torch.Tensor] = {}
+        thread = threading.Thread(target=lambda: seen.__setitem__("logits", ours(x).detach()))
+        thread.start()
+        thread.join(30)
+        torch.testing.assert_close(seen["logits"], hooked)
+    finally:
+        ours.reset_hooks()

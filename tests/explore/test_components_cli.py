@@ -10,9 +10,9 @@ import pytest
 
 from vit_explorer import load
 from vit_explorer.cli import main
+from vit_explorer.commands.components import _inputs
 from vit_explorer.data.images import open_image
 from vit_explorer.explore.components import corrupted_inputs, lens_maps, patch_once, record_runs
-from vit_explorer.explore.components_command import _inputs
 from vit_explorer.paths import BUNDLED_MODEL, SAMPLES
 
 STAR, CIRCLE = str(SAMPLES / "star.png"), str(SAMPLES / "circle.png")

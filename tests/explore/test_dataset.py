@@ -15,10 +15,11 @@ from PIL import Image
 
 from vit_explorer.analysis import cka as C
 from vit_explorer.analysis import probes as P
+from vit_explorer.errors import Cancelled
 from vit_explorer.explore import dataset as D
 from vit_explorer.explore import dataset_analysis as A
 from vit_explorer.explore.build import build_loaded
-from vit_explorer.explore.heads import Cancelled
+from vit_explorer.jobs import Job
 from vit_explorer.models import preset
 
 
@@ -100,16 +101,16 @@ def test_unreadable_images_are_skipped_with_a_count(tmp_path: Path, loaded) -> N
 
 def test_progress_and_cancel(loaded) -> None:
     src = D.open_source("shapes", limit=30)
-    seen: list[tuple[int, int]] = []
-    D.extract(loaded, src, batch_size=8, progress=lambda done, total: seen.append((done, total)))
-    assert seen == [(8, 30), (16, 30), (24, 30), (30, 30)]
+    seen: list[float] = []
+    D.extract(loaded, src, batch_size=8, job=Job(lambda share, what: seen.append(share)))
+    assert seen == [8 / 30, 16 / 30, 24 / 30, 30 / 30]
     cancel = threading.Event()
 
-    def stop_after_first(done: int, total: int) -> None:
+    def stop_after_first(share: float, what: str) -> None:
         cancel.set()
 
     with pytest.raises(Cancelled):
-        D.extract(loaded, src, batch_size=8, progress=stop_after_first, cancel=cancel)
+        D.extract(loaded, src, batch_size=8, job=Job(stop_after_first, cancel))
 
 
 def test_cache_reopens_without_extracting_and_recomputes_a_changed_file(tmp_path: Path, loaded, monkeypatch) -> None:

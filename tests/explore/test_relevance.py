@@ -14,8 +14,10 @@ from PIL import Image
 
 from vit_explorer.checkpoints import LoadedModel
 from vit_explorer.checkpoints.preprocess import Preprocess
+from vit_explorer.errors import Cancelled
 from vit_explorer.explore import relevance as rel
 from vit_explorer.explore.forward import Inputs
+from vit_explorer.jobs import Job
 from vit_explorer.models import VisionTransformer
 
 from ..models.test_families import FAMILY_PRESETS, IMAGE, tiny
@@ -156,8 +158,8 @@ def test_cancel_stops_between_batches_and_progress_is_reported() -> None:
         if share > 0.2:
             cancel.set()
 
-    with pytest.raises(rel.Cancelled):
-        rel.explain(_inputs("vit-s16"), ["integrated-gradients", "occlusion"], progress=progress, cancel=cancel)
+    with pytest.raises(Cancelled):
+        rel.explain(_inputs("vit-s16"), ["integrated-gradients", "occlusion"], job=Job(progress, cancel))
     assert seen and seen == sorted(seen) and seen[-1] < 0.5
 
 

@@ -301,9 +301,8 @@ def _authors_transformer_attribution(model: torch.nn.Module, x: torch.Tensor, ta
             block.attn.fused_attn = True
     eye = torch.eye(t)
     joint = None
-    for cam, grad in zip(cams, grads, strict=True):  # compute_rollout_attention(start_layer=0)
+    for cam, grad in zip(cams, grads, strict=True):  # compute_rollout_attention(start_layer=0): no normalisation
         step = (grad * cam).clamp(min=0).mean(dim=1)[0] + eye
-        step = step / step.sum(dim=-1, keepdim=True)
         joint = step if joint is None else step @ joint
     return joint[0, 1:]
 

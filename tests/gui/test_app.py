@@ -126,6 +126,7 @@ def test_recent_sources_remembered(qtbot, window, tiny_checkpoint: Path, tmp_pat
     assert window.source_box.findText(str(tmp_path / "missing")) < 0
 
 
+@pytest.mark.slow
 def test_export_every_view(window, tmp_path: Path) -> None:
     for title, view in window.views.items():
         png = view.export_png(tmp_path / f"{title}.png")
@@ -167,6 +168,7 @@ def test_paste_image(qtbot, window) -> None:
     assert result.display.shape == (32, 32, 3)
 
 
+@pytest.mark.slow
 def test_run_app_returns_exit_code(tiny_checkpoint: Path) -> None:
     """`vit-explorer SOURCE` -> run_app: the window opens the source, predicts and quits with code 0.
 

@@ -128,12 +128,12 @@ def test_head_importance_is_for_the_masked_input_and_says_so(qtbot, window) -> N
 def test_measuring_importance_shows_progress_and_can_be_cancelled(qtbot, window) -> None:
     view = show(window, "Heads")
     qtbot.waitUntil(lambda: view.result is not None, timeout=20000)
-    seen: list[tuple[int, int]] = []
-    view.measured.connect(lambda done, total: seen.append((done, total)))
+    seen: list[tuple[float, str]] = []
+    view.measured.connect(lambda share, what: seen.append((share, what)))
     view.measure_importance()
     assert view.progress.isVisible() and view.measure.text() == "Cancel"
     qtbot.waitUntil(lambda: not view.running, timeout=20000)
-    assert seen and seen[-1] == (4, 4)
+    assert seen and seen[-1] == (1.0, "head 4 of 4")
     view.measure_importance()
     view.measure.click()  # Cancel
     assert not view.running and view.measure.text() == "Measure importance" and "cancelled" in view.note.text()

@@ -21,6 +21,7 @@ def test_there_is_a_bundled_lesson() -> None:
     assert bundled_lessons()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", bundled_lessons(), ids=lambda p: p.stem)
 def test_a_bundled_lesson_runs_end_to_end(qtbot, window, path: Path) -> None:
     lesson = read_lesson(path)

@@ -35,6 +35,7 @@ def run_limited(scenario: str, source: Path, scratch: Path, timeout: float = 240
     return seen
 
 
+@pytest.mark.slow
 def test_lesson_html_is_shown_as_written_and_the_lesson_can_be_left(tmp_path: Path, tiny_checkpoint: Path) -> None:
     from .limited_app import HTML_60000
 
@@ -44,6 +45,7 @@ def test_lesson_html_is_shown_as_written_and_the_lesson_can_be_left(tmp_path: Pa
     assert not seen["running"] and seen["panel_height"] < 400
 
 
+@pytest.mark.slow
 def test_a_model_named_like_html_heads_its_column_as_written(tmp_path: Path, tiny_checkpoint: Path) -> None:
     seen = run_limited("compare-html", tiny_checkpoint, tmp_path)
     escaped = seen["name"].replace("<", "&lt;").replace(">", "&gt;")
@@ -51,6 +53,7 @@ def test_a_model_named_like_html_heads_its_column_as_written(tmp_path: Path, tin
     assert not any("<img" in title for title in seen["titles"]), seen["titles"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["model-box", "lesson-title", "long-message"])
 def test_a_long_message_is_one_bounded_line_and_never_grows_the_window(tmp_path: Path, tiny_checkpoint: Path,
                                                                          scenario: str) -> None:
@@ -86,6 +89,7 @@ def test_a_lesson_file_that_cannot_be_read_is_named_in_the_banner(qtbot, window,
             "folder": "is a folder"}[name] in text, text
 
 
+@pytest.mark.slow
 def test_a_lesson_keeps_only_the_models_this_and_later_steps_use(qtbot, window) -> None:
     models = [Model(preset="classroom-tiny", options={"num_classes": 2 + i}) for i in range(6)]
     uses = [0, 1, 2, 3, 4, 5, 0]  # the first model comes back at the end: kept all along
@@ -106,6 +110,7 @@ def test_a_lesson_keeps_only_the_models_this_and_later_steps_use(qtbot, window) 
     runner.leave()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["wrong-types", "fifo"])
 def test_the_app_starts_with_defaults_on_a_hostile_settings_file(tmp_path: Path, tiny_checkpoint: Path,
                                                                  kind: str) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..jobs import Job
 from ..models import pooling
 from ..models.blocks import AttentionPool, LayerScale, QueryPool
 from ..models.hooks import HookFn
@@ -620,12 +621,11 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
           layers: Sequence[int] | None = None, positions: Sequence[int] | None = None, target: int | None = None,
           foil: int | None = None, clean_mask: torch.Tensor | None = None,
           corrupted_mask: torch.Tensor | None = None, clean_head_mask: torch.Tensor | None = None,
-          corrupted_head_mask: torch.Tensor | None = None, batch: int = 32,
-          cancel: Callable[[], bool] | None = None) -> Sweep:
+          corrupted_head_mask: torch.Tensor | None = None, batch: int = 32, job: Job | None = None) -> Sweep:
     """Patch `component` from the clean run (image (1, 3, H, W), [MASK], heads off) into the corrupted one:
     resid / attn / mlp at each (layer, position) (layers: the self-attention blocks by default; positions: every
-    token), or "head": each (layer, head) at `positions` (None: all). The runs go in batches of `batch`;
-    `cancel()` True stops between batches (InterruptedError). target: the clean run's top class by default;
+    token), or "head": each (layer, head) at `positions` (None: all). The runs go in batches of `batch`; the job
+    hears of each batch and is checked between batches (Cancelled). target: the clean run's top class by default;
     foil: the corrupted run's top other class."""
     if component not in SITES:
         raise ValueError(f"component must be one of {SITES}, got {component!r}")
@@ -659,13 +659,14 @@ def sweep(model: VisionTransformer, clean: torch.Tensor, corrupted: torch.Tensor
         columns = list(range(tokens)) if positions is None else list(positions)
         runs = [(layer, [p], None) for layer in layers for p in columns]
     out = []
+    job = job or Job()
     for start in range(0, len(runs), batch):
-        if cancel is not None and cancel():
-            raise InterruptedError("the patching sweep was cancelled")
+        job.check()
         chunk = runs[start:start + batch]
         logits = patched_logits(model, corrupted, source, component, [r[0] for r in chunk], [r[1] for r in chunk],
                                 [r[2] for r in chunk], mask=corrupted_mask, head_mask=corrupted_head_mask)
         out.append(logit_difference(logits.double(), target, foil))
+        job.progress(min(start + batch, len(runs)) / len(runs), f"patching {component}")
     raw = torch.cat(out).reshape(len(layers), len(columns))
     return Sweep(component, "head" if component == "head" else "position", layers, columns, target, foil,
                  float(logit_difference(logits_a[0].double(), target, foil)),

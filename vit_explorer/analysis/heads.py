@@ -3,12 +3,10 @@ per-layer pruning curve that removes a layer's heads from least to most importan
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
+from ..jobs import Job
 from ..models.vit import VisionTransformer
 
 METRICS = ("prob", "loss")
@@ -29,15 +27,14 @@ def _n_layers(model: VisionTransformer) -> int:
 
 @torch.no_grad()
 def head_importance(model: VisionTransformer, pixel_values: torch.Tensor, targets: torch.Tensor | None = None,
-                    metric: str = "prob", progress: bool = False, mask: torch.Tensor | None = None,
-                    on_cell: Callable[[int, int], None] | None = None) -> torch.Tensor:
+                    metric: str = "prob", mask: torch.Tensor | None = None, job: Job | None = None) -> torch.Tensor:
     """(layers, heads): the change when each head alone is masked, over a small image set (B, C, H, W).
 
     'prob': drop in the targets' mean probability; 'loss': rise in cross-entropy. Either way a
     larger value means a more important head. targets (B,) default to the unmasked predictions.
     Layers are the self-attention blocks, then CaiT's class-attention blocks. mask: (B, N) or (N,)
-    patches replaced by [MASK] in every run. on_cell(done, total) is called after each head (raise
-    from it to stop early).
+    patches replaced by [MASK] in every run. The job hears of each head and is checked between
+    heads (Cancelled).
     """
     heads = model.config.num_heads
     layers = _n_layers(model)
@@ -47,13 +44,14 @@ def head_importance(model: VisionTransformer, pixel_values: torch.Tensor, target
     sign = 1.0 if metric == "prob" else -1.0
     out = torch.empty(layers, heads)
     cells = [(i, h) for i in range(layers) for h in range(heads)]
-    for done, (i, h) in enumerate(tqdm(cells, desc="head importance", disable=not progress, leave=False), start=1):
+    job = job or Job()
+    for done, (i, h) in enumerate(cells, start=1):
+        job.check()
         head_mask = torch.ones(layers, heads, device=pixel_values.device)
         head_mask[i, h] = 0.0
         score = _score(model(pixel_values, mask=mask, head_mask=head_mask), targets, metric)
         out[i, h] = sign * (base - score)
-        if on_cell is not None:
-            on_cell(done, len(cells))
+        job.progress(done / len(cells), f"head {done} of {len(cells)}")
     return out
 
 

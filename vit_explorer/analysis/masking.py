@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tqdm import tqdm
 
+from ..jobs import Job
 from ..models.vit import VisionTransformer
 
 
@@ -42,11 +42,11 @@ def mask_effect(model: VisionTransformer, pixel_values: torch.Tensor, mask: torc
 
 @torch.no_grad()
 def occlusion_sensitivity(model: VisionTransformer, pixel_values: torch.Tensor, target: int | None = None,
-                          batch_size: int = 32, progress: bool = False) -> torch.Tensor:
+                          batch_size: int = 32, job: Job | None = None) -> torch.Tensor:
     """Drop in the target class's probability when each patch alone is masked: (gh, gw).
 
     pixel_values: one image (1, C, H, W); target defaults to the predicted class. Masked images run
-    `batch_size` at a time (one masked patch per image of the batch).
+    `batch_size` at a time (one masked patch per image of the batch); the job hears of each batch.
     """
     layout = model.layout((int(pixel_values.shape[-2]), int(pixel_values.shape[-1])))
     n = layout.num_patches
@@ -54,10 +54,13 @@ def occlusion_sensitivity(model: VisionTransformer, pixel_values: torch.Tensor, 
     target = int(base.argmax()) if target is None else target
     drops = torch.empty(n)
     starts = range(0, n, batch_size)
-    for start in tqdm(starts, desc="occlusion", disable=not progress, leave=False):
+    job = job or Job()
+    for start in starts:
+        job.check()
         stop = min(start + batch_size, n)
         mask = torch.zeros(stop - start, n, dtype=torch.bool, device=pixel_values.device)
         mask[torch.arange(stop - start), torch.arange(start, stop)] = True  # image i masks patch start + i
         probs = model(pixel_values.expand(stop - start, -1, -1, -1), mask=mask).float().softmax(-1)
         drops[start:stop] = base[target].cpu() - probs[:, target].cpu()
+        job.progress(stop / n, "occlusion")
     return drops.reshape(layout.grid)

@@ -70,11 +70,12 @@ def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[t
 def attribution_rollout(relevances: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layout: TokenLayout,
                         *, query: Query | torch.Tensor = 0) -> torch.Tensor:
     """Chefer et al. 2021 (Transformer Interpretability Beyond Attention Visualization), Eq. 13-15: per block
-    Abar = mean_heads((grad A * R_A)+) with R_A the LRP relevance of the attention map, the identity added and
-    each row normalised to sum to 1, multiplied in layer order (later blocks on the left); the readout's row
-    over the patches, (B, gh, gw). With R_A = A and unit gradients this is attention rollout. `query` may also be
-    (B, T) weights of the rows (a GAP head: each token's relevance at the output, since the mean of the rows of
-    a row-normalised product is nearly uniform whatever the class)."""
+    Abar = mean_heads((grad A * R_A)+) with R_A the LRP relevance of the attention map, the identity added (no
+    row normalisation: the paper's equations and the authors' `compute_rollout_attention`, whose normalisation
+    line is commented out), multiplied in layer order (later blocks on the left); the readout's row over the
+    patches, (B, gh, gw). With R_A = A and unit gradients this is attention rollout times 2 per block. `query`
+    may also be (B, T) weights of the rows (a GAP head: each token's relevance at the output, since the mean of
+    the rows of the product is nearly uniform whatever the class)."""
     if len(relevances) != len(gradients):
         raise ValueError("one gradient per relevance map is needed")
     t = layout.num_tokens
@@ -82,7 +83,6 @@ def attribution_rollout(relevances: Sequence[torch.Tensor], gradients: Sequence[
     joint = None
     for r, g in zip(relevances, gradients, strict=True):
         step = gradient_weighted(r, g) + eye  # (B, T, T)
-        step = step / step.sum(dim=-1, keepdim=True)
         joint = step if joint is None else step @ joint
     assert joint is not None
     if isinstance(query, torch.Tensor):

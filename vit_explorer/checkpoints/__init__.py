@@ -17,11 +17,12 @@ from pathlib import Path
 
 import torch
 
+from ..jobs import Progress
 from .build import parse_dtype
 from .devices import resolve_device
 from .errors import CheckpointError, CheckpointWarning
 from .files import write_atomic, write_folder
-from .formats import Progress, read
+from .formats import read
 from .hf_format import hf_files, hf_weights
 from .loaded import LoadedModel
 from .native import CONFIG_NAME, save_native

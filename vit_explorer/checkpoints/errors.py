@@ -1,7 +1,9 @@
 """The error loaders raise (a message naming the file and what is wrong), and the warning they give."""
 
+from ..errors import UserError
 
-class CheckpointError(Exception):
+
+class CheckpointError(UserError):
     """A checkpoint or source that cannot be loaded; str(error) is a complete user-facing message."""
 
 

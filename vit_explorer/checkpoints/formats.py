@@ -16,6 +16,7 @@ from typing import Any, Generic
 
 import torch
 
+from ..jobs import Progress
 from . import hf_format, native, timm_format
 from .build import build_model, stored_dtype
 from .errors import CheckpointError
@@ -24,8 +25,6 @@ from .loaded import LoadedModel
 from .memory import check_fits, check_model_fits
 from .source import Checkpoint, Declared, Source, T
 from .weights import nonfinite_warning, read_weights
-
-Progress = Callable[[float, str], None]  # (fraction done, the stage now running)
 
 
 @dataclass(frozen=True)

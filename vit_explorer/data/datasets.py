@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoints.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from ..errors import UserError
 from . import cifar, folder, synthetic
 from .folder import Batch, ImageSet
 
@@ -28,7 +29,7 @@ MAX_SEED = 2**31 - 1  # seeds are multiplied (seed * 1_000_003 + chunk) and must
 DRAW_BYTES = 100  # bytes per pixel of each image in a chunk while the built-in generator draws it (measured)
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A dataset argument of the wrong type or out of range; `field` names it, `problem` says what is allowed."""
 
     def __init__(self, field: str, problem: str) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..checkpoints.files import open_regular
+from ..errors import UserError
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 MAX_IMAGE_BYTES = 512 * 2**20
@@ -34,7 +35,7 @@ def sample_images() -> list[Path]:
     return sorted(p for p in SAMPLES.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
 
 
-class ImageError(ValueError):
+class ImageError(UserError, ValueError):
     """An image that cannot be read; the message names the file."""
 
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 import torch
 
 from ..checkpoints import LoadedModel, Preprocess
+from ..checkpoints.devices import preferred_device as preferred_device  # the app's (a lesson's models too)
+from ..checkpoints.devices import resolve_device
 from ..checkpoints.labels import generic_labels
 from ..checkpoints.memory import FLOAT, check_fits, check_run
 from ..models import VisionTransformer, ViTConfig
 
 
-def preferred_device() -> str:
-    """The GPU when there is one (inference of large models), else the CPU."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def build_loaded(config: ViTConfig, device: str | None = None, where: str = "the built model") -> LoadedModel:
     """Random weights (timm's init) in eval mode; inputs normalised with mean = std = 0.5. Refused with a
     BudgetError, before anything is allocated, when its parameters and one forward pass would not fit."""
-    target = torch.device(device or preferred_device())
+    target = resolve_device(device, default="auto")
     check_run(config, target, where)
     if target.type != "cpu":  # the parameters are made on the CPU first
         check_fits(config.estimate_parameters() * FLOAT, torch.device("cpu"), "building this model", where)

@@ -6,8 +6,8 @@ layers x heads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -25,8 +25,10 @@ from ..analysis.components import (
     record_site,
     sweep,
 )
+from ..checkpoints import LoadedModel
+from ..jobs import Job
 from ..models import TokenLayout
-from .figures import MapsFigure, json_number
+from .figures import BarsFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
 
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
@@ -42,12 +44,27 @@ def run_masks(inputs: Inputs) -> tuple[torch.Tensor | None, torch.Tensor | None]
     return mask, heads
 
 
-def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Tensor | None = None) -> Decomposition:
+@dataclass
+class ModelDecomposition(Decomposition):
+    """A Decomposition with the model it came from, so it shows itself inline in Jupyter (`parts_figure`)."""
+
+    loaded: LoadedModel | None = field(default=None, repr=False)
+
+    def _repr_png_(self) -> bytes:
+        from .notebook import png
+
+        assert self.loaded is not None
+        return png(parts_figure(self, self.loaded))
+
+
+def decomposition(inputs: Inputs, target: int | None = None, reference: torch.Tensor | None = None
+                  ) -> ModelDecomposition:
     """The target's parts for the run `inputs` describes (its [MASK] and head switches included)."""
     check_inputs(inputs)
     mask, heads = run_masks(inputs)
-    return decompose(inputs.loaded.model, pixels_for(inputs), target=target, mask=mask, head_mask=heads,
-                     reference=reference)
+    d = decompose(inputs.loaded.model, pixels_for(inputs), target=target, mask=mask, head_mask=heads,
+                  reference=reference)
+    return ModelDecomposition(d.target, d.logit, d.parts, d.bias, d.kind, loaded=inputs.loaded)
 
 
 def decomposition_json(d: Decomposition) -> dict[str, Any]:
@@ -187,7 +204,7 @@ def patch_once(runs: PatchRuns, layer: int, positions: Sequence[int] | None, hea
 
 def run_sweep(clean: Inputs, corrupted: Inputs, component: str, *, target: int | None = None,
               foil: int | None = None, layers: Sequence[int] | None = None, positions: Sequence[int] | None = None,
-              batch: int = 32, cancel: Callable[[], bool] | None = None) -> Sweep:
+              batch: int = 32, job: Job | None = None) -> Sweep:
     """analysis.components.sweep for two runs of the app's kind."""
     check_inputs(clean)
     check_inputs(corrupted)
@@ -196,7 +213,7 @@ def run_sweep(clean: Inputs, corrupted: Inputs, component: str, *, target: int |
     mask_b, heads_b = run_masks(corrupted)
     return sweep(clean.loaded.model, pixels_for(clean), pixels_for(corrupted), component, layers=layers,
                  positions=positions, target=target, foil=foil, clean_mask=mask_a, corrupted_mask=mask_b,
-                 clean_head_mask=heads_a, corrupted_head_mask=heads_b, batch=batch, cancel=cancel)
+                 clean_head_mask=heads_a, corrupted_head_mask=heads_b, batch=batch, job=job)
 
 
 def sweep_json(result: Sweep) -> dict[str, Any]:
@@ -226,6 +243,16 @@ def layer_shares(d: Decomposition, depth: int, class_depth: int = 0) -> tuple[tu
             values[0] += p.value
     values.append(d.bias)
     return tuple(labels + ["norm & pool", "head bias"]), np.asarray(values)
+
+
+def parts_figure(d: Decomposition, loaded: LoadedModel) -> BarsFigure:
+    """The Components view's parts: the target's logit as the sum of what each block (and the input, the readout,
+    the head's bias) adds to it."""
+    cfg = loaded.config
+    labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
+    what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
+    return BarsFigure(f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values,
+                      xlabel="share of the logit", value_format="{:+.3f}")
 
 
 def head_shares(d: Decomposition, layers: int, heads: int) -> np.ndarray:

@@ -26,7 +26,7 @@ import queue
 import sys
 import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,14 +40,14 @@ from ..checkpoints import LoadedModel, Preprocess
 from ..checkpoints.files import open_regular, write_atomic
 from ..data import cifar, folder, synthetic
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
-from .heads import Cancelled
+from ..errors import describe
+from ..jobs import Job
 
 BUILTIN_IMAGES = 2000  # images drawn from a built-in set when no --limit is given
 BUILTIN_SIDE = 64  # pixels per side a built-in set is drawn at (the model's preprocessing resizes them)
 PATCHES_PER_IMAGE = 4  # sampled patch tokens kept per image and state (for the patch projector)
 MAX_CACHE_BYTES = 16 * 2**30  # a feature cache file larger than this is not read
 CACHE_VERSION = 1  # changes whenever what a cache file holds changes
-Progress = Callable[[int, int], None]  # (images done, images in all)
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
 
 
@@ -223,7 +223,7 @@ def readout_states(loaded: LoadedModel) -> bool:
     return "cls" in cfg.prefix_names and not cfg.class_attn_depth
 
 
-def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel: threading.Event | None,
+def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, job: Job,
              indices: np.ndarray) -> Iterator[tuple[list[int], torch.Tensor | None, list[str]]]:
     """(indices kept, pixels (B, 3, H, W) or None, skipped messages) per batch of `indices`; decoding runs one batch
     ahead on a thread (Pillow and torch release the GIL while they work)."""
@@ -257,8 +257,7 @@ def _batches(source: DatasetSource, loaded: LoadedModel, batch_size: int, cancel
         while (item := ready.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("feature extraction cancelled")
+            job.check()
             yield item
     finally:
         stop.set()
@@ -308,8 +307,8 @@ def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.nd
 
 
 def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarray, patch_index: np.ndarray, *,
-                  batch_size: int, distance: bool, progress: Progress | None, cancel: threading.Event | None) -> _Part:
-    """The features of the images `indices` of `source` (see `extract`); `progress(done, len(indices))`."""
+                  batch_size: int, distance: bool, job: Job) -> _Part:
+    """The features of the images `indices` of `source` (see `extract`); the job hears of each batch."""
     _keep_heap_small()
     model, cfg = loaded.model, loaded.config
     device = loaded.device
@@ -326,7 +325,7 @@ def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarra
         distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
                          .cpu().numpy())  # (B, heads)
 
-    for kept, pixels, bad in _batches(source, loaded, batch_size, cancel, indices):
+    for kept, pixels, bad in _batches(source, loaded, batch_size, job, indices):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
@@ -358,8 +357,7 @@ def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarra
             if distance:
                 parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
             kept_all += kept
-        if progress is not None:
-            progress(done, len(indices))
+        job.progress(done / len(indices), "features")
     return _Part(kept_all, {name: np.concatenate(values) for name, values in parts.items()}, skipped)
 
 
@@ -386,15 +384,14 @@ def _assemble(loaded: LoadedModel, source: DatasetSource, parts: list[_Part], pa
 
 
 def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, patches: int = PATCHES_PER_IMAGE,
-            distance: bool = False, seed: int = 0, progress: Progress | None = None,
-            cancel: threading.Event | None = None) -> Features:
-    """Every image's features at every token state (see the module doc). `progress(done, total)` after each
-    batch; `cancel` stops between batches (Cancelled)."""
+            distance: bool = False, seed: int = 0, job: Job | None = None) -> Features:
+    """Every image's features at every token state (see the module doc); the job hears of each batch and is
+    checked between batches (Cancelled)."""
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     patch_index = _patch_sample(loaded, len(source), patches, seed)
     part = _extract_part(loaded, source, np.arange(len(source)), patch_index, batch_size=batch_size,
-                         distance=distance, progress=progress, cancel=cancel)
+                         distance=distance, job=job or Job())
     return _assemble(loaded, source, [part], patch_index)
 
 
@@ -527,18 +524,18 @@ def _cached(loaded: LoadedModel, source: DatasetSource, cache: Path | None, *, p
 
 def features_for(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
                  seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
-                 progress: Progress | None = None, cancel: threading.Event | None = None) -> Features:
+                 job: Job | None = None) -> Features:
     """The features of `source`, from the cache folder `cache` when it holds them for these weights, images and
     preprocessing (None: no cache), else extracted and stored there."""
     path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed)
     if path is not None and path.is_file():
         features = load_features(path, source)
         features.key, features.from_cache = key, True
-        if progress is not None:
-            progress(len(source), len(source))
+        if job is not None:
+            job.progress(1.0, "features (cached)")
         return features
     features = extract(loaded, source, batch_size=batch_size, patches=patches, distance=distance, seed=seed,
-                       progress=progress, cancel=cancel)
+                       job=job)
     if path is not None:
         save_features(features, path)
         features.key = key
@@ -561,16 +558,16 @@ def shard(n: int, rank: int, world: int) -> np.ndarray:
 
 def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
                     seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
-                    progress: Progress | None = None) -> Features | None:
+                    job: Job | None = None) -> Features | None:
     """`features_for` under torchrun (as `train` runs): each rank extracts its shard of the images on its own
     device and rank 0 gathers them in the source's order, reads and writes the cache and returns the features;
-    the other ranks return None. `progress` is called on rank 0 only. In one process: `features_for`."""
+    the other ranks return None. The job hears of rank 0's progress only. In one process: `features_for`."""
     import torch.distributed as dist
 
     rank, world = rank_and_world()
     if world == 1:
         return features_for(loaded, source, batch_size=batch_size, distance=distance, seed=seed, patches=patches,
-                            cache=cache, progress=progress)
+                            cache=cache, job=job)
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed) if rank == 0 \
@@ -579,21 +576,21 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
     dist.broadcast_object_list(hit, src=0)  # every rank must know whether to extract
     if hit[0]:
         return features_for(loaded, source, cache=cache, patches=patches, distance=distance, seed=seed,
-                            progress=progress) if rank == 0 else None
+                            job=job) if rank == 0 else None
     n = len(source)
     patch_index = _patch_sample(loaded, n, patches, seed)  # the same draw on every rank
     mine = shard(n, rank, world)
 
-    def report(done: int, total: int) -> None:  # rank 0's shard is the longest: scaled, it reaches n last
-        if progress is not None:
-            progress(min(n, done * world), n)
+    def report(share: float, what: str) -> None:  # rank 0's shard is the longest: scaled, it reaches n last
+        if job is not None:
+            job.progress(min(1.0, share * len(mine) * world / n), what)
 
     part: _Part | str
     try:
         part = _extract_part(loaded, source, mine, patch_index, batch_size=batch_size, distance=distance,
-                             progress=report if rank == 0 else None, cancel=None)
+                             job=Job(report if rank == 0 else None))
     except Exception as error:  # noqa: BLE001 - sent to rank 0, which raises it: a rank that stops would hang the rest
-        part = f"rank {rank}: {type(error).__name__}: {error}"
+        part = f"rank {rank}: {describe(error)}"
     gathered: list[_Part | str] | None = [""] * world if rank == 0 else None
     dist.gather_object(part, gathered, dst=0)
     if gathered is None:

@@ -4,7 +4,6 @@ cell, 2-D projections, the mean attention distance over the dataset and token-no
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,10 +12,10 @@ import numpy as np
 from ..analysis import cka as C
 from ..analysis import probes as P
 from ..checkpoints import LoadedModel
-from .dataset import DatasetSource, Features, Progress, features_for
-from .figures import LinesFigure, MapsFigure, ScatterFigure, state_ticks
+from ..jobs import Job
+from .dataset import DatasetSource, Features, features_for
+from .figures import Figure, LinesFigure, MapsFigure, ScatterFigure, state_ticks
 from .forward import STATE_AXIS
-from .heads import Cancelled
 
 EXACT_CKA_IMAGES = 3000  # above this many images CKA runs as minibatch CKA (the Gram matrices would be N x N)
 MINIBATCH = 1000  # images per minibatch then
@@ -35,6 +34,12 @@ class ProbeCurves:
     predictions: np.ndarray  # (V,) the linear probe's predictions at the best state
     confusion: np.ndarray  # (C, C) true x predicted counts at the best state
     label_names: list[str]
+
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: accuracy over the token states and the confusion at the best one."""
+        from .notebook import png
+
+        return png(probe_figure([self], len(self.states) - 1), confusion_figure(self))
 
 
 def _split(features: Features) -> tuple[np.ndarray, np.ndarray]:
@@ -247,31 +252,40 @@ class DatasetAnalysis:
     def best(self) -> ProbeCurves | None:
         return max(self.probes, key=lambda c: float(np.nanmax(c.linear))) if self.probes else None
 
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the probes over the states, CKA between the states, and the last state's features
+        projected (PCA), coloured by label."""
+        from .notebook import png
+
+        figures: list[Figure] = [probe_figure(self.probes, self.features.depth)] if self.probes else []
+        figures.append(cka_figure(self.cka, f"CKA between the token states ({self.tokens})"))
+        last = self.features.tokens(self.tokens)[self.features.depth]
+        if len(last) >= 3:
+            source = self.features.source
+            groups = [source.label_names[i] for i in source.labels] if source.labelled else None
+            figures.append(projection_figure(project(last), groups, "The last token state, projected (PCA)"))
+        return png(*figures)
+
 
 def analyse(loaded: LoadedModel, source: DatasetSource, *, compared: LoadedModel | None = None, batch_size: int = 64,
-            seed: int = 0, cache: Path | None = None, progress: Progress | None = None,
-            cancel: threading.Event | None = None) -> DatasetAnalysis:
+            seed: int = 0, cache: Path | None = None, job: Job | None = None) -> DatasetAnalysis:
     """Features (cached), probes per state, CKA within the model and against `compared`, attention distance and
-    token norms. Progress counts the images of both models; `cancel` stops between batches and between probes."""
-    total = len(source) * (2 if compared is not None else 1)
-
-    def part(offset: int) -> Progress | None:
-        return None if progress is None else (lambda done, _: progress(offset + done, total))
-
+    token norms. Progress counts the images of both models; the job is checked between batches and probes."""
+    job = job or Job()
+    half = 0.5 if compared is not None else 1.0  # each model's share: its images
     features = features_for(loaded, source, batch_size=batch_size, distance=True, seed=seed, cache=cache,
-                            progress=part(0), cancel=cancel)
+                            job=job.part(0.0, half))
     tokens = "cls" if features.cls else "mean"
     probes = []
     if features.source.labelled and (features.source.split == 1).any() and (features.source.split == 0).any():
         for kind in (["cls"] if features.cls else []) + ["mean"]:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("dataset analysis cancelled")
+            job.check()
             probes.append(probe_curves(features, kind, seed=seed))
     other = cka_other = None
     tokens_b = tokens
     if compared is not None:
         other = features_for(compared, source, batch_size=batch_size, seed=seed, cache=cache,
-                             progress=part(len(source)), cancel=cancel)
+                             job=job.part(half, 1.0))
         tokens_b = "cls" if other.cls and tokens == "cls" else "mean"  # what both models have
         if other.source.paths == features.source.paths:
             cka_other = cka_states(features, other, tokens_b)

@@ -18,8 +18,17 @@ ZERO_NOTE = "all zero: this table is untrained"  # on a figure of parameters tha
 SCALES = ("shared", "each")  # several maps on one colour scale, or each scaled to its own maximum
 
 
+class Inline:
+    """Shown inline in Jupyter as a PNG (explore/notebook.py draws it with matplotlib: no Qt, no display)."""
+
+    def _repr_png_(self) -> bytes:
+        from .notebook import png
+
+        return png(self)  # type: ignore[arg-type]  # every subclass is a Figure
+
+
 @dataclass(frozen=True)
-class MapsFigure:
+class MapsFigure(Inline):
     """One map or small multiples of maps, over the image or alone ('map only').
 
     scale='shared': every map on `levels` (None: the maps' own range) with one colour bar, so they can
@@ -60,7 +69,7 @@ class MapsFigure:
 
 
 @dataclass(frozen=True)
-class SimilarityFigure:
+class SimilarityFigure(Inline):
     """The ViT paper's position-embedding figure: a gh x gw mosaic whose tile (i, j) is patch (i, j)'s
     similarity to every patch, and below it single maps (one chosen patch, the prefix tokens' PEs)."""
 
@@ -74,7 +83,7 @@ class SimilarityFigure:
 
 
 @dataclass(frozen=True)
-class BarsFigure:
+class BarsFigure(Inline):
     """One bar per label with its value written after it; markers are named series of one value per
     bar drawn as symbols (DeiT's two heads on the bars of their average). value_range fixes the axis
     (probabilities: 0..1, so an 11 % prediction does not fill the chart like a confident one); horizontal
@@ -92,7 +101,7 @@ class BarsFigure:
 
 
 @dataclass(frozen=True)
-class LinesFigure:
+class LinesFigure(Inline):
     title: str
     x: np.ndarray
     series: Mapping[str, np.ndarray]
@@ -110,7 +119,7 @@ def state_ticks(states: int) -> tuple[tuple[float, str], ...]:
 
 
 @dataclass(frozen=True)
-class ScatterFigure:
+class ScatterFigure(Inline):
     """Points coloured by group with a legend, e.g. one point per head (group) against depth (x)."""
 
     title: str
@@ -125,7 +134,7 @@ class ScatterFigure:
 
 
 @dataclass(frozen=True)
-class TilesFigure:
+class TilesFigure(Inline):
     """K small RGB images (K, h, w, 3), each min-max scaled on its own (patch-embedding filters)."""
 
     title: str
@@ -135,7 +144,7 @@ class TilesFigure:
 
 
 @dataclass(frozen=True)
-class ImagesFigure:
+class ImagesFigure(Inline):
     """RGB pictures side by side with a title each, e.g. each image and its patch features' principal
     components as colours (the DINOv2 paper's first figure)."""
 

@@ -128,6 +128,15 @@ class ForwardResult:
     def num_classes(self) -> int:
         return int(self.probs.shape[0])
 
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the image as the model saw it and the top-5 prediction."""
+        from .figures import ImagesFigure
+        from .notebook import png
+        from .prediction import prediction_figure
+
+        image = ImagesFigure("", (self.display,), ("the image as the model sees it",), self.layout.grid)
+        return png(image, prediction_figure(self, min(5, self.num_classes)))
+
     @property
     def depth(self) -> int:
         """Number of self-attention blocks."""

@@ -4,19 +4,14 @@ are not removed while measuring: each head is judged in the full model)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..analysis.heads import head_importance
+from ..jobs import Job
 from .forward import Inputs, pixels_for
-
-
-class Cancelled(Exception):
-    """A measurement stopped because a newer one (or the user) cancelled it."""
 
 
 @dataclass(frozen=True)
@@ -32,20 +27,12 @@ class HeadImportance:
         return f"importance for class '{self.target_label}' on image '{self.image_name}'{mask}"
 
 
-def measure(inputs: Inputs, image_name: str, cancel: threading.Event | None = None,
-            progress: Callable[[int, int], None] | None = None) -> HeadImportance:
-    """Measure every head (in a worker); `cancel` stops it between heads, `progress(done, total)` reports."""
-
-    def on_cell(done: int, total: int) -> None:
-        if cancel is not None and cancel.is_set():
-            raise Cancelled("head importance measurement cancelled")
-        if progress is not None:
-            progress(done, total)
-
+def measure(inputs: Inputs, image_name: str, job: Job | None = None) -> HeadImportance:
+    """Measure every head (in a worker); the job hears of each head and is checked between heads (Cancelled)."""
     loaded = inputs.loaded
     pixels = pixels_for(inputs)
     mask = torch.from_numpy(inputs.mask.reshape(1, -1)).to(pixels.device) if inputs.mask.any() else None
     with torch.inference_mode():
         target = int(loaded.model(pixels, mask=mask)[0].argmax())
-        values = head_importance(loaded.model, pixels, torch.tensor([target]), mask=mask, on_cell=on_cell)
+        values = head_importance(loaded.model, pixels, torch.tensor([target]), mask=mask, job=job)
     return HeadImportance(values.numpy(), target, loaded.label(target), image_name, int(inputs.mask.sum()))

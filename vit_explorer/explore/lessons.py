@@ -35,20 +35,17 @@ from typing import Any
 
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.files import parse_json, read_bounded
+from ..errors import UserError
 from ..models import PRESETS, ConfigError, ViTConfig
 from ..paths import BUNDLED, LESSONS
 from .attention import MODES
+from .views import VIEWS as VIEW_TABLE
 
 FORMAT, VERSION = "vit-explorer-lesson", 1
-# the app's views, in its tab order (a GUI test checks they match)
-VIEWS = ("Prediction", "Attention", "Explain", "Position embeddings", "Heads", "Components", "Embeddings",
-         "Features", "Compare", "Dataset", "Parameters", "Training", "Model builder")
-# the parts of the multi-panel views that a step can show alone, each larger (a projector has no room for all);
-# MAIN_PANELS are always drawn, the others hang on them
-PANELS = {"Embeddings": ("filters", "tokens"), "Position embeddings": ("similarity", "maps"),
-          "Compare": ("prediction", "rollout", "position"), "Parameters": ("table", "chart"),
-          "Explain": ("maps", "rollout and best", "curves")}  # "rollout and best" alone: the two maps, larger
-MAIN_PANELS = {"Position embeddings": ("similarity",), "Parameters": ("table",)}
+# the app's views by title, in its tab order, and the panels a step can show alone (explore.views's table)
+VIEWS = tuple(v.title for v in VIEW_TABLE.values())
+PANELS = {v.title: v.panels for v in VIEW_TABLE.values() if v.panels}
+MAIN_PANELS = {v.title: v.main_panels for v in VIEW_TABLE.values() if v.main_panels}
 INPUT_MODES = ("mask", "query", "draw")  # what a click on the image does
 MAX_BYTES = 1_000_000  # a lesson is text: a larger file is not one
 MAX_STEPS = 200
@@ -59,7 +56,7 @@ MAX_PATH_QUOTE = 300  # characters of a path quoted in a message
 MAX_PATH = 4096  # characters of a lesson file's path (Linux's PATH_MAX)
 
 
-class LessonError(ValueError):
+class LessonError(UserError, ValueError):
     """A lesson file that cannot run; the message names the file, the step and the field."""
 
 
@@ -111,6 +108,7 @@ class Lesson:
     title: str
     steps: tuple[Step, ...]
     path: Path
+    models: dict[str, str] = field(default_factory=dict)  # the lesson's names of its models -> their sources
 
 
 def bundled_lessons() -> list[Path]:
@@ -170,7 +168,7 @@ def parse_lesson(data: Any, path: Path) -> Lesson:
     steps = data.get("steps")
     if not isinstance(steps, list) or not 1 <= len(steps) <= MAX_STEPS:
         raise LessonError(f"{where}: steps: expected a list of 1 to {MAX_STEPS} steps")
-    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path)
+    return Lesson(title, tuple(_step(s, i, named, path) for i, s in enumerate(steps)), path, named)
 
 
 STEP_KEYS = {"title", "caption", "figure", "model", "options", "image", "size", "view", "attention", "query", "mask",

@@ -24,6 +24,7 @@ import torch
 
 from ..analysis import registers as R
 from ..checkpoints import LoadedModel
+from ..jobs import Job
 from ..models.hooks import HookPoint
 from . import dataset as D
 from .figures import BarsFigure, Figure, LinesFigure, MapsFigure, state_ticks
@@ -167,9 +168,11 @@ class _Batch:
 
 def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.DEFAULT_RATIO,
              threshold: float | None = None, attention: bool = True, batch_size: int = 32,
-             progress: D.Progress | None = None, cancel: threading.Event | None = None) -> Diagnosis:
+             job: Job | None = None) -> Diagnosis:
     """The outlier diagnosis of `loaded` over every image of `source` (see the module doc); `attention=False`
-    skips entropy and [CLS] shares (the blocks then keep the fused attention kernel: the finder's speed)."""
+    skips entropy and [CLS] shares (the blocks then keep the fused attention kernel: the finder's speed). `job` hears
+    the share of images done and stops between batches when cancelled."""
+    job = job if job is not None else Job()
     model, cfg = loaded.model, loaded.config
     layout = model.layout(loaded.preprocessing.size)
     depth, s_count = cfg.depth, cfg.depth + 1
@@ -181,7 +184,7 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
     with_outliers = np.zeros(s_count, np.int64)
     skipped: list[str] = []
     done = 0
-    for kept, pixels, bad in D._batches(source, loaded, batch_size, cancel, np.arange(len(source))):
+    for kept, pixels, bad in D._batches(source, loaded, batch_size, job, np.arange(len(source))):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
@@ -194,8 +197,7 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
             squares = squares + torch.stack(batch.square_sums).double()
             with_outliers += masks.any(dim=-1).sum(dim=-1).cpu().numpy()
             _keep(keep, batch)
-        if progress is not None:
-            progress(done, len(source))
+        job.progress(done / max(len(source), 1), f"{done} of {len(source)} images")
     if not keep:
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")

@@ -1,18 +1,19 @@
 """Why the model decides: class-specific relevance maps for every family, each with its faithfulness measured,
 for the app's Explain view, `vit-explorer explain` and the report alike.
 
-`METHODS` is the one table of methods (like position.SCHEMES): its name, what it needs, and for a model the
-reason it does not apply (None where it does). A `Target` chooses what is explained: a class (default the top
-one) of a head (DeiT: the class head, the distillation head or their average), or, for a model without a
-classifier, the cosine similarity of its pooled embedding to a reference embedding (another image, or by
-default the same image unmasked). The [MASK] patches and heads switched off of the `Inputs` apply to every
-pass, as everywhere; work runs on the model's device and can be cancelled between batches.
+`METHODS` is the one table of methods (like position.SCHEMES): each record holds its name, its function, what it
+needs, for a model the reason it does not apply (None where it does), and its flags (in the default selection of
+the app and the CLI, in the report); a new method is one record and its function here. A `Target` chooses what
+is explained: a class (default the top one) of a head (DeiT: the class head, the distillation head or their
+average), or, for a model without a classifier, the cosine similarity of its pooled embedding to a reference
+embedding (another image, or by default the same image unmasked). The [MASK] patches and heads switched off of
+the `Inputs` apply to every pass, as everywhere; work runs on the model's device and reports to, and is
+cancelled through, a `Job`.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -28,21 +29,20 @@ from ..analysis import faithfulness as faith
 from ..analysis import lrp
 from ..analysis import relevance as rel
 from ..checkpoints import LoadedModel
+from ..jobs import Job
 from ..models import TokenLayout, VisionTransformer, ViTConfig, pooling
 from ..models.blocks import Block
 from ..models.hooks import HookPoint
 from .attention import query_for
 from .figures import LinesFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
-from .heads import Cancelled  # the one the views catch
 
 BASELINES = ("zero", "mask", "blur")
 HEADS = ("average", "cls", "dist")  # DeiT distilled: the mean of both heads (what it predicts), or one of them
 BATCH = 10  # perturbed images per forward pass
-Progress = Callable[[float, str], None]
 
 
-# ---------------------------------------------------------------------------- the methods table
+# ---------------------------------------------------------------------------- the methods' records
 def has_classifier(config: ViTConfig) -> bool:
     """A classifier head (its outputs are class logits), not pooled features or a projection to a joint space."""
     return bool(config.num_classes) and not config.proj_dim
@@ -58,32 +58,19 @@ def _lrp_refusal(config: ViTConfig) -> str | None:
 @dataclass(frozen=True)
 class Method:
     name: str
+    compute: Callable[[Scorer, ViTConfig, Job], torch.Tensor]  # the (gh, gw) map, its own raw values
     label: str
     short: str  # in a small map's title
     needs: str  # what it needs from the model, in words
     reference: str  # the paper or library whose definition it follows
     refusal: Callable[[ViTConfig], str | None] = field(default=lambda config: None)
     gradient: bool = True  # takes the target's gradient
+    default: bool = True  # in the default selection (the Explain view's, `vit-explorer explain`'s)
+    report: bool = False  # drawn in `vit-explorer inspect`'s report (one pass each, no faithfulness)
 
     def reason(self, config: ViTConfig) -> str | None:
         """Why this method does not apply to a model of this config (None: it does)."""
         return self.refusal(config)
-
-
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("rollout", "attention rollout", "rollout", "every block's attention (not class-specific)",
-           "Abnar & Zuidema 2020", gradient=False),
-    Method("attention-gradient", "attention × gradient (Chefer 2021b)", "attention × grad",
-           "every attention map in the output's graph and the target's gradient", "Chefer et al., ICCV 2021"),
-    Method("transformer-attribution", "transformer attribution (Chefer 2021)", "LRP attribution",
-           "LRP relevance of every attention map and its gradient", "Chefer et al., CVPR 2021", _lrp_refusal),
-    Method("gradcam", "Grad-CAM (last block's norm1)", "Grad-CAM",
-           "the tokens entering the last block's attention and their gradient", "pytorch-grad-cam's ViT recipe"),
-    Method("integrated-gradients", "integrated gradients", "integrated grad.",
-           "50 gradients along the path from a zero image", "captum IntegratedGradients defaults"),
-    Method("occlusion", "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
-           "Zeiler & Fergus 2014", gradient=False),
-)}
 
 
 def check_method(name: str, config: ViTConfig) -> Method:
@@ -96,8 +83,9 @@ def check_method(name: str, config: ViTConfig) -> Method:
     return METHODS[name]
 
 
-def supported(config: ViTConfig) -> list[str]:
-    return [name for name, m in METHODS.items() if m.reason(config) is None]
+def supported(config: ViTConfig, *, default: bool = False) -> list[str]:
+    """The methods that apply to a model of this config (`default`: only those of the default selection)."""
+    return [name for name, m in METHODS.items() if m.reason(config) is None and (m.default or not default)]
 
 
 # ---------------------------------------------------------------------------- targets
@@ -436,6 +424,44 @@ def _occlusion_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
         yield step if isinstance(step, int) else torch.from_numpy(base - step).reshape(scorer.layout.grid)
 
 
+def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    """Input x gradient (Shrikumar et al. 2016; captum's InputXGradient) on the normalised pixels, summed per patch."""
+    pixels = scorer.pixels.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = _forward(scorer.model, pixels, scorer.mask, scorer.head_mask)
+        (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), pixels)
+    return rel.per_patch(pixels.detach() * grad, scorer.layout.patch_size)[0]
+
+
+def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
+    """A method of one pass (nothing to report or check until it is done) as a record's function."""
+    return lambda scorer, config, job: compute(scorer, config)
+
+
+# ---------------------------------------------------------------------------- the methods table
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("rollout", _one_pass(rollout_map), "attention rollout", "rollout",
+           "every block's attention (not class-specific)", "Abnar & Zuidema 2020", gradient=False),
+    Method("attention-gradient", _one_pass(attention_gradient_map), "attention × gradient (Chefer 2021b)",
+           "attention × grad", "every attention map in the output's graph and the target's gradient",
+           "Chefer et al., ICCV 2021", report=True),
+    Method("transformer-attribution", _one_pass(transformer_attribution_map), "transformer attribution (Chefer 2021)",
+           "LRP attribution", "LRP relevance of every attention map and its gradient", "Chefer et al., CVPR 2021",
+           _lrp_refusal, report=True),
+    Method("gradcam", _one_pass(gradcam_map), "Grad-CAM (last block's norm1)", "Grad-CAM",
+           "the tokens entering the last block's attention and their gradient", "pytorch-grad-cam's ViT recipe",
+           report=True),
+    Method("integrated-gradients", lambda scorer, config, job: _drive(_ig_steps(scorer), 50, job),
+           "integrated gradients", "integrated grad.", "50 gradients along the path from a zero image",
+           "captum IntegratedGradients defaults"),
+    Method("occlusion", lambda scorer, config, job: _drive(_occlusion_steps(scorer), scorer.layout.num_patches, job),
+           "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
+           "Zeiler & Fergus 2014", gradient=False),
+    Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
+           "the target's gradient at the input pixels", "captum InputXGradient", default=False),
+)}
+
+
 # ---------------------------------------------------------------------------- one explanation
 @dataclass
 class Faithfulness:
@@ -490,6 +516,13 @@ class Explanation:
     def grid(self) -> tuple[int, int]:
         return self.layout.grid
 
+    def _repr_png_(self) -> bytes:
+        """Inline in Jupyter: the map over the image and, when measured, its faithfulness curves."""
+        from .notebook import png
+
+        curves = [perturbation_figure([self])] if self.faithfulness is not None else []
+        return png(map_figure(self), *curves)
+
 
 @dataclass
 class Session:
@@ -533,42 +566,27 @@ def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero"
     return Session(loaded, inputs, scorer, loaded.preprocessing.to_image(pixels))
 
 
-def _check(cancel: threading.Event | None) -> None:
-    if cancel is not None and cancel.is_set():
-        raise Cancelled("cancelled")
-
-
-def _drive(steps: Iterator[int | torch.Tensor], total: int, report: Callable[[float], None],
-           cancel: threading.Event | None) -> torch.Tensor:
+def _drive(steps: Iterator[int | torch.Tensor], total: int, job: Job) -> torch.Tensor:
+    """Run a method that yields its progress (steps done of `total`) and then its map, checking the job between."""
     for step in steps:
-        _check(cancel)
+        job.check()
         if isinstance(step, int):
-            report(step / total)
+            job.progress(step / total)
         else:
             return step
     raise RuntimeError("the method yielded no map")
 
 
-def relevance_map(session: Session, method: str, *, report: Callable[[float], None] = lambda share: None,
-                  cancel: threading.Event | None = None) -> np.ndarray:
+def relevance_map(session: Session, method: str, *, job: Job | None = None) -> np.ndarray:
     """The (gh, gw) map of one method, its own raw values."""
-    config, scorer = session.config, session.scorer
-    check_method(method, config)
-    if method == "integrated-gradients":
-        result = _drive(_ig_steps(scorer), 50, report, cancel)
-    elif method == "occlusion":
-        result = _drive(_occlusion_steps(scorer), scorer.layout.num_patches, report, cancel)
-    else:
-        compute = {"rollout": rollout_map, "attention-gradient": attention_gradient_map,
-                   "transformer-attribution": transformer_attribution_map, "gradcam": gradcam_map}[method]
-        result = compute(scorer, config)
-    report(1.0)
+    job = job or Job()
+    result = check_method(method, session.config).compute(session.scorer, session.config, job)
+    job.progress(1.0)
     return result.detach().float().cpu().numpy()
 
 
 def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.ndarray | None = None,
-                 report: Callable[[float], None] = lambda share: None, cancel: threading.Event | None = None
-                 ) -> Faithfulness:
+                 job: Job | None = None) -> Faithfulness:
     """Positive / negative perturbation, deletion / insertion of one map with the session's baseline; with an
     (H, W) bool `object_mask` of the input also the pointing game and the 60 %-mass IoU."""
     scorer = session.scorer
@@ -578,7 +596,7 @@ def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.nda
              faith.deletion_masks(relevance, fractions), faith.insertion_masks(relevance, fractions)]
     stacked = np.concatenate(masks)
     scores = _drive((s if isinstance(s, int) else torch.from_numpy(s)
-                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked), report, cancel).numpy()
+                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked), job or Job()).numpy()
     parts = np.split(scores, np.cumsum([len(m) for m in masks])[:-1])
     pointing = iou = None
     if object_mask is not None:
@@ -588,27 +606,27 @@ def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.nda
 
 
 def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None, baseline: str = "zero", *,
-            measure: bool = True, object_mask: np.ndarray | None = None, progress: Progress | None = None,
-            cancel: threading.Event | None = None) -> list[Explanation]:
+            measure: bool = True, object_mask: np.ndarray | None = None, job: Job | None = None
+            ) -> list[Explanation]:
     """Every method's map on the inputs' image for one target, each with its faithfulness (`measure`), ranked as
-    given. progress(share, what) is called between batches; a set `cancel` stops with Cancelled."""
+    given. The job hears of each batch (its share of the whole, what runs) and is checked between batches."""
     target = target or Target()
     if not methods:
         raise ValueError(f"no method chosen; choose from {', '.join(METHODS)}")
     for name in methods:
         check_method(name, inputs.loaded.config)
     session = prepare(inputs, target, baseline)
-    say = progress or (lambda share, what: None)
+    job = job or Job()
     results = []
     parts = len(methods) * (2 if measure else 1)
     for i, name in enumerate(methods):
         start = time.perf_counter()
         done = i * (2 if measure else 1)
-        relevance = relevance_map(session, name, report=_share(say, done, parts, name), cancel=cancel)
+        relevance = relevance_map(session, name, job=job.part(done / parts, (done + 1) / parts, name))
         measured = None
         if measure:
-            measured = faithfulness(session, relevance, object_mask=object_mask, cancel=cancel,
-                                    report=_share(say, done + 1, parts, f"{name}: faithfulness"))
+            measured = faithfulness(session, relevance, object_mask=object_mask,
+                                    job=job.part((done + 1) / parts, (done + 2) / parts, f"{name}: faithfulness"))
         note = ""
         if session.scorer.resolved.kind == "similarity" and METHODS[name].gradient and not inputs.mask.any() and \
                 target.reference is None:
@@ -618,11 +636,6 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
                                    inputs.mask if inputs.mask.any() else None, measured,
                                    time.perf_counter() - start, note))
     return results
-
-
-def _share(say: Progress, done: int, parts: int, what: str) -> Callable[[float], None]:
-    """A part's progress (0..1) as the whole run's share, with what is being done."""
-    return lambda share: say((done + share) / parts, what)
 
 
 def ranked(explanations: Sequence[Explanation]) -> list[Explanation]:
@@ -768,7 +781,7 @@ class Localisation:
 
 
 def localisation(loaded: LoadedModel, methods: Sequence[str], *, variant: str = "shapes", n: int = 8, seed: int = 0,
-                 cancel: threading.Event | None = None) -> Localisation:
+                 job: Job | None = None) -> Localisation:
     """Explain the true class of the first n validation images of a built-in dataset (`data.synthetic`, whose
     masks are known exactly) with each method, and score where the maps point."""
     from ..data.synthetic import generate, object_masks
@@ -786,7 +799,7 @@ def localisation(loaded: LoadedModel, methods: Sequence[str], *, variant: str = 
         session = prepare(inputs, Target(index=int(label)))
         coverage = faith.patch_coverage(mask, session.scorer.layout.patch_size)
         for name in methods:
-            relevance = relevance_map(session, name, cancel=cancel)
+            relevance = relevance_map(session, name, job=job)
             hits[name] += faith.pointing_hit(relevance, coverage) / n
             ious[name] += faith.mass_iou(relevance, coverage) / n
     return Localisation(variant, n, hits, ious)

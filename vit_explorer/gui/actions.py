@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QKeySequence
@@ -16,6 +17,7 @@ from .. import __version__
 from ..paths import LESSONS
 
 if TYPE_CHECKING:
+    from ..explore.web_lesson import Exported
     from .main_window import MainWindow
 
 MENUS = ("File", "View", "Lesson", "Help")  # in the menu bar's order
@@ -62,6 +64,7 @@ ACTIONS = (
     Action("Lesson", "Previous step", ("PgUp",), lambda w: w.lesson.previous(), "the lesson's previous step",
            panel_keys=("Left",), lesson=True),
     Action("Lesson", "Leave lesson", (), lambda w: w.lesson.leave(), "", lesson=True),
+    Action("Lesson", "Export as web page…", (), lambda w: export_lesson_page(w), "", separator=True),
     Action("Help", "Keyboard shortcuts", ("F1",), lambda w: show_shortcuts(w), "this list of shortcuts"),
     Action("Help", "About vit-explorer", (), lambda w: show_about(w), ""),
 )
@@ -96,6 +99,32 @@ def ask_lesson(window: MainWindow) -> None:
     path, _ = QFileDialog.getOpenFileName(window, "Open lesson", str(LESSONS), "Lessons (*.json)")
     if path:
         window.open_lesson(path)
+
+
+def export_lesson_page(window: MainWindow) -> None:
+    """The lesson presented (else one chosen) as one HTML file that students open in a browser, offline
+    (explore/web_lesson.py); written in the background, the status bar says where."""
+    session = window.session
+    source = str(session.lesson.path) if session.lesson is not None else QFileDialog.getOpenFileName(
+        window, "Export lesson as web page", str(LESSONS), "Lessons (*.json)")[0]
+    if not source:
+        return
+    out, _ = QFileDialog.getSaveFileName(window, "Export as web page", Path(source).with_suffix(".html").name,
+                                         "Web page (*.html)")
+    if not out:
+        return
+
+    def export() -> Exported:
+        from ..explore.web_lesson import export_lesson
+
+        return export_lesson(source, out)
+
+    def done(page: Exported) -> None:
+        session.notice.emit(f"wrote {page.path} ({page.bytes / 2**20:.1f} MB, {page.steps} steps); open it in a "
+                            "browser")
+
+    session.run("export-lesson", export, done, lambda message: session.error.emit(f"export as web page: {message}"),
+                io=True)
 
 
 def show_shortcuts(window: MainWindow) -> None:

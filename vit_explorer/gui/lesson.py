@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QFont, QKeySequence, QResizeEvent, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -222,6 +221,8 @@ class LessonRunner(QObject):
 
     def _arrange(self, step: Step, index: int) -> None:
         """Everything but the model, in the order that keeps each setting valid (size before the mask)."""
+        from ..explore.lesson_states import step_head_mask, step_mask
+
         window, session = self.window, self.window.session
         if step.image is not None:
             window.image_panel.open_sample_or_path(step.image)
@@ -232,13 +233,11 @@ class LessonRunner(QObject):
                 session.set_size(step.size)
             except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
                 session.error.emit(f"lesson step {index + 1}: {error}")
-        self._mask(step)
+        mask = step_mask(step, session.grid, session.mask)
+        if mask is not session.mask:
+            session.set_mask(mask)
         if step.heads_off is not None:
-            heads = np.ones_like(session.head_mask)
-            for layer, head in step.heads_off:
-                if layer < heads.shape[0] and head < heads.shape[1]:
-                    heads[layer, head] = 0.0
-            session.set_head_mask(heads)
+            session.set_head_mask(step_head_mask(step, session.head_mask.shape, session.head_mask))
         if step.mode is not None:
             session.set_attention(mode=step.mode)
         session.select(layer=step.layer, head=step.head, query=step.query, heads=step.heads)
@@ -266,20 +265,3 @@ class LessonRunner(QObject):
             return
         self.window.session.set_compared(loaded)
         self.applied.emit(index)
-
-    def _mask(self, step: Step) -> None:
-        session = self.window.session
-        grid = session.grid
-        if step.mask == "none":
-            session.set_mask(np.zeros(grid, bool))
-        elif isinstance(step.mask, float):
-            rng = np.random.default_rng(step.mask_seed)
-            mask = np.zeros(grid[0] * grid[1], bool)
-            mask[rng.permutation(mask.size)[: round(step.mask * mask.size)]] = True
-            session.set_mask(mask.reshape(grid))
-        elif isinstance(step.mask, tuple):
-            mask = np.zeros(grid, bool)
-            for row, col in step.mask:
-                if row < grid[0] and col < grid[1]:
-                    mask[row, col] = True
-            session.set_mask(mask)

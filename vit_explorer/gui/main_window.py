@@ -233,6 +233,7 @@ class MainWindow(QMainWindow):
         import pyqtgraph as pg
         import torch
 
+        from ..checkpoints.devices import preferred_device
         from .image_panel import ImagePanel, sample_images
         from .views import VIEW_CLASSES
 
@@ -270,8 +271,7 @@ class MainWindow(QMainWindow):
         self.takeCentralWidget()
         self.placeholder.deleteLater()
 
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device_label.setText(f"device: {device}")
+        self.device_label.setText(f"device: {preferred_device().type}")
         samples = sample_images()
         if self.initial_image is not None:
             self.image_panel.open_path(self.initial_image)

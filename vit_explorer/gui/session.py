@@ -117,6 +117,7 @@ class Session(QObject):
     busy = Signal(bool)  # a forward pass is running
     loading = Signal(str)  # a load started ("" when it ended)
     load_progress = Signal(float, str)  # (fraction, stage) of the load running (sent from its worker)
+    job_progress = Signal(str, float, str)  # (channel, share, what) of a channel's current job (see JobControls)
     attention_changed = Signal()  # the attention settings
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
@@ -126,6 +127,7 @@ class Session(QObject):
         super().__init__(parent)
         self._runner = Runner(self)
         self._runner.error.connect(lambda channel, message: self.error.emit(message))
+        self._runner.progressed.connect(self.job_progress)
         self.loaded: LoadedModel | None = None
         self.model_id = 0
         self.image: Image.Image = default_image((224, 224))

@@ -3,8 +3,10 @@
 Workers never touch widgets: a job is a plain function whose result travels back to the GUI thread
 through a queued signal. Each job belongs to a *channel* ("load", "forward", "pe", ...); submitting
 a new job on a channel makes every older job on it stale, so its result is dropped and, if it has
-not started yet, it never runs. A job that accepts a `cancel` argument receives a threading.Event
-it may poll to stop early.
+not started yet, it never runs. A job that accepts a `job` argument receives a `jobs.Job`: its progress is
+queued to the GUI thread (`Runner.progressed`, for the current job of a channel only) and its cancel is the
+channel's, set by `cancel` or a newer job; a job that stops with `Cancelled` delivers nothing (whoever cancelled
+it says so).
 """
 
 from __future__ import annotations
@@ -17,19 +19,14 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
-
-def describe_error(error: BaseException) -> str:
-    """One readable line for an exception (our errors already name the file and the problem)."""
-    text = str(error).strip() or type(error).__name__
-    if type(error).__name__ in ("BudgetError", "CheckpointError", "ConfigError", "ImageError", "OSError",
-                                 "ValueError"):
-        return text
-    return f"{type(error).__name__}: {text}"
+from ..errors import Cancelled, describe
+from ..jobs import Job
 
 
 class _JobSignals(QObject):
     finished = Signal(str, int, object)  # channel, generation, result
     failed = Signal(str, int, str, str)  # channel, generation, message, traceback
+    progressed = Signal(str, int, float, str)  # channel, generation, share, what
 
 
 class _Job(QRunnable):
@@ -45,20 +42,26 @@ class _Job(QRunnable):
         if fn is None or self.runner.is_stale(self.channel, self.generation) or self.cancel.is_set():
             return  # run once; superseded before it started: do not waste the CPU
         try:
-            if "cancel" in inspect.signature(fn).parameters:
-                result = fn(cancel=self.cancel)
+            if "job" in inspect.signature(fn).parameters:
+                result = fn(job=Job(self._progress, self.cancel))
             else:
                 result = fn()
+        except Cancelled:
+            return
         except BaseException as error:  # noqa: BLE001 - a worker must never take the app down
-            self.signals.failed.emit(self.channel, self.generation, describe_error(error), traceback.format_exc())
+            self.signals.failed.emit(self.channel, self.generation, describe(error), traceback.format_exc())
             return
         self.signals.finished.emit(self.channel, self.generation, result)
+
+    def _progress(self, share: float, what: str) -> None:
+        self.signals.progressed.emit(self.channel, self.generation, share, what)
 
 
 class Runner(QObject):
     """Runs jobs per channel in thread pools; delivers only the newest job's result per channel."""
 
     error = Signal(str, str)  # channel, message
+    progressed = Signal(str, float, str)  # channel, share, what: the current job's progress
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -74,6 +77,7 @@ class Runner(QObject):
         self._signals = _JobSignals()
         self._signals.finished.connect(self._on_finished)
         self._signals.failed.connect(self._on_failed)
+        self._signals.progressed.connect(self._on_progressed)
 
     def submit(self, channel: str, fn: Callable[..., Any], on_done: Callable[[Any], None],
                on_error: Callable[[str], None] | None = None, *, pool: str = "compute", priority: int = 0) -> int:
@@ -121,8 +125,13 @@ class Runner(QObject):
             entry[1](result)
         except Exception as error:  # noqa: BLE001 - drawing a result must not take the app down: say what failed
             traceback.print_exc()
-            message = f"showing the result failed: {describe_error(error)}"
+            message = f"showing the result failed: {describe(error)}"
             (entry[2] or (lambda text: self.error.emit(channel, text)))(message)
+
+    @Slot(str, int, float, str)
+    def _on_progressed(self, channel: str, generation: int, share: float, what: str) -> None:
+        if not self.is_stale(channel, generation):
+            self.progressed.emit(channel, share, what)
 
     @Slot(str, int, str, str)
     def _on_failed(self, channel: str, generation: int, message: str, trace: str) -> None:
@@ -165,6 +174,6 @@ class GeneratorThread(QObject):
             for item in self._make():
                 self.item.emit(item)
         except BaseException as error:  # noqa: BLE001 - reported in the UI, never a crash
-            self.done.emit(describe_error(error))
+            self.done.emit(describe(error))
             return
         self.done.emit("")

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..errors import UserError
 from . import pooling
 from .norms import NORMS
 from .position import SCHEMES, Rotary2D
@@ -45,7 +46,7 @@ MAX_PARAMETERS = 25_000_000_000
 MIN_ROPE_THETA = 1.0  # RoPE's base frequency (real models: 10, 100, 10000)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration that cannot build a model; the message says what to change."""
 
 

@@ -5,12 +5,15 @@ declares it with its local name (`hook_resid_pre`, `attn.hook_pattern`, `ln1.hoo
 names it in full by its module path (`blocks.3.attn.hook_pattern`) and lists them all in `hook_dict`.
 
 A forward hook `fn(tensor, hook)` returns a replacement or None (keep); a backward hook `fn(grad, hook)` sees the
-gradient at the site (and may return a replacement). Hooks live until removed: `run_with_hooks` adds its own for
-one pass, `add_hook` until `reset_hooks`. A site with no hook costs one attribute test.
+gradient at the site (and may return a replacement). `add_hook` adds a hook for every pass until `reset_hooks`;
+`hooks()` and `run_with_hooks` add theirs for the passes the calling thread runs inside the block, so passes on one
+model in several threads (the app's workers) never see each other's. At a site the model's own per-pass hooks run
+first ([MASK], head masks), then those of `add_hook`, then those of `hooks()`. A site with no hook costs a lookup.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -22,28 +25,68 @@ HookFn = Callable[[torch.Tensor, "HookPoint"], torch.Tensor | None]
 NamesFilter = Callable[[str], bool] | Sequence[str] | str | None
 
 
+_PASSES = threading.local()  # this thread's per-pass hooks: id(HookPoint) -> _Local
+
+
+class _Local:
+    """A site's hooks for the passes one thread runs: the model's own first, then the caller's."""
+
+    def __init__(self) -> None:
+        self.first: list[HookFn] = []
+        self.fwd: list[HookFn] = []
+        self.bwd: list[HookFn] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.first or self.fwd or self.bwd)
+
+
+def _table() -> dict[int, _Local]:
+    table: dict[int, _Local] | None = getattr(_PASSES, "table", None)
+    if table is None:
+        table = _PASSES.table = {}
+    return table
+
+
 class HookPoint:
     """A site: identity until hooks are added. Not an nn.Module, so it is in no parameter tree and no state dict."""
 
     def __init__(self, local_name: str) -> None:
         self.local_name = local_name  # e.g. "attn.hook_pattern", relative to the module that owns it
         self.name = local_name  # the full name, set by the model (`name_hooks`)
-        self.fwd: list[HookFn] = []
+        self.fwd: list[HookFn] = []  # add_hook's: every pass, in every thread
         self.bwd: list[HookFn] = []
+
+    def _local(self) -> _Local | None:
+        table: dict[int, _Local] | None = getattr(_PASSES, "table", None)
+        return None if table is None else table.get(id(self))
+
+    def local(self) -> _Local:
+        """This thread's per-pass hooks here (created empty)."""
+        return _table().setdefault(id(self), _Local())
+
+    def drop_local(self) -> None:
+        """Forget this thread's per-pass entry once it is empty (so an idle site stays inactive)."""
+        table = _table()
+        entry = table.get(id(self))
+        if entry is not None and not entry:
+            del table[id(self)]
 
     @property
     def active(self) -> bool:
-        return bool(self.fwd or self.bwd)
+        return bool(self.fwd or self.bwd or self._local())
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not (self.fwd or self.bwd):
+        local = self._local()
+        if not (self.fwd or self.bwd or local):
             return x
-        for fn in list(self.fwd):
+        fwd = [*local.first, *self.fwd, *local.fwd] if local else list(self.fwd)
+        for fn in fwd:
             replaced = fn(x, self)
             if replaced is not None:
                 x = replaced
-        if self.bwd and x.requires_grad:
-            for fn in self.bwd:
+        bwd = [*self.bwd, *local.bwd] if local else self.bwd
+        if bwd and x.requires_grad:
+            for fn in bwd:
                 x.register_hook(partial(_backward, fn, self))  # type: ignore[no-untyped-call]
         return x
 
@@ -102,8 +145,7 @@ class HookedMixin:
         """Add fn at a site (or every site whose name the callable accepts) until `reset_hooks`."""
         if dir not in ("fwd", "bwd"):
             raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
-        points = [self._site(name)] if isinstance(name, str) else [p for n, p in self.hook_dict.items() if name(n)]
-        for point in points:
+        for point in self._points(name):
             (point.fwd if dir == "fwd" else point.bwd).append(fn)
 
     def reset_hooks(self) -> None:
@@ -111,24 +153,29 @@ class HookedMixin:
             point.fwd.clear()
             point.bwd.clear()
 
+    def _points(self, name: str | Callable[[str], bool]) -> list[HookPoint]:
+        return [self._site(name)] if isinstance(name, str) else [p for n, p in self.hook_dict.items() if name(n)]
+
     @contextmanager
     def hooks(self, fwd_hooks: Iterable[tuple[str | Callable[[str], bool], HookFn]] = (),
-              bwd_hooks: Iterable[tuple[str | Callable[[str], bool], HookFn]] = ()) -> Iterator[Any]:
-        """The hooks added for the block's duration (removed however it ends), after any added with add_hook."""
-        added: list[tuple[list[HookFn], HookFn]] = []
+              bwd_hooks: Iterable[tuple[str | Callable[[str], bool], HookFn]] = (), *,
+              first: bool = False) -> Iterator[Any]:
+        """The hooks added for the passes this thread runs inside the block (removed however it ends). first: run
+        them before every other hook at their sites (the model's own per-pass edits: [MASK], head masks)."""
+        added: list[tuple[HookPoint, list[HookFn], HookFn]] = []
         try:
             for hooks, direction in ((fwd_hooks, "fwd"), (bwd_hooks, "bwd")):
                 for name, fn in hooks:
-                    points = [self._site(name)] if isinstance(name, str) else \
-                        [p for n, p in self.hook_dict.items() if name(n)]
-                    for point in points:
-                        target = point.fwd if direction == "fwd" else point.bwd
+                    for point in self._points(name):
+                        local = point.local()
+                        target = local.bwd if direction == "bwd" else local.first if first else local.fwd
                         target.append(fn)
-                        added.append((target, fn))
+                        added.append((point, target, fn))
             yield self
         finally:
-            for target, fn in added:
+            for point, target, fn in added:
                 target.remove(fn)
+                point.drop_local()
 
     def run_with_hooks(self, pixel_values: torch.Tensor, *args: Any,
                        fwd_hooks: Iterable[tuple[str | Callable[[str], bool], HookFn]] = (),

@@ -257,29 +257,18 @@ class VisionTransformer(HookedMixin, nn.Module):
             (logits,) = head_logits.values()
         return {**values, "logits": logits, "head_logits": head_logits, "layout": layout}
 
-    @contextmanager
-    def _first_hooks(self, hooks: list[tuple[HookPoint, HookFn]]) -> Iterator[None]:
-        """Hooks that run before every other at their sites, for one pass: what the model's inputs ask of it."""
-        for point, fn in hooks:
-            point.fwd.insert(0, fn)
-        try:
-            yield
-        finally:
-            for point, fn in hooks:
-                point.fwd.remove(fn)
-
     def _pass_edits(self, mask: torch.Tensor | None, mask_mode: str, generator: torch.Generator | None,
                     head_mask: torch.Tensor | None) -> Any:
         """[MASK] at hook_masked and the head mask at each block's attn.hook_z, as hooks of this pass."""
-        hooks: list[tuple[HookPoint, HookFn]] = []
+        hooks: list[tuple[str, HookFn]] = []
         if mask is not None:
             if mask_mode not in MASK_MODES:
                 raise ValueError(f"mask mode must be one of {MASK_MODES}, got {mask_mode!r}")
-            hooks.append((self.hook_masked, lambda x, hook: self.apply_mask(x, mask, mask_mode, generator)))
+            hooks.append(("hook_masked", lambda x, hook: self.apply_mask(x, mask, mask_mode, generator)))
         if head_mask is not None:
             for block, keep in zip(self.all_blocks(), head_mask.to(self.dtype), strict=True):
-                hooks.append((block.attn.hook_z, _head_mask(keep)))
-        return self._first_hooks(hooks)
+                hooks.append((block.attn.hook_z.name, _head_mask(keep)))
+        return self.hooks(hooks, first=True)
 
     def _capturing(self, want: set[str], values: dict[str, Any]) -> Any:
         """Hooks that keep the captured values (in the autograd graph, as the pass computed them)."""

@@ -2,39 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from ..data.datasets import available_memory, human_bytes
 from ..models import ViTConfig
 
 BYTES = 4  # float32 activations and weights (bf16 autocast halves some, but not the optimizer's)
-
-
-def pick_device(device: str | None = None) -> torch.device:
-    """The requested device if this machine has it, else this process's GPU under torchrun, else cuda:0,
-    else the CPU. A device that cannot train here is a ValueError that says which ones can."""
-    if not device:
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"{device!r} is not a device; use cpu, cuda or cuda:N") from None
-    if dev.type == "cpu":
-        return dev
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if not count:
-            raise ValueError(f"{device!r}: this machine has no CUDA GPU (or no driver for it); use cpu")
-        if dev.index is not None and dev.index >= count:
-            raise ValueError(f"{device!r}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
-        return dev
-    if dev.type == "mps" and torch.backends.mps.is_available():
-        return dev
-    raise ValueError(f"{device!r}: cannot train on {dev.type}; use cpu or cuda")
 
 
 def device_memory(dev: torch.device) -> int | None:

@@ -10,6 +10,8 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..errors import UserError
+
 TASKS = ("classify", "mpp")
 DISTILL = (None, "hard", "soft")
 COMPILE = ("auto", "off", "default", "reduce-overhead", "max-autotune")  # "auto": see trainer._compile_mode
@@ -52,7 +54,7 @@ CHOICES = {"compile": COMPILE, "precision": PRECISION, "task": TASKS, "attention
            "augment": AUGMENT}
 
 
-class RecipeError(ValueError):
+class RecipeError(UserError, ValueError):
     """A recipe value of the wrong type or out of range; `field` names it, `problem` says what is allowed."""
 
     def __init__(self, field: str, problem: str) -> None:

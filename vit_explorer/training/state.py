@@ -22,6 +22,7 @@ from torch import nn
 from ..checkpoints.errors import CheckpointError
 from ..checkpoints.native import CONFIG_NAME, check_state_dict, read_json
 from ..data.datasets import DataError, available_memory, check_spec, human_bytes
+from ..errors import UserError
 from ..models import ViTConfig
 from .recipe import MAX_STEPS, Recipe, RecipeError
 
@@ -31,7 +32,7 @@ MAX_DESCRIPTION_BYTES = 64 * 2**20  # vit_explorer.json holds a config, labels a
 OPTIMIZER_MATHS = ("weight_decay", "betas", "eps", "amsgrad", "maximize", "decoupled_weight_decay")
 
 
-class StateError(ValueError):
+class StateError(UserError, ValueError):
     """A training state (or its run folder) that cannot be resumed; the message names the file and field."""
 
 

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..analysis.pe import pe_similarity
+from ..checkpoints.devices import resolve_device
 from ..data.datasets import TrainingData, normalize, random_crop_flip, to_device
 from ..data.folder import Batch
 from ..models import VisionTransformer, ViTConfig
@@ -42,7 +43,7 @@ from .checkpoint import remove_leftovers, write_checkpoint
 from .device import autocast, compile_mode, resident
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
 from .init import mimetic_init
-from .memory import check_training_memory, pick_device
+from .memory import check_training_memory
 from .recipe import MAX_STEPS, Recipe
 from .state import STATE_NAME, TrainingState, check_description, check_module, check_optimizer, read_state
 from .teacher import SmallCNN, Teacher, train_cnn_teacher
@@ -184,7 +185,7 @@ def _setup(config: ViTConfig, data: TrainingData, recipe: Recipe, out: str | os.
     out_dir = Path(out) if out is not None else None
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    dev = pick_device(device)
+    dev = resolve_device(device, default="auto", use="train")
     _check_setup(config, data, recipe, world)
     check_training_memory(config, recipe.batch_size // world, dev)
     data = resident(data, dev)

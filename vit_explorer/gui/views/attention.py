@@ -34,7 +34,7 @@ LAYERED = ("one head", "all heads", "mean of heads", CLASS_ATTENTION)  # modes t
 
 
 class AttentionView(View):
-    title = "Attention"
+    key = "attention"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ...explore.views import VIEWS
 from .. import figures
 from ..flow import flow_row
 from ..session import Session
@@ -96,9 +97,15 @@ def placeholder_pane(text: str, content: QWidget) -> tuple[QStackedWidget, QLabe
 class View(SessionWidget):
     """A live view of the session. Subclasses fill `self.body` and override `table()` for CSV."""
 
+    key = ""  # its record in explore.views.VIEWS, which gives the title and panels below
     title = "View"
     PANELS: tuple[str, ...] = ()  # the parts of a multi-panel view that a lesson step can show alone
     MAIN_PANELS: tuple[str, ...] = ()  # those always drawn (the others hang on them)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        record = VIEWS[cls.key]
+        cls.title, cls.PANELS, cls.MAIN_PANELS = record.title, record.panels, record.main_panels
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -37,7 +37,7 @@ POOLING = {"cls": "output from [CLS]", "gap": "output from the mean of the patch
 DEFAULT_LAYER_SCALE = 1e-5  # CaiT's LayerScale init
 
 class BuilderView(View):
-    title = "Model builder"
+    key = "builder"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -10,7 +10,6 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
-from ...explore import lessons
 from ...explore.compare import PRESETS, Side, joint_prediction, side
 from ...explore.forward import Needs
 from ...paths import BUNDLED
@@ -22,8 +21,7 @@ TOP_K = 3  # classes per side: the maps below need the height more (the Predicti
 
 
 class CompareView(View):
-    title = "Compare"
-    PANELS = lessons.PANELS["Compare"]
+    key = "compare"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import math
-import threading
 from dataclasses import replace
 
 import numpy as np
@@ -36,9 +35,9 @@ from ...explore.components import (
     corrupted_inputs,
     decomposition,
     head_shares,
-    layer_shares,
     lens_maps,
     lens_pictures,
+    parts_figure,
     patch_once,
     record_runs,
     run_sweep,
@@ -46,10 +45,12 @@ from ...explore.components import (
 )
 from ...explore.figures import BarsFigure, small_multiples_shape
 from ...explore.forward import Inputs
+from ...jobs import Job
 from .. import figures
 from ..image_panel import QUERY_RGBA, PatchCanvas
 from ..session import Session
 from .base import Note, Table, View
+from .job_controls import JobControls
 
 TABS = ("By block", "By head", "Lens", "Patching", "Sweep")
 TASKS = {"By block": "Parts", "By head": "Parts", "Lens": "Lens", "Patching": "Patching",
@@ -67,7 +68,7 @@ NO_CLASSIFIER = ("This model has no classifier: the parts are those of its large
 
 
 class ComponentsView(View):
-    title = "Components"
+    key = "components"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -97,14 +98,16 @@ class ComponentsView(View):
         self.with_prefix = QCheckBox("prefix tokens too")
         self.with_prefix.setToolTip("Patch the [CLS] (distillation, register) tokens as well as the painted patches.")
         self.with_prefix.toggled.connect(lambda *_: self._patch())
-        self.sweep_button = QPushButton("Sweep")
+        self.sweep_job = JobControls(self, "components-sweep", run_text="Sweep", cancel_text="Cancel sweep",
+                                     on_run=self.start_sweep,
+                                     on_cancelled=lambda: self._sweep_finished("sweep cancelled"))
+        self.sweep_button = self.sweep_job.button
         self.sweep_button.setToolTip("Patch each block x position (one head's output: each block x head) alone, in "
                                      "batches, and draw the normalised effects in the Sweep tab.")
-        self.sweep_button.clicked.connect(self._sweep_clicked)
         clear = QPushButton("Clear painted")
         clear.clicked.connect(self.clear_painted)
         for widget in (self.target, self.component, self.layer, self.head, self.corruption, self.with_prefix,
-                       self.sweep_button, clear):
+                       self.sweep_job, clear):
             self.controls.addWidget(widget)
 
         self.tabs = QTabWidget()
@@ -150,7 +153,6 @@ class ComponentsView(View):
         self._paint_value = True
         self._done: dict[str, object] = {}  # tab -> the key of what it shows (drawn once per input)
         self._legends: dict[str, str] = {}  # tab -> the line under it
-        self._running_sweep = False
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.result_ready, self.schedule_soon)
         self._model_changed()
@@ -191,9 +193,7 @@ class ComponentsView(View):
             self.legend.setText(text)
 
     def _model_changed(self) -> None:
-        self.session.cancel("components-sweep")
-        self._running_sweep = False
-        self.sweep_button.setText("Sweep")
+        self.sweep_job.stop()
         loaded = self.session.loaded
         self.decomposed = self.maps = self.runs = self.sweep = None
         self.effect = None
@@ -328,39 +328,26 @@ class ComponentsView(View):
         self.effect = result[0]
         self._draw_move()
 
-    def _sweep_clicked(self) -> None:
-        if self._running_sweep:
-            self.session.cancel("components-sweep")
-            self._sweep_finished("sweep cancelled")
-            return
+    def start_sweep(self) -> None:
+        """Sweep the current patching runs in a worker (the controls show its progress and cancel it)."""
         runs = self.runs
         if runs is None:
             self.note.setText("open the Patching tab with a classifier model first")
             return
-        self._running_sweep = True
-        self.sweep_button.setText("Cancel sweep")
         self.note.setText("sweeping (batched)…")
         component = runs.component
 
-        def work(cancel: threading.Event) -> Sweep | None:
-            try:
-                return run_sweep(runs.clean, runs.corrupted, component, target=runs.target, foil=runs.foil,
-                                 cancel=cancel.is_set)
-            except InterruptedError:
-                return None
+        def work(job: Job) -> Sweep:
+            return run_sweep(runs.clean, runs.corrupted, component, target=runs.target, foil=runs.foil, job=job)
 
-        self.run_for_model(runs.clean.model_id, "components-sweep", work, self._swept,
-                           lambda message: self._sweep_finished(f"sweep failed: {message}"))
+        self.sweep_job.start(runs.clean.model_id, work, self._swept,
+                             lambda message: self._sweep_finished(f"sweep failed: {message}"))
 
     def _sweep_finished(self, note: str) -> None:
-        self._running_sweep = False
-        self.sweep_button.setText("Sweep")
         self.note.setText(note)
 
-    def _swept(self, result: Sweep | None) -> None:
+    def _swept(self, result: Sweep) -> None:
         self._sweep_finished("")
-        if result is None:
-            return
         self.sweep = result
         self._draw_sweep()
         self.tabs.setCurrentIndex(TABS.index("Sweep"))
@@ -408,11 +395,8 @@ class ComponentsView(View):
         self.note.setText("" if loaded.config.num_classes else NO_CLASSIFIER)
         cfg = loaded.config
         self.parts_plots.ci.clear()
-        labels, values = layer_shares(d, cfg.depth, cfg.class_attn_depth)
         what = f"class {d.target} ({loaded.label(d.target)})" if d.kind == "logit" else f"feature {d.target}"
-        figures.BarsPlot(self.parts_plots.ci, BarsFigure(
-            f"{what}: logit {d.logit:.3f} = the sum of these parts", labels, values, xlabel="share of the logit",
-            value_format="{:+.3f}"))
+        figures.BarsPlot(self.parts_plots.ci, parts_figure(d, loaded))
         self._fit(self.parts_plots)
         self.heads_plots.ci.clear()
         grid = head_shares(d, cfg.num_blocks, cfg.num_heads)

@@ -6,7 +6,6 @@ image in the explorer, a patch as the query), and the mean attention distance an
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -23,7 +22,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QProgressBar,
     QPushButton,
     QSpinBox,
     QTabWidget,
@@ -36,10 +34,11 @@ from ...data import synthetic
 from ...explore import dataset as D
 from ...explore import dataset_analysis as A
 from ...explore.attention import distance_figure
-from ...explore.heads import Cancelled
+from ...jobs import Job
 from .. import figures
 from ..session import Session
 from .base import Note, Table, View, placeholder_pane
+from .job_controls import JobControls
 
 COLOURINGS = ("label", "model's prediction", "probe's prediction")
 POINTS = ("images", "patch tokens")
@@ -107,8 +106,7 @@ def _qpixmap(image: Image.Image) -> QPixmap:
 
 
 class DatasetView(View):
-    title = "Dataset"
-    progressed = Signal(int, int)  # (images done, in all), emitted from the worker
+    key = "dataset"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -118,7 +116,6 @@ class DatasetView(View):
         self.point_patch: np.ndarray | None = None  # (M,) patch index of each point (-1: a whole image)
         self.drivers: list[int] = []  # image indices listed for the CKA cell chosen
         self.selected = np.zeros(0, dtype=np.int64)  # the projector's points inside the lasso
-        self._running = False
         self.data = QComboBox()
         self.data.setEditable(True)
         self.data.addItems(list(synthetic.VARIANTS))
@@ -131,12 +128,9 @@ class DatasetView(View):
         self.limit.setValue(DEFAULT_LIMIT)
         self.limit.setPrefix("images ")
         self.limit.setToolTip("A seeded, stratified sample of this many images.")
-        self.run_button = QPushButton("Analyse")
-        self.run_button.clicked.connect(self._run_clicked)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(160)
-        self.progress.setVisible(False)
-        self.progressed.connect(self._progress)
+        self.job = JobControls(self, "dataset", run_text="Analyse", on_run=self.start,
+                               on_cancelled=lambda: self._finished("analysis cancelled"))
+        self.run_button, self.progress = self.job.button, self.job.bar
         self.projection = QComboBox()
         self.projection.addItems(list(A.PROJECTIONS))
         self.projection.setToolTip("PCA (exact), t-SNE or UMAP (seeded) of the projector's features.")
@@ -147,7 +141,7 @@ class DatasetView(View):
         self.points_kind.addItems(list(POINTS))
         self.colour = QComboBox()
         self.colour.addItems(list(COLOURINGS))
-        for widget in (self.data, folder, self.limit, self.run_button, self.progress, self.projection, self.state,
+        for widget in (self.data, folder, self.limit, self.job, self.projection, self.state,
                        self.points_kind, self.colour):
             self.controls.addWidget(widget)
         for box in (self.projection, self.points_kind):
@@ -250,7 +244,7 @@ class DatasetView(View):
             self.data.setCurrentText(path)
 
     def _model_changed(self) -> None:
-        self.session.cancel("dataset")
+        self.job.stop()
         self._finished("")
         self.analysis = None
         for widget in (self.probe_plots, self.cka_plots, self.distance_plots):
@@ -264,13 +258,6 @@ class DatasetView(View):
         self.run_button.setEnabled(loaded is not None)
         self.pane.setCurrentWidget(self.placeholder)
 
-    def _run_clicked(self) -> None:
-        if self._running:
-            self.session.cancel("dataset")
-            self._finished("analysis cancelled")
-        else:
-            self.start()
-
     def start(self) -> None:
         """Open the dataset and analyse it in a worker (features come from the cache when they are there)."""
         loaded = self.session.loaded
@@ -278,38 +265,21 @@ class DatasetView(View):
             return
         data, limit = self.data.currentText().strip(), self.limit.value()
         compared = self.session.compared
-        self._running = True
-        self.run_button.setText("Cancel")
-        self.progress.setRange(0, 0)
-        self.progress.setVisible(True)
         self.note.setText(f"analysing {data}…")
 
-        def work(cancel: threading.Event) -> A.DatasetAnalysis | None:
-            try:
-                source = D.open_source(data, limit=limit)
-                return A.analyse(loaded, source, compared=compared, cache=D.default_cache(),
-                                 progress=self.progressed.emit, cancel=cancel)
-            except Cancelled:
-                return None
+        def work(job: Job) -> A.DatasetAnalysis:
+            source = D.open_source(data, limit=limit)
+            return A.analyse(loaded, source, compared=compared, cache=D.default_cache(), job=job)
 
-        self.run_for_model(self.session.model_id, "dataset", work, self._done, self._failed)
-
-    def _progress(self, done: int, total: int) -> None:
-        self.progress.setRange(0, max(total, 1))
-        self.progress.setValue(done)
+        self.job.start(self.session.model_id, work, self._done, self._failed)
 
     def _finished(self, note: str) -> None:
-        self._running = False
-        self.run_button.setText("Analyse")
-        self.progress.setVisible(False)
         self.note.setText(note)
 
     def _failed(self, message: str) -> None:
         self._finished(f"the analysis failed: {message}")
 
-    def _done(self, analysis: A.DatasetAnalysis | None) -> None:
-        if analysis is None:
-            return
+    def _done(self, analysis: A.DatasetAnalysis) -> None:
         self.analysis = analysis
         self.pane.setCurrentWidget(self.tabs)
         f = analysis.features

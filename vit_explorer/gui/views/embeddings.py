@@ -8,7 +8,6 @@ from typing import Any
 import pyqtgraph as pg
 from PySide6.QtWidgets import QDoubleSpinBox, QWidget
 
-from ...explore import lessons
 from ...explore.embeddings import EmbeddingFacts, embedding_facts
 from .. import figures
 from ..session import Session
@@ -16,8 +15,7 @@ from .base import Note, Table, View
 
 
 class EmbeddingsView(View):
-    title = "Embeddings"
-    PANELS = lessons.PANELS["Embeddings"]
+    key = "embeddings"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

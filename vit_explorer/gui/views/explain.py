@@ -6,33 +6,29 @@ worker with progress (cancellable); the image panel's [MASK] patches and the hea
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import replace
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QProgressBar, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QToolButton, QWidget
 
-from ...explore import lessons
 from ...explore import relevance as rel
 from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
+from ...jobs import Job
 from .. import figures
 from ..session import Session
 from .base import Table, View
+from .job_controls import JobControls
 
 TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
 MAPS_MIN_PX = 160
-DEFAULT_METHODS = ("rollout", "attention-gradient", "transformer-attribution", "gradcam", "integrated-gradients",
-                   "occlusion")
 
 
 class ExplainView(View):
-    title = "Explain"
-    PANELS = lessons.PANELS["Explain"]  # a lesson step may show rollout and the best map alone, larger
-    progressed = Signal(float, str)  # the worker's (share, what); emitted from its thread, queued to the GUI's
+    key = "explain"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -52,7 +48,7 @@ class ExplainView(View):
         for name in rel.METHODS:
             action = self.methods_menu.addAction(rel.METHODS[name].label)
             action.setCheckable(True)
-            action.setChecked(name in DEFAULT_METHODS)
+            action.setChecked(rel.METHODS[name].default)
             action.toggled.connect(self.schedule)
             self.method_actions[name] = action
         self.methods_button.setMenu(self.methods_menu)
@@ -77,17 +73,11 @@ class ExplainView(View):
         self.curve_kind.setToolTip("The curves drawn under the maps for the map clicked: Chefer et al.'s positive "
                                    "and negative perturbation, or Petsiuk et al.'s deletion and insertion.")
         self.curve_kind.activated.connect(self._draw_curves)
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setToolTip("Stop computing the maps.")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 1000)
-        self.progress.setMaximumWidth(220)
-        self.progress.setFormat("%p%")
-        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.progress,
-                       self.cancel_button):
+        self.job = JobControls(self, "explain", on_cancelled=self._cancelled, bar_width=220)
+        self.job.button.setToolTip("Stop computing the maps.")
+        self.progress, self.cancel_button = self.job.bar, self.job.button
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job):
             self.controls.addWidget(widget)
-        self._set_busy(False)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(MAPS_MIN_PX)  # the maps are the view: never squeezed to a strip (a hidden tab too)
         self.curves = pg.GraphicsLayoutWidget()
@@ -101,7 +91,7 @@ class ExplainView(View):
         self.body.addWidget(self.plots, 3)
         self.body.addWidget(self.curves, 2)
         self.plots.scene().sigMouseClicked.connect(self._clicked)
-        self.progressed.connect(self._progressed)
+        self.job.progressed.connect(self._progressed)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -199,42 +189,31 @@ class ExplainView(View):
         head = self.head.currentText() if not self.head.isHidden() else "average"
         target = rel.Target(self.target.currentData(), head)
         baseline = self.baseline.currentText()
-        progressed = self.progressed
 
-        def job(cancel: threading.Event) -> list[Explanation]:
-            return rel.explain(inputs, methods, target, baseline, cancel=cancel,
-                               progress=progressed.emit)
+        def work(job: Job) -> list[Explanation]:
+            return rel.explain(inputs, methods, target, baseline, job=job)
 
         request = (tuple(methods), target.index, head, baseline)
         if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
             self._request = request
             self.explanations, self._order = [], []
             self.restyle()
-        self._set_busy(True)
         self.note.setText(f"computing {len(methods)} maps on {loaded.source or 'the model'}…")
-        self.run_for_model(inputs.model_id, "explain", job, self._done, self._failed)
+        self.job.start(inputs.model_id, work, self._done, self._failed)
 
     def cancel(self) -> None:
-        self.session.cancel("explain")
-        self._set_busy(False)
+        self.job.cancel()
+
+    def _cancelled(self) -> None:
         self.note.setText("cancelled: change a setting or the image to compute again")
 
-    def _set_busy(self, busy: bool) -> None:
-        self.progress.setVisible(busy)
-        self.cancel_button.setVisible(busy)
-        if busy:
-            self.progress.setValue(0)
-
     def _progressed(self, share: float, what: str) -> None:
-        self.progress.setValue(int(share * 1000))
         self.note.setText(f"computing: {what}…")
 
     def _failed(self, message: str) -> None:
-        self._set_busy(False)
-        self.note.setText("cancelled" if message.startswith("Cancelled") else f"could not explain: {message}")
+        self.note.setText(f"could not explain: {message}")
 
     def _done(self, explanations: list[Explanation]) -> None:
-        self._set_busy(False)
         self.explanations = explanations
         notes = sorted({f"{e.method}: {e.note}" for e in explanations if e.note})
         self.note.setText(" · ".join(notes))

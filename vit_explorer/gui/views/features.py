@@ -24,7 +24,7 @@ SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask:
 
 
 class FeaturesView(View):
-    title = "Features"
+    key = "features"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

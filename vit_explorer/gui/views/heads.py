@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QWidget
+from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QScrollArea, QWidget
 
 from ...explore.forward import Inputs
-from ...explore.heads import Cancelled, HeadImportance, measure
+from ...explore.heads import HeadImportance, measure
 from ..session import Session
 from .base import Table, View
+from .job_controls import JobControls
 
 AUTO_MEASURE_CELLS = 64  # measure importance at once for models with at most this many heads in all
 MEASURE_TIP = ("Remove each head alone and measure how much the predicted class's probability drops on this image, "
@@ -35,8 +34,7 @@ def importance_colour(value: float, top: float) -> str:
 
 
 class HeadsView(View):
-    title = "Heads"
-    measured = Signal(int, int)  # (heads done, heads in all), emitted from the worker
+    key = "heads"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
@@ -46,20 +44,17 @@ class HeadsView(View):
         self._synced: tuple[bytes, int] | None = None  # (head mask, importance) the buttons show
         self._measuring: Inputs | None = None  # the input of the measurement running now
         self._measure_next_result = False  # a small model is measured after its first prediction
-        self.measure = QPushButton("Measure importance")
-        self.measure.clicked.connect(self._measure_clicked)
+        self.job = JobControls(self, "head-importance", run_text="Measure importance", on_run=self.measure_importance,
+                               on_cancelled=lambda: self._finished("measurement cancelled"))
+        self.measure, self.progress = self.job.button, self.job.bar
+        self.measured = self.job.progressed  # (share, what) of the measurement running
         for text, tip, slot in (("All on", "Switch every head back on.", self.all_on),
                                 ("Invert", "Switch the heads that are on off, and those off on.", self.invert)):
             button = QPushButton(text)
             button.setToolTip(tip)
             button.clicked.connect(slot)
             self.controls.addWidget(button)
-        self.controls.addWidget(self.measure)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(160)
-        self.progress.setVisible(False)
-        self.controls.addWidget(self.progress)
-        self.measured.connect(self._progress)
+        self.controls.addWidget(self.job)
         self.grid_widget = QWidget()
         self.grid = QGridLayout(self.grid_widget)
         self.grid.setSpacing(3)
@@ -92,7 +87,7 @@ class HeadsView(View):
 
     def rebuild(self) -> None:
         """Buttons for the new model; a measurement of the old one, shown or running, is dropped."""
-        self.session.cancel("head-importance")
+        self.job.stop()
         self._finished("")
         while self.grid.count():
             old = self.grid.takeAt(0).widget()
@@ -173,46 +168,21 @@ class HeadsView(View):
     def invert(self) -> None:
         self.session.set_head_mask(1.0 - self.session.head_mask)
 
-    def _measure_clicked(self) -> None:
-        if self.running:
-            self.session.cancel("head-importance")
-            self._finished("measurement cancelled")
-        else:
-            self.measure_importance()
-
     def measure_importance(self) -> None:
         inputs = self.session.inputs()
         if inputs is None or not inputs.loaded.config.num_classes:
             return
         name = self.session.image_name
         self._measuring = inputs
-        self.measure.setText("Cancel")
-        self.progress.setValue(0)
-        self.progress.setVisible(True)
         self.note.setText("measuring head importance…")
-
-        def work(cancel: threading.Event) -> HeadImportance | None:
-            try:
-                return measure(inputs, name, cancel, self.measured.emit)
-            except Cancelled:
-                return None
-
-        self.run_for_model(inputs.model_id, "head-importance", work, lambda result: self._measured(inputs, result),
-                           self._finished)
-
-    def _progress(self, done: int, total: int) -> None:
-        self.progress.setRange(0, total)
-        self.progress.setValue(done)
+        self.job.start(inputs.model_id, lambda job: measure(inputs, name, job),
+                       lambda result: self._measured(inputs, result), self._finished)
 
     def _finished(self, note: str) -> None:
         self._measuring = None
-        self.measure.setText("Measure importance")
-        self.progress.setVisible(False)
         self.note.setText(note)
 
-    def _measured(self, inputs: Inputs, result: HeadImportance | None) -> None:
-        if result is None:
-            return
+    def _measured(self, inputs: Inputs, result: HeadImportance) -> None:
         self.result, self.measured_on = result, inputs
         self._finished(result.describe())
         self._sync()

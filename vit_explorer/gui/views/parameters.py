@@ -8,7 +8,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHeaderView, QSplitter, QTreeWidget, QTreeWidgetItem, QWidget
 
 from ...analysis.params import ParameterTable
-from ...explore import lessons
 from ...explore.tables import ModelTables, model_tables
 from .. import figures
 from ..session import Session
@@ -16,9 +15,7 @@ from .base import Table, View
 
 
 class ParametersView(View):
-    title = "Parameters"
-    PANELS = lessons.PANELS["Parameters"]
-    MAIN_PANELS = lessons.MAIN_PANELS["Parameters"]
+    key = "parameters"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -10,7 +10,7 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...analysis.pe import PESimilarity
-from ...explore import lessons, position
+from ...explore import position
 from ...explore.figures import SimilarityFigure
 from ...models import VisionTransformer
 from ...models.position import SCHEMES
@@ -26,9 +26,7 @@ MIN_TITLE_CHARS = 12
 
 
 class PositionView(View):
-    title = "Position embeddings"
-    PANELS = lessons.PANELS["Position embeddings"]
-    MAIN_PANELS = lessons.MAIN_PANELS["Position embeddings"]
+    key = "position"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

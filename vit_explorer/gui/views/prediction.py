@@ -26,7 +26,7 @@ PRESENTED_ROWS = 3  # classes the prediction lists beside a presented view, at t
 
 
 class PredictionView(View):
-    title = "Prediction"
+    key = "prediction"
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)

@@ -95,7 +95,7 @@ def runs_folder() -> Path:
 
 
 class TrainingView(View):
-    title = "Training"
+    key = "training"
 
     @property
     def runs(self) -> list[Run]:

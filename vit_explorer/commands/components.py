@@ -11,9 +11,8 @@ import numpy as np
 
 from ..analysis.components import SITES
 from ..checkpoints.arguments import add_model_arguments, load_options
-from .components import corrupted_inputs, decomposition, decomposition_json, part_label, run_sweep, sweep_json
-
-COMMANDS = ("components", "patch")
+from ..explore.components import corrupted_inputs, decomposition, decomposition_json, part_label, run_sweep, sweep_json
+from . import Render
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -21,10 +20,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
 
 
-def add_arguments(sub: Any) -> None:
-    """Add both subcommands to the CLI's subparsers."""
-    p = sub.add_parser("components", help="the target logit as the sum of the embedding's, each head's and each "
-                                          "MLP's parts (direct logit attribution)")
+def add_arguments(p: argparse.ArgumentParser, name: str) -> None:
+    if name == "patch":
+        _patch_arguments(p)
+        return
     p.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
     p.add_argument("image", help="image file")
     p.add_argument("--target", type=int, default=None,
@@ -34,8 +33,8 @@ def add_arguments(sub: Any) -> None:
                    help="a model without a classifier: decompose the cosine with this image's embedding")
     _common(p)
 
-    p = sub.add_parser("patch", help="patch a clean run's activations into a corrupted run, swept over layers x "
-                                     "positions (or layers x heads)")
+
+def _patch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
     p.add_argument("clean", help="the clean image file")
     p.add_argument("corrupted", help="the corrupted run: another image file, 'mask' (the clean image with every "
@@ -66,12 +65,12 @@ def _ints(text: str, flag: str) -> list[int]:
 
 
 def _inputs(loaded: Any, image: Any) -> Any:
-    from .forward import Inputs
+    from ..explore.forward import Inputs
 
     return Inputs.unmasked(loaded, image, loaded.preprocessing.native_size(image.height, image.width))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, render: Render | None) -> int:
     from ..checkpoints import load
     from ..data.images import open_image
 
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         if reference is not None:
             if loaded.config.num_classes:
                 raise ValueError("argument --reference: this model has a classifier; give --target instead")
-            from .relevance import embed_image
+            from ..explore.relevance import embed_image
 
             ref = embed_image(loaded, reference)
         d = decomposition(inputs, args.target, ref)

@@ -16,7 +16,6 @@ import csv
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +25,12 @@ import torch
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
-from . import dataset as D
-from . import dataset_analysis as A
-from .attention import distance_figure
-from .figures import Figure, json_number
-
-Render = Callable[[Figure, Path, tuple[int, int]], Any]
-COMMANDS = ("embed", "probe", "cka")
-HELP = {
-    "embed": "write every image's features per token state (embeddings.npz, images.csv, projector figures)",
-    "probe": "k-NN and linear probe accuracy per token state on a dataset (probe.csv, figures)",
-    "cka": "CKA between the token states of a model, or of two models, on a dataset (cka.csv, heatmap)",
-}
+from ..explore import dataset as D
+from ..explore import dataset_analysis as A
+from ..explore.attention import distance_figure
+from ..explore.figures import Figure, json_number
+from ..jobs import tqdm_job
+from . import Render
 
 
 def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
@@ -92,29 +85,13 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
 
 
-class _Bar:
-    """A tqdm progress bar on stderr, fed by extraction's progress(done, total)."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.bar: Any = None  # a tqdm bar, made on the first call, when the total is known
-
-    def __call__(self, done: int, total: int) -> None:
-        from tqdm import tqdm
-
-        bar = self.bar = self.bar or tqdm(total=total, desc=self.what, unit="image", dynamic_ncols=True,
-                                          file=sys.stderr)
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
-
-
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
               distance: bool = False) -> D.Features | None:
     """The features (None on the ranks other than 0 under torchrun, which write nothing)."""
     cache = None if args.no_cache else Path(args.cache).expanduser() if args.cache else D.default_cache()
-    features = D.features_across(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
-                                 cache=cache, progress=_Bar(what))
+    with tqdm_job(what, total=len(source), unit="image", disable=D.rank_and_world()[0] != 0) as job:
+        features = D.features_across(loaded, source, batch_size=args.batch_size, distance=distance, seed=args.seed,
+                                     cache=cache, job=job)
     if features is None:
         return None
     for message in features.skipped[:20]:
@@ -160,10 +137,11 @@ def _figures(out: Path, render: Render, figures: dict[str, tuple[Figure, tuple[i
     return sorted(figures)
 
 
-def run(args: argparse.Namespace, render: Render) -> int:
+def run(args: argparse.Namespace, render: Render | None) -> int:
     """Run `args.command` (embed, probe or cka). Under torchrun (as `train` runs) every process extracts a shard
     of the images on its own GPU (or the CPU, with gloo) and rank 0 alone writes."""
-    from ..training.command import setup_distributed
+    assert render is not None  # a command that draws is given the renderer
+    from .train import setup_distributed
 
     _check(args)
     distributed = setup_distributed()

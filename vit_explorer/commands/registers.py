@@ -14,7 +14,6 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,17 @@ import numpy as np
 from ..analysis import registers as R
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
-from . import dataset as D
-from .figures import Figure, json_number
-from .registers import DEFAULT_IMAGES, Diagnosis, diagnose, figures
+from ..explore import dataset as D
+from ..explore.figures import json_number
+from ..explore.registers import DEFAULT_IMAGES, Diagnosis, diagnose, figures
+from ..jobs import tqdm_job
+from . import Render
 
-Render = Callable[[Figure, Path, tuple[int, int]], Any]
-COMMANDS = ("registers",)
 HELP = "high-norm (outlier) tokens per state over a dataset, the MLP neurons that write them, attention entropy"
 
 
-def add_arguments(sub: Any) -> None:
-    """Add the `registers` subcommand to the CLI's subparsers."""
-    p = sub.add_parser("registers", help=HELP)
+def add_arguments(p: argparse.ArgumentParser, name: str = "registers") -> None:
+    """The `registers` command's arguments."""
     p.add_argument("source", help="hub id, folder or checkpoint file")
     p.add_argument("--data", required=True, help="an image folder, a built-in set (shapes, where) or a CIFAR folder")
     p.add_argument("--limit", type=int, default=DEFAULT_IMAGES,
@@ -77,15 +75,16 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"argument --out: {args.out} exists and is not a folder; choose a folder")
 
 
-def run(args: argparse.Namespace, render: Render) -> int:
+def run(args: argparse.Namespace, render: Render | None) -> int:
     from ..checkpoints import load
-    from .dataset_command import _Bar
 
+    assert render is not None
     _check(args)
     source = D.open_source(args.data, limit=args.limit, seed=args.seed)
     loaded = load(args.source, **load_options(args))
-    diagnosis = diagnose(loaded, source, ratio=args.ratio, threshold=args.threshold,
-                         attention=not args.no_attention, batch_size=args.batch_size, progress=_Bar("registers"))
+    with tqdm_job("registers", total=len(source), unit="image") as job:
+        diagnosis = diagnose(loaded, source, ratio=args.ratio, threshold=args.threshold,
+                             attention=not args.no_attention, batch_size=args.batch_size, job=job)
     for message in diagnosis.skipped[:20]:
         print(f"vit-explorer registers: warning: skipped {message}", file=sys.stderr)
     result = _strict(diagnosis.to_json(args.top))

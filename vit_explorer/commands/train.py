@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..models.config import POS_EMBEDS, STEMS
-from .recipe import ATTENTION_INIT, AUGMENT, COMPILE, PRECISION
+from ..training.recipe import ATTENTION_INIT, AUGMENT, COMPILE, PRECISION
+from . import Render
 
 RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same name (only when given)
     "steps", "epochs", "time_budget", "batch_size", "lr", "seed", "warmup", "weight_decay", "label_smoothing",
@@ -21,7 +22,7 @@ RECIPE_FLAGS = (  # command-line flags that set the Recipe field of the same nam
 )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--out", required=True, help="output folder: a native checkpoint vit-explorer opens")
     parser.add_argument("--preset", default="classroom", help="model preset (default: classroom)")
     parser.add_argument("--dataset", default="shapes",
@@ -106,14 +107,14 @@ def _flag(field: str) -> str:
 def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, data, recipe) from the arguments, or from the saved run with --resume; every check that
     needs no data runs before the data are loaded. Errors name the flag (or the file) and the problem."""
+    from ..checkpoints.devices import resolve_device
     from ..data.datasets import DataError
-    from .memory import pick_device
-    from .recipe import RecipeError
+    from ..training.recipe import RecipeError
 
     try:
-        dev = pick_device(args.device)
+        dev = resolve_device(args.device, default="auto", use="train")
     except ValueError as error:
-        raise ValueError(f"--device {error}") from None
+        raise ValueError(f"argument --device: {error}") from None
     try:
         return _resumed(args, dev) if args.resume else _fresh(args, dev)
     except (RecipeError, DataError) as error:
@@ -122,8 +123,8 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
     from ..data.datasets import load_data
-    from .memory import check_training_memory
-    from .state import read_state
+    from ..training.memory import check_training_memory
+    from ..training.state import read_state
 
     given = [_flag(flag) for flag in RECIPE_FLAGS if getattr(args, flag) not in (None, False)]
     given += [_flag(name) for name in ("pos_embed", "stem", "image_size", "init", "train_size", "val_size")
@@ -143,8 +144,8 @@ def _resumed(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
 def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
     from ..data.datasets import load_data
     from ..models import ConfigError
-    from .memory import check_training_memory
-    from .recipe import Recipe
+    from ..training.memory import check_training_memory
+    from ..training.recipe import Recipe
 
     check_out(args)
     values = {flag: getattr(args, flag) for flag in RECIPE_FLAGS if getattr(args, flag) is not None}
@@ -167,7 +168,7 @@ def _fresh(args: argparse.Namespace, dev: Any) -> tuple[Any, Any, Any]:
 def check_out(args: argparse.Namespace) -> None:
     """Refuse an --out a new run must not write to: a file, or a folder holding a run (without --overwrite)."""
     from ..checkpoints.native import CONFIG_NAME
-    from .state import STATE_NAME
+    from ..training.state import STATE_NAME
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -202,8 +203,8 @@ def _world() -> int:
     return max(1, int(os.environ.get("WORLD_SIZE", "1")))
 
 
-def run(args: argparse.Namespace) -> int:
-    from .checkpoint import hold_folder
+def run(args: argparse.Namespace, render: Render | None) -> int:
+    from ..training.checkpoint import hold_folder
 
     distributed = setup_distributed()
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
@@ -222,8 +223,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, config: Any, data: Any, recipe: Any, rank: int) -> int:
     """Run the trainer, showing its events; the exit code."""
-    from .events import Control
-    from .trainer import train
+    from ..training.events import Control
+    from ..training.trainer import train
 
     printer = _Printer(args, len(data.train), quiet=rank != 0)
     for note in data.notes:
@@ -275,7 +276,7 @@ class _Printer:
     def show(self, event: Any) -> None:
         from tqdm import tqdm
 
-        from .events import Error, Finished, Notice, Started, Step, Validation
+        from ..training.events import Error, Finished, Notice, Started, Step, Validation
 
         if self.quiet:
             return

@@ -13,21 +13,18 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from .checkpoints.arguments import add_model_arguments, load_options
-from .explore import relevance as rel
-
-Render = Callable[[Any, Path, tuple[int, int]], Any]
+from ..checkpoints.arguments import add_model_arguments, load_options
+from ..explore import relevance as rel
+from . import Render
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
     parser.add_argument("image", help="image file")
     parser.add_argument("--method", action="extend", nargs="+", choices=list(rel.METHODS), default=None,
-                        help="one or more methods (default: every method this model supports)")
+                        help="one or more methods (default: the default ones this model supports)")
     parser.add_argument("--target", default=None, metavar="INDEX|LABEL",
                         help="the class to explain, by index or label (default: the top class)")
     parser.add_argument("--head", choices=rel.HEADS, default="average",
@@ -44,11 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
 
 
-def run(args: argparse.Namespace, render: Render | None = None) -> int:
-    from . import report
-    from .checkpoints import load
-    from .data.images import open_image
-    from .explore.forward import Inputs
+def run(args: argparse.Namespace, render: Render | None) -> int:
+    from .. import report
+    from ..checkpoints import load
+    from ..data.images import open_image
+    from ..explore.forward import Inputs
 
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
     reference = open_image(args.reference) if args.reference else None
@@ -57,7 +54,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
         report.check_out(out, overwrite=False)
     loaded = load(args.source, **load_options(args))
     cfg = loaded.config
-    methods = args.method or rel.supported(cfg)
+    methods = args.method or rel.supported(cfg, default=True)
     for name in methods:
         rel.check_method(name, cfg)  # before anything runs
     inputs = Inputs.unmasked(loaded, image, loaded.preprocessing.native_size(image.height, image.width))
@@ -67,10 +64,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
         if e.note:
             print(f"vit-explorer explain: warning: {e.method}: {e.note}", file=sys.stderr)
     if out is not None:
-        if render is None:
-            from .gui.figures import render_png
-
-            render = render_png
+        assert render is not None  # a command that draws is given the renderer
         write(explanations, out, render)
     if args.json:
         objects = [rel.to_json(args.source, args.image, e) for e in explanations]
@@ -86,7 +80,7 @@ def run(args: argparse.Namespace, render: Render | None = None) -> int:
 
 def write(explanations: list[rel.Explanation], out: Path, render: Render) -> None:
     """Each map as <method>.png, the ranking, the curves, and relevance.csv, into a new folder."""
-    from .checkpoints.files import write_folder
+    from ..checkpoints.files import write_folder
 
     def fill(folder: Path) -> None:
         for e in explanations:
