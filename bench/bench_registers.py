@@ -26,6 +26,7 @@ import torch
 from vit_explorer.checkpoints import LoadedModel, load
 from vit_explorer.explore import dataset as D
 from vit_explorer.explore import registers as X
+from vit_explorer.jobs import Job
 from vit_explorer.paths import BUNDLED
 
 
@@ -55,7 +56,7 @@ def plain(loaded: LoadedModel, source: D.DatasetSource, batch: int) -> float:
     """The same decode, preprocessing and batches, then the model with no hooks: seconds."""
     start = time.perf_counter()
     with torch.inference_mode():
-        for _, pixels, _ in D._batches(source, loaded, batch, None, np.arange(len(source))):
+        for _, pixels, _ in D._batches(source, loaded, batch, Job(), np.arange(len(source))):
             if pixels is not None:
                 loaded.model(pixels)
     return time.perf_counter() - start
