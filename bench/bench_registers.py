@@ -2,9 +2,10 @@
 against N plain forwards of the same model, the same decode, preprocessing and batches, in the same run
 (alternating rounds, best of each). Goal: at most 1.2x.
 
-- finder: `attention=False`, what finding the neurons needs (token norms at every state, every block's MLP hidden
-  units at the patches, one pass: the fused attention kernel stays);
-- full: with attention entropy and [CLS] shares (every block forms its attention explicitly), for reference.
+- finder: `attention=False, statistics=False`, what finding the neurons needs (token norms at every state, every
+  block's MLP hidden units at the patches, one pass: the fused attention kernel stays);
+- full: the whole diagnosis (attention entropy and [CLS] shares: every block forms its attention explicitly; the
+  massive activations; the positional artifact), for reference.
 
 Models: the bundled classroom model and ViT-S/16 (timm's, random weights: speed does not depend on them).
 
@@ -64,7 +65,7 @@ def plain(loaded: LoadedModel, source: D.DatasetSource, batch: int) -> float:
 
 def finder(loaded: LoadedModel, source: D.DatasetSource, batch: int, attention: bool) -> float:
     start = time.perf_counter()
-    X.diagnose(loaded, source, attention=attention, batch_size=batch)
+    X.diagnose(loaded, source, attention=attention, statistics=attention, batch_size=batch)
     return time.perf_counter() - start
 
 

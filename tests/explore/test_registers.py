@@ -241,3 +241,15 @@ def test_a_pass_on_another_thread_is_not_counted(planted) -> None:
         assert seen == [2] and batch.norms == [] and batch.acts == []
         planted.model(images(2))
     assert len(batch.norms) == planted.config.depth + 1 and len(batch.acts) == planted.config.depth
+
+
+def test_the_finder_alone_finds_the_same_neurons(planted) -> None:
+    source = D.open_source("shapes", limit=16)
+    full = X.diagnose(planted, source, batch_size=8)
+    alone = X.diagnose(planted, source, batch_size=8, attention=False, statistics=False)
+    assert alone.neurons()[0][:2] == full.neurons()[0][:2] == (BLOCK, UNIT)
+    assert alone.outlier_state == full.outlier_state == BLOCK + 1
+    assert alone.entropy is None and alone.positional_share is None and np.isnan(alone.massive_max).all()
+    # the fused attention kernel against the explicit softmax: the same numbers to float32 rounding
+    np.testing.assert_allclose(alone.norms, full.norms, rtol=1e-5)
+    np.testing.assert_allclose(alone.neuron_scores(), full.neuron_scores(), rtol=1e-4, atol=1e-6)

@@ -117,8 +117,10 @@ class _Batch:
     """The hooks of one pass and what they keep. They read only, and only the pass of the thread that made them: a
     pass another worker runs on the same model meanwhile is not counted."""
 
-    def __init__(self, layout: Any, depth: int, ratio: float, threshold: float | None, attention: bool) -> None:
+    def __init__(self, layout: Any, depth: int, ratio: float, threshold: float | None, attention: bool,
+                 statistics: bool = True) -> None:
         self.thread = threading.get_ident()
+        self.statistics = statistics
         self.p, self.n = layout.num_prefix_tokens, layout.num_patches
         self.cls = 0 if "cls" in layout.prefix_names and not layout.class_attn else None
         self.ratio, self.threshold = ratio, threshold
@@ -145,11 +147,12 @@ class _Batch:
             return
         norms = R.token_norms(x)  # (B, T)
         self.norms.append(norms)
-        patches = x[:, self.p:].float()  # (B, N, D)
-        self.cell_sums.append(patches.sum(dim=0))  # (N, D)
-        self.square_sums.append(patches.square().sum())
         self.masks.append(R.outlier_mask(norms[:, self.p:], ratio=self.ratio, threshold=self.threshold))
-        self.massive.append(R.massive_activations(x))
+        if self.statistics:
+            patches = x[:, self.p:].float()  # (B, N, D)
+            self.cell_sums.append(patches.sum(dim=0))  # (N, D)
+            self.square_sums.append(patches.square().sum())
+            self.massive.append(R.massive_activations(x))
 
     def mlp(self, hidden: torch.Tensor, hook: HookPoint) -> None:
         if not self.ours():
@@ -167,10 +170,11 @@ class _Batch:
 
 
 def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.DEFAULT_RATIO,
-             threshold: float | None = None, attention: bool = True, batch_size: int = 32,
-             job: Job | None = None) -> Diagnosis:
+             threshold: float | None = None, attention: bool = True, statistics: bool = True,
+             batch_size: int = 32, job: Job | None = None) -> Diagnosis:
     """The outlier diagnosis of `loaded` over every image of `source` (see the module doc); `attention=False`
-    skips entropy and [CLS] shares (the blocks then keep the fused attention kernel: the finder's speed). `job` hears
+    skips entropy and [CLS] shares (the blocks then keep the fused attention kernel), `statistics=False` the massive
+    activations and the positional artifact (their arrays are then empty): together, the finder alone. `job` hears
     the share of images done and stops between batches when cancelled."""
     job = job if job is not None else Job()
     model, cfg = loaded.model, loaded.config
@@ -188,13 +192,14 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
-            batch = _Batch(layout, depth, ratio, threshold, attention)
+            batch = _Batch(layout, depth, ratio, threshold, attention, statistics)
             with torch.inference_mode(), model.hooks(batch.hooks):
                 model(pixels.to(loaded.device, model.dtype))
             masks = torch.stack(batch.masks)  # (S, B, N)
             sums = _add_sums(sums, masks, batch.acts)
-            cells = torch.stack(batch.cell_sums) if cells is None else cells + torch.stack(batch.cell_sums)
-            squares = squares + torch.stack(batch.square_sums).double()
+            if statistics:
+                cells = torch.stack(batch.cell_sums) if cells is None else cells + torch.stack(batch.cell_sums)
+                squares = squares + torch.stack(batch.square_sums).double()
             with_outliers += masks.any(dim=-1).sum(dim=-1).cpu().numpy()
             _keep(keep, batch)
         job.progress(done / max(len(source), 1), f"{done} of {len(source)} images")
@@ -202,8 +207,8 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
     diagnosis = _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
-    assert cells is not None
-    diagnosis.position_mean, diagnosis.positional_share = positional_artifact(cells, squares, diagnosis.images)
+    if cells is not None:
+        diagnosis.position_mean, diagnosis.positional_share = positional_artifact(cells, squares, diagnosis.images)
     return diagnosis
 
 
@@ -236,11 +241,12 @@ def _add_sums(sums: torch.Tensor | None, masks: torch.Tensor, acts: list[torch.T
 def _keep(keep: dict[str, list[np.ndarray]], batch: _Batch) -> None:
     p = batch.p
     arrays = {"norms": torch.stack([n[:, p:] for n in batch.norms], 1), "prefix": torch.stack(
-        [n[:, :p] for n in batch.norms], 1), "outliers": torch.stack(batch.masks, 1),
-        "m_max": torch.stack([m["max"] for m in batch.massive], 1),
-        "m_median": torch.stack([m["median"] for m in batch.massive], 1),
-        "m_dim": torch.stack([m["dim"] for m in batch.massive], 1),
-        "m_per_dim": torch.stack([m["per_dim"] for m in batch.massive], 1).amax(dim=0, keepdim=True)}
+        [n[:, :p] for n in batch.norms], 1), "outliers": torch.stack(batch.masks, 1)}
+    if batch.massive:
+        arrays.update({"m_max": torch.stack([m["max"] for m in batch.massive], 1),
+                       "m_median": torch.stack([m["median"] for m in batch.massive], 1),
+                       "m_dim": torch.stack([m["dim"] for m in batch.massive], 1),
+                       "m_per_dim": torch.stack([m["per_dim"] for m in batch.massive], 1).amax(dim=0, keepdim=True)})
     if batch.entropy:
         arrays["entropy"] = torch.stack(batch.entropy, 1)  # (B, L, heads)
     if batch.cls_share:
@@ -252,9 +258,13 @@ def _keep(keep: dict[str, list[np.ndarray]], batch: _Batch) -> None:
 def _assemble(keep: dict[str, list[np.ndarray]], sums: torch.Tensor | None, with_outliers: np.ndarray, layout: Any,
               ratio: float, threshold: float | None, skipped: list[str]) -> Diagnosis:
     j = {name: np.concatenate(values) for name, values in keep.items()}
+    outliers = j["outliers"]  # (n, S, N)
+    n, states = outliers.shape[:2]
+    if "m_max" not in j:  # statistics=False: none measured
+        j.update(m_max=np.full((n, states), np.nan, np.float32), m_median=np.full((n, states), np.nan, np.float32),
+                 m_dim=np.full((n, states), -1), m_per_dim=np.zeros((1, states, 0), np.float32))
     m_max = j["m_max"]  # (n, S)
-    best = m_max.argmax(axis=0)
-    outliers = j["outliers"]
+    best = np.nan_to_num(m_max, nan=0.0).argmax(axis=0)
     entropy = j["entropy"].mean(axis=0) if "entropy" in j else None
     cls_share = token_share = None
     if "cls_share" in j:
@@ -262,7 +272,7 @@ def _assemble(keep: dict[str, list[np.ndarray]], sums: torch.Tensor | None, with
         token_share = outliers[:, :-1].sum(axis=2).mean(axis=0) / layout.num_tokens  # block i reads state i
     assert sums is not None
     return Diagnosis(
-        images=len(m_max), grid=layout.grid, prefix_names=layout.prefix_names, ratio=ratio, threshold=threshold,
+        images=n, grid=layout.grid, prefix_names=layout.prefix_names, ratio=ratio, threshold=threshold,
         norms=j["norms"], prefix_norms=j["prefix"], outliers=outliers, massive_max=m_max.max(axis=0),
         massive_median=j["m_median"].mean(axis=0), massive_dim=j["m_dim"][best, np.arange(m_max.shape[1])],
         massive_per_dim=j["m_per_dim"].max(axis=0), scores=sums.cpu().numpy(), images_with_outliers=with_outliers,
