@@ -92,7 +92,7 @@ def test_an_absolute_threshold_and_no_attention(tmp_path: Path, capsys: pytest.C
                  "--no-attention", "--out", str(out)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert all(s["outlier_share"] == 1.0 for s in result["states"])  # every token is over so low a cut
-    assert result["outlier_state"] == 0 and result["neurons"] == []  # at the input: no block before it
+    assert result["outlier_state"] == 0 and len(result["neurons"]) == 20  # every token is an outlier
     assert result["rule"] == "norm > 0.001" and not (out / "entropy.csv").exists()
     assert main(["registers", MODEL, "--data", "shapes", "--ratio", "0.5"]) == 2
     assert "--ratio" in capsys.readouterr().err

@@ -69,6 +69,7 @@ def test_the_finder_ranks_the_planted_neuron_first_and_names_its_block(planted) 
     source = D.open_source("shapes", limit=24)
     diagnosis = X.diagnose(planted, source, batch_size=8)
     assert diagnosis.outlier_state == BLOCK + 1  # after the MLP of the planted block
+    assert diagnosis.detect_state == planted.config.depth  # the finder reads the last state's outliers (the paper's)
     (block, unit, score), *rest = diagnosis.neurons()
     assert (block, unit) == (BLOCK, UNIT)
     assert score == pytest.approx(60.0) and all(r[2] < score / 5 for r in rest)
@@ -96,16 +97,15 @@ def test_the_scores_are_the_papers_mean_over_images_of_the_mean_at_outliers(plan
     outlier positions at the outlier state, averaged over the images that have any."""
     model, x = planted.model, images(6)
     _, cache = model.run_with_cache(x, names_filter=lambda n: n.endswith(("mlp.hook_post", "hook_resid_post")))
-    state = cache[f"blocks.{BLOCK}.hook_resid_post"]
+    last = planted.config.depth - 1
+    state = cache[f"blocks.{last}.hook_resid_post"]  # the paper's detect_outliers_layer=-1
     mask = R.outlier_mask(R.token_norms(state)[:, 1:])  # (B, N)
-    per_image = []
-    for b in range(len(x)):
-        acts = cache[f"blocks.{BLOCK}.mlp.hook_post"][b, 1:]  # (N, H)
-        per_image.append(acts[mask[b]].mean(dim=0))
-    expected = torch.stack(per_image).mean(dim=0)
-    weights = R.outlier_weights(mask[None])
-    got = R.register_neuron_sums(weights, cache[f"blocks.{BLOCK}.mlp.hook_post"][:, 1:])[0] / len(x)
-    torch.testing.assert_close(got, expected)
+    assert mask.any(dim=1).all()
+    for block in range(planted.config.depth):  # every block, as the paper's loop over layers
+        acts = cache[f"blocks.{block}.mlp.hook_post"][:, 1:]  # (B, N, H)
+        expected = torch.stack([acts[b][mask[b]].abs().mean(dim=0) for b in range(len(x))]).mean(dim=0)
+        got = R.register_neuron_sums(R.outlier_weights(mask[None]), acts)[0] / len(x)
+        torch.testing.assert_close(got, expected)
 
 
 def test_moving_the_planted_neuron_removes_the_high_norm_tokens(planted) -> None:

@@ -94,17 +94,20 @@ def outlier_weights(masks: torch.Tensor) -> torch.Tensor:
 def register_neuron_sums(weights: torch.Tensor, activations: torch.Tensor) -> torch.Tensor:
     """One batch's part of `find_register_neurons`: weights (S, B, N) from `outlier_weights`, activations (B, N, H)
     of one block's MLP hidden units at the patches -> (S, H), per state the sum over images of each unit's mean
-    activation at that image's outlier positions (images without outliers add 0; divide by their count)."""
-    return torch.einsum("sbn,bnh->sh", weights, activations.float())
+    |activation| at that image's outlier positions (images without outliers add 0; divide by their count)."""
+    return torch.einsum("sbn,bnh->sh", weights, activations.float().abs())
 
 
 def rank_neurons(scores: torch.Tensor, top: int = 20) -> list[tuple[int, int, float]]:
     """(blocks, H) mean activation at the outlier positions -> [(block, unit, score)] the largest `top`, best first.
 
-    This is the paper's `find_register_neurons` (Jiang et al. 2025, their repository's function; we could not read
-    its code and follow the paper's description): for the blocks up to the one after which the outliers appear,
-    average each MLP hidden unit's activation over the outlier positions of each image, over N images (500 by
-    default), and take the units with the largest averages: a few units, all in one or two blocks, stand out."""
+    This is the ranking of the paper's `find_register_neurons` (Jiang et al. 2025; their repository
+    nickjiang2378/test-time-registers, shared/algorithms.py): per image, the token norms at `detect_outliers_layer`
+    (default -1, the last block's output) above `register_norm_threshold` (an absolute 30) mark the outlier
+    positions; an image without any is skipped; for every layer and neuron the score is the mean |activation| over
+    those positions; scores are averaged over the images that had outliers (processed_image_cnt = 500) and sorted,
+    best first, over all (layer, neuron) pairs. Ours differs in two stated ways: the outliers are patch tokens only
+    (a model's own registers and [CLS] are never counted), and the default cut is relative (`outlier_mask`)."""
     flat = scores.reshape(-1)
     k = min(top, flat.numel())
     values, index = flat.topk(k)

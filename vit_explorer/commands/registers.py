@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "registers") -> None:
     p.add_argument("--threshold", type=float, default=None,
                    help="an absolute norm cut instead (Darcet et al. cut DINOv2 ViT-g at 150)")
     p.add_argument("--top", type=int, default=20, help="neurons listed (default 20)")
+    p.add_argument("--detect-state", type=int, default=-1,
+                   help="the state whose outliers the finder reads (default -1, the last: the paper's)")
     p.add_argument("--no-attention", action="store_true",
                    help="skip entropy and [CLS] shares (the attention then stays on the fused kernel: faster)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample")
@@ -84,7 +86,8 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
     loaded = load(args.source, **load_options(args))
     with tqdm_job("registers", total=len(source), unit="image") as job:
         diagnosis = diagnose(loaded, source, ratio=args.ratio, threshold=args.threshold,
-                             attention=not args.no_attention, batch_size=args.batch_size, job=job)
+                             attention=not args.no_attention, detect_state=args.detect_state,
+                             batch_size=args.batch_size, job=job)
     for message in diagnosis.skipped[:20]:
         print(f"vit-explorer registers: warning: skipped {message}", file=sys.stderr)
     result = _strict(diagnosis.to_json(args.top))

@@ -50,7 +50,8 @@ class Diagnosis:
     massive_median: np.ndarray  # (S,) the mean over images of the median |activation|
     massive_dim: np.ndarray  # (S,) the feature dimension of the largest
     massive_per_dim: np.ndarray  # (S, D) the largest |activation| per dimension
-    scores: np.ndarray  # (S, L, H) mean activation of each unit at each state's outliers (0 where none)
+    scores: np.ndarray  # (S, L, H) summed over images: each unit's mean |activation| at the outliers of
+    # `detect_state` (the other states' rows stay 0)
     images_with_outliers: np.ndarray  # (S,)
     position_mean: np.ndarray | None = None  # (S, N, D) the mean patch feature per grid cell: what images share
     positional_share: np.ndarray | None = None  # (S,) the share of patch-token variance position_mean explains
@@ -59,6 +60,7 @@ class Diagnosis:
     cls_share: np.ndarray | None = None  # (L,) [CLS] attention to the outliers of the block's input
     token_share: np.ndarray | None = None  # (L,) their share of the tokens: what uniform attention gives
     skipped: list[str] = field(default_factory=list)
+    detect_state: int = -1  # the state whose outliers the finder reads (-1: the last, the paper's default)
 
     @property
     def outlier_share(self) -> np.ndarray:
@@ -80,11 +82,13 @@ class Diagnosis:
         return int(np.flatnonzero(share >= max(share.max() / 2, MIN_SHARE))[0])
 
     def neuron_scores(self) -> np.ndarray:
-        """(blocks up to the outlier block, H): each unit's mean activation at the outliers of `outlier_state`."""
-        s = self.outlier_state
-        if s is None or s == 0:
+        """(blocks, H): each unit's mean |activation| at the outliers of `detect_state`, averaged over the images that
+        have any there (the paper's `find_register_neurons`: every block, not only those before the outliers)."""
+        s = self.detect_state % self.scores.shape[0]
+        images = int(self.images_with_outliers[s])
+        if not images:
             return np.zeros((0, self.scores.shape[2]), np.float32)
-        return self.scores[s, :s] / max(int(self.images_with_outliers[s]), 1)
+        return self.scores[s] / images
 
     def neurons(self, top: int = 20) -> list[tuple[int, int, float]]:
         """The register neurons (block, unit, score), best first; [] without outliers."""
@@ -171,13 +175,15 @@ class _Batch:
 
 def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.DEFAULT_RATIO,
              threshold: float | None = None, attention: bool = True, statistics: bool = True,
-             batch_size: int = 32, job: Job | None = None) -> Diagnosis:
+             detect_state: int = -1, batch_size: int = 32, job: Job | None = None) -> Diagnosis:
     """The outlier diagnosis of `loaded` over every image of `source` (see the module doc); `attention=False`
     skips entropy and [CLS] shares (the blocks then keep the fused attention kernel), `statistics=False` the massive
     activations and the positional artifact (their arrays are then empty): together, the finder alone. `job` hears
     the share of images done and stops between batches when cancelled."""
     job = job if job is not None else Job()
     model, cfg = loaded.model, loaded.config
+    if not -(cfg.depth + 1) <= detect_state <= cfg.depth:
+        raise ValueError(f"detect_state {detect_state} is not a state of this model (0..{cfg.depth}, -1 the last)")
     layout = model.layout(loaded.preprocessing.size)
     depth, s_count = cfg.depth, cfg.depth + 1
     batch_size = _batch_size(loaded, batch_size)
@@ -196,7 +202,7 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
             with torch.inference_mode(), model.hooks(batch.hooks):
                 model(pixels.to(loaded.device, model.dtype))
             masks = torch.stack(batch.masks)  # (S, B, N)
-            sums = _add_sums(sums, masks, batch.acts)
+            sums = _add_sums(sums, masks, batch.acts, detect_state % s_count)
             if statistics:
                 cells = torch.stack(batch.cell_sums) if cells is None else cells + torch.stack(batch.cell_sums)
                 squares = squares + torch.stack(batch.square_sums).double()
@@ -207,6 +213,7 @@ def diagnose(loaded: LoadedModel, source: D.DatasetSource, *, ratio: float = R.D
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
     diagnosis = _assemble(keep, sums, with_outliers, layout, ratio, threshold, skipped)
+    diagnosis.detect_state = detect_state % s_count
     if cells is not None:
         diagnosis.position_mean, diagnosis.positional_share = positional_artifact(cells, squares, diagnosis.images)
     return diagnosis
@@ -226,15 +233,15 @@ def positional_artifact(cells: torch.Tensor, squares: torch.Tensor, n: int) -> t
     return cell_mean.float().cpu().numpy(), share.cpu().numpy()
 
 
-def _add_sums(sums: torch.Tensor | None, masks: torch.Tensor, acts: list[torch.Tensor]) -> torch.Tensor:
-    """sums (S, L, H) plus this batch's part: for the states with outliers in it, each earlier block's units' mean
-    activation at them, summed over images (a block's units can make the outliers of later states only)."""
+def _add_sums(sums: torch.Tensor | None, masks: torch.Tensor, acts: list[torch.Tensor], state: int) -> torch.Tensor:
+    """sums (S, L, H) plus this batch's part at `state`: every block's units' mean |activation| at that state's
+    outliers, summed over the images."""
     if sums is None:
         sums = torch.zeros(masks.shape[0], len(acts), acts[0].shape[-1] if acts else 0, device=masks.device)
-    weights = R.outlier_weights(masks)  # (S, B, N)
-    for s in torch.nonzero(masks.flatten(1).any(dim=1)).flatten().tolist():
-        for block in range(min(s, len(acts))):
-            sums[s, block] += R.register_neuron_sums(weights[s:s + 1], acts[block])[0]
+    if bool(masks[state].any()):
+        weights = R.outlier_weights(masks[state:state + 1])  # (1, B, N)
+        for block, act in enumerate(acts):
+            sums[state, block] += R.register_neuron_sums(weights, act)[0]
     return sums
 
 
@@ -334,14 +341,15 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
                                              "share of variance", state_ticks(states)), (900, 500))
     neurons = d.neurons(top)
     if neurons:
-        s = d.outlier_state
-        out["neurons.png"] = (BarsFigure(f"Register neurons: mean activation at the outliers of state {s} (they "
-                                         f"appear after block {s - 1 if s else 0})",
+        s = d.outlier_state or 0
+        out["neurons.png"] = (BarsFigure(f"Register neurons: mean |activation| at the outliers of state "
+                                         f"{d.detect_state} (they appear at state {s})",
                                          tuple(f"block {b} unit {u}" for b, u, _ in neurons),
                                          np.asarray([v for *_, v in neurons]), "mean activation", "{:.2f}"),
                               (900, 600))
         best = d.neuron_scores().max(axis=1)  # (blocks,)
-        out["neurons_by_block.png"] = (BarsFigure("The strongest unit of each block at the outliers",
+        out["neurons_by_block.png"] = (BarsFigure(f"The strongest unit of each block (the outliers appear after "
+                                                  f"block {s - 1})" if s else "The strongest unit of each block",
                                                   tuple(f"block {b}" for b in range(len(best))), best,
                                                   "mean activation", "{:.2f}", highlight=int(best.argmax())),
                                        (900, 500))
