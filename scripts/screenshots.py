@@ -135,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         shoot(window, out / f"attention_{mode.split(' (')[0].replace(' ', '_')}.png")
     features = window.views["Features"]
     window.docks["Features"].raise_()
-    for mode in ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
-                 "nearest images"):
+    from vit_explorer.gui.views.features import MODES as FEATURE_MODES
+
+    for mode in FEATURE_MODES:
         features.mode.setCurrentText(mode)
         settle(app, window)
         shoot(window, out / f"features_{mode.replace(' ', '_').replace('[', '').replace(']', '')}.png")

@@ -180,7 +180,8 @@ def test_features_view_every_mode(qtbot, window) -> None:
                               ("[CLS] attention per head", MapsFigure, "[CLS] attention in the last block"),
                               ("token norms", LinesFigure, "Token norms"),
                               ("patch correspondence", ImagesFigure, "Patch correspondence"),
-                              ("nearest images", BarsFigure, "Nearest images")):
+                              ("nearest images", BarsFigure, "Nearest images"),
+                              ("outliers and register neurons", LinesFigure, "Patch-token norms per state")):
         view.mode.setCurrentText(mode)
         view.bring_up_to_date()
         assert isinstance(view.figure, kind), (mode, view.note.text())

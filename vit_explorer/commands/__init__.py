@@ -43,5 +43,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             draws=True),
     Command("cka", "CKA between the token states of a model, or of two models, on a dataset (cka.csv, heatmap)",
             "dataset", draws=True),
+    Command("registers", "high-norm (outlier) tokens per state over a dataset, the MLP neurons that write them, "
+            "attention entropy", "registers", draws=True),
     Command("export-lesson", "write a lesson as one web page that runs its models in the browser, offline", "lesson"),
 )}

@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..checkpoints.arguments import add_model_arguments
 from . import Render
@@ -27,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("image", help="image file")
         parser.add_argument("--top-k", type=int, default=5, help="how many classes to print (default 5)")
         parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+        from .registers import add_predict_arguments
+
+        add_predict_arguments(parser)
         add_model_arguments(parser)
     else:
         parser.add_argument("--to", choices=("native", "hf"), required=True)
@@ -69,7 +73,7 @@ def _predict(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.source}: this model has no classifier head (num_classes=0), nothing to predict")
     pixels = loaded.preprocess(image)
     with torch.inference_mode():
-        logits = loaded.model(pixels)[0].float().cpu()
+        logits = _logits(args, loaded, pixels)[0].float().cpu()
     if (warning := nonfinite_outputs(logits, args.source)) is not None and not loaded.warnings:
         warnings.warn(warning, CheckpointWarning, stacklevel=1)  # NaN weights were warned about on loading
     rows = loaded.top_k(logits, args.top_k)
@@ -86,6 +90,18 @@ def _predict(args: argparse.Namespace) -> int:
         for r, name in zip(rows, names, strict=True):
             print(f"{r['prob'] * 100:6.2f}%  {name:<{width}}  (class {r['index']})")
     return 0
+
+
+def _logits(args: argparse.Namespace, loaded: Any, pixels: Any) -> Any:
+    """The model's logits; with --test-time-registers, those of the model with one test-time register fed by those
+    neurons (Jiang et al. 2025's activate_on_registers at the named hook sites)."""
+    if args.test_time_registers is None:
+        return loaded.model(pixels)
+    from ..analysis.registers import parse_neurons
+    from ..explore.registers import with_registers
+
+    neurons = parse_neurons(args.test_time_registers)
+    return with_registers(loaded, pixels, neurons, mode=args.register_mode)["logits"]
 
 
 def _inspect(args: argparse.Namespace, render: Render) -> int:

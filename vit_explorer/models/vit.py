@@ -10,7 +10,8 @@ no prefix there; its [CLS] joins in the class-attention stage. Every stage is a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -102,6 +103,9 @@ class VisionTransformer(HookedMixin, nn.Module):
         self.hook_embedded = HookPoint("hook_embedded")  # (B, T, D) what the first block reads
         self.hook_ln_final = HookPoint("ln_final.hook_normalized")  # (B, T, D) after the final norm
         self.hook_pooled = HookPoint("hook_pooled")  # (B, pooled_dim) what the head reads
+        # test-time registers (Jiang et al. 2025): zero tokens after the prefix tokens, in passes inside
+        # `test_time_registers(k)`; the layout names them as registers, so pooling, RoPE and views skip them
+        self.extra_registers = 0
         self.init_weights()
         self.name_hooks()
 
@@ -135,10 +139,29 @@ class VisionTransformer(HookedMixin, nn.Module):
         return self.config.prefix_names
 
     def layout(self, image_size: tuple[int, int] | None = None) -> TokenLayout:
-        """The token layout for an input of image_size (H, W) (default: the configured size)."""
+        """The token layout for an input of image_size (H, W) (default: the configured size); inside
+        `test_time_registers(k)` it has k more registers, after the model's own prefix tokens."""
         h, w = image_size or self.config.image_size
         p = self.config.patch_size
-        return TokenLayout(self.prefix_names, (h // p, w // p), p, bool(self.config.class_attn_depth))
+        r = self.config.reg_tokens
+        extra = tuple(f"reg{r + i}" for i in range(self.extra_registers))
+        return TokenLayout(self.prefix_names + extra, (h // p, w // p), p, bool(self.config.class_attn_depth))
+
+    @contextmanager
+    def test_time_registers(self, k: int = 1) -> Iterator[TokenLayout]:
+        """Passes inside the block run with k extra zero tokens after the prefix tokens (test-time registers,
+        Jiang et al. 2025): zero at `hook_with_prefix`, no position embedding, named `reg{i}` in the layout.
+        Yields the layout at the configured size; what reads or writes them is hooks on the sites."""
+        if self.config.class_attn_depth:
+            raise ConfigError("test-time registers join the self-attention blocks, which CaiT's [CLS] skips: "
+                              "CaiT has no place for them")
+        if not 1 <= k <= 64:
+            raise ValueError(f"test-time registers: k must be 1..64, got {k}")
+        before, self.extra_registers = self.extra_registers, self.extra_registers + k
+        try:
+            yield self.layout()
+        finally:
+            self.extra_registers = before
 
     def check_image_size(self, h: int, w: int) -> tuple[int, int]:
         p = self.config.patch_size
@@ -290,10 +313,15 @@ class VisionTransformer(HookedMixin, nn.Module):
         prefix = [getattr(self, f"{name}_token") for name in self.prefix_names if not name.startswith("reg")]
         if self.config.reg_tokens:
             prefix.append(self.reg_token)  # (1, R, D): every register at once
+        if self.extra_registers:
+            prefix.append(x.new_zeros(1, self.extra_registers, x.shape[-1]))  # (1, k, D) test-time registers
         x = self.hook_with_prefix(torch.cat([token.expand(b, -1, -1) for token in prefix] + [x], dim=1))  # (B, T, D)
 
         # 4. position embedding (additive schemes), then dropout and (CLIP) the pre-norm
         pe = self.position_embedding(layout.grid)
+        if pe is not None and self.extra_registers:  # no position for a test-time register: zero rows
+            p = self.config.num_prefix_tokens
+            pe = torch.cat([pe[:p], pe.new_zeros(self.extra_registers, pe.shape[-1]), pe[p:]], dim=0)
         if pe is not None:
             x = x + self.hook_pos_embed(pe.to(x.dtype)[None])  # (B, P+N, D)
         x = self.hook_with_pos(x)

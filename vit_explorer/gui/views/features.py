@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 from ...data.images import open_image, sample_images
-from ...explore import features
+from ...explore import features, registers
 from ...explore.figures import Figure, ImagesFigure, arrays
 from ...explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .. import figures
@@ -19,7 +19,7 @@ from ..session import Session
 from .base import Table, View
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
-         "nearest images")
+         "nearest images", "outliers and register neurons")
 SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask: what the samples' features depend on
 
 
@@ -139,6 +139,8 @@ class FeaturesView(View):
             return features.cls_heads_figure(result, share), None
         if mode == "token norms":
             return features.norms_figure(result), features.outliers_figure(result, result.depth)
+        if mode == "outliers and register neurons":
+            return registers.sample_diagnosis(result.inputs.loaded)
         if other is None:  # patch correspondence, the last mode computed here (nearest images: `_nearest`)
             raise ValueError("no second image: the bundled samples are missing")
         gw = result.layout.grid[1]
