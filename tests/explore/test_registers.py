@@ -253,3 +253,21 @@ def test_the_finder_alone_finds_the_same_neurons(planted) -> None:
     # the fused attention kernel against the explicit softmax: the same numbers to float32 rounding
     np.testing.assert_allclose(alone.norms, full.norms, rtol=1e-5)
     np.testing.assert_allclose(alone.neuron_scores(), full.neuron_scores(), rtol=1e-4, atol=1e-6)
+
+
+def test_test_time_registers_stay_in_the_thread_that_asked(loaded) -> None:
+    """The app's workers share one model: a pass in another thread while this one adds registers runs without."""
+    import threading
+
+    model = loaded.model
+    x = torch.randn(1, 3, *model.config.image_size)
+    seen: dict[str, object] = {}
+    with torch.no_grad():
+        plain = model(x)
+        with model.test_time_registers(2) as layout:
+            worker = threading.Thread(target=lambda: seen.update(layout=model.layout(), logits=model(x)))
+            worker.start()
+            worker.join(30)
+            assert layout.num_prefix_tokens == model.config.num_prefix_tokens + 2
+    assert seen["layout"] == model.layout()
+    assert torch.equal(seen["logits"], plain)

@@ -10,6 +10,7 @@ no prefix there; its [CLS] joins in the class-attention stage. Every stage is a 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,7 @@ EMBED_STAGES = ("stem", "patches", "masked", "with_prefix", "with_pos", "embedde
 CAPTURE_KEYS = EMBED_STAGES + ("hidden_states", "attentions", "class_tokens", "class_attentions", "pool_attention",
                                "pre_logits")
 MASK_MODES = ("replace", "bert")
+_EXTRA_REGISTERS = threading.local()  # this thread's test-time registers: id(model) -> how many
 # a capture name -> the sites whose values it holds: one tensor, or a list with one per block (per
 # class-attention block); attentions come back as (B, heads, T, T), class attentions as (B, heads, 1, 1+N)
 STAGE_SITES = {"stem": "hook_stem", "patches": "hook_embed", "masked": "hook_masked",
@@ -103,9 +105,6 @@ class VisionTransformer(HookedMixin, nn.Module):
         self.hook_embedded = HookPoint("hook_embedded")  # (B, T, D) what the first block reads
         self.hook_ln_final = HookPoint("ln_final.hook_normalized")  # (B, T, D) after the final norm
         self.hook_pooled = HookPoint("hook_pooled")  # (B, pooled_dim) what the head reads
-        # test-time registers (Jiang et al. 2025): zero tokens after the prefix tokens, in passes inside
-        # `test_time_registers(k)`; the layout names them as registers, so pooling, RoPE and views skip them
-        self.extra_registers = 0
         self.init_weights()
         self.name_hooks()
 
@@ -157,11 +156,24 @@ class VisionTransformer(HookedMixin, nn.Module):
                               "CaiT has no place for them")
         if not 1 <= k <= 64:
             raise ValueError(f"test-time registers: k must be 1..64, got {k}")
-        before, self.extra_registers = self.extra_registers, self.extra_registers + k
+        counts: dict[int, int] = _EXTRA_REGISTERS.__dict__.setdefault("counts", {})
+        before = counts.get(id(self), 0)
+        counts[id(self)] = before + k
         try:
             yield self.layout()
         finally:
-            self.extra_registers = before
+            if before:
+                counts[id(self)] = before
+            else:
+                del counts[id(self)]
+
+    @property
+    def extra_registers(self) -> int:
+        """Test-time registers of the passes this thread runs (Jiang et al. 2025): zero tokens after the prefix
+        tokens inside `test_time_registers(k)`; the layout names them as registers, so pooling, RoPE and views skip
+        them. Per thread, as per-pass hooks are: the app's workers share one model."""
+        counts: dict[int, int] = getattr(_EXTRA_REGISTERS, "counts", {})
+        return counts.get(id(self), 0)
 
     def check_image_size(self, h: int, w: int) -> tuple[int, int]:
         p = self.config.patch_size
