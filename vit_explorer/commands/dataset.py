@@ -114,7 +114,8 @@ def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Names
     return features
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    """A CSV file of a header and rows, written whole or not at all (a temporary file, then a rename)."""
     def write(tmp: str) -> None:
         with open(tmp, "w", newline="") as f:
             writer = csv.writer(f)
@@ -218,10 +219,10 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 
     write_atomic(out / "embeddings.npz", write)
     names = src.label_names
-    _write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
+    write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
                [[i, p, int(lab), names[lab] if 0 <= lab < len(names) else "", int(s), int(pred)]
                 for i, (p, lab, s, pred) in enumerate(zip(src.paths, src.labels, src.split, f.predicted, strict=True))])
-    _write_csv(out / "projection.csv", ["index", "x", "y"],
+    write_csv(out / "projection.csv", ["index", "x", "y"],
                [[i, float(x), float(y)] for i, (x, y) in enumerate(points)])
     groups = [names[lab] for lab in src.labels] if src.labelled else None
     kind = "[CLS]" if f.cls else "mean of the patch tokens"
@@ -236,7 +237,7 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
         layout = loaded.model.layout(loaded.preprocessing.size)
         figures["attention_distance.png"] = (distance_figure(dist.mean, layout), (900, 600))
         figures["attention_distance_spread.png"] = (A.distance_spread_figure(dist), (900, 600))
-        _write_csv(out / "attention_distance.csv", ["block", "head", "mean_px", "std_px", "nearest_image"],
+        write_csv(out / "attention_distance.csv", ["block", "head", "mean_px", "std_px", "nearest_image"],
                    [[b, h, float(dist.mean[b, h]), float(dist.std[b, h]), src.paths[dist.nearest[b, h]]]
                     for b in range(dist.mean.shape[0]) for h in range(dist.mean.shape[1])])
     summary["figures"] = _figures(out, render, figures)
@@ -258,10 +259,10 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
               "images x features x classes)", file=sys.stderr)
     rows = [[int(s), c.tokens, json_number(k), json_number(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
-    _write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
+    write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
     best = max(curves, key=lambda c: float(np.nanmax(c.linear)))
     names = best.label_names
-    _write_csv(out / "confusion.csv", ["true", *names],
+    write_csv(out / "confusion.csv", ["true", *names],
                [[names[i], *map(int, row)] for i, row in enumerate(best.confusion)])
     figures: dict[str, tuple[Figure, tuple[int, int]]] = {
         "probe.png": (A.probe_figure(curves, f.depth), (900, 600)),
@@ -304,7 +305,7 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
     matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
                           minibatch=args.minibatch)
     minibatch = args.minibatch or (A.MINIBATCH if len(fa) > A.EXACT_CKA_IMAGES else None)
-    _write_csv(out / "cka.csv", ["state", *map(str, range(matrix.shape[1]))],
+    write_csv(out / "cka.csv", ["state", *map(str, range(matrix.shape[1]))],
                [[i, *(float(v) for v in row)] for i, row in enumerate(matrix)])
     what = f"{args.kernel} CKA{' (debiased)' if args.debiased and not minibatch else ''}"
     if minibatch:

@@ -11,7 +11,6 @@ attention entropy per head).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..explore.figures import json_number
 from ..explore.registers import DEFAULT_IMAGES, Diagnosis, diagnose, figures
 from ..jobs import tqdm_job
 from . import Render
+from .dataset import write_csv
 
 HELP = "high-norm (outlier) tokens per state over a dataset, the MLP neurons that write them, attention entropy"
 
@@ -124,16 +124,6 @@ def _table(d: Diagnosis, top: int) -> None:
         print(f"neuron {block}:{unit}  score {score:.3f}")
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
-    def put(tmp: str) -> None:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(rows)
-
-    write_atomic(path, put)
-
-
 def write(d: Diagnosis, out: Path, render: Render, result: dict[str, Any], top: int) -> None:
     """The CSVs, registers.json and the figures."""
     out.mkdir(parents=True, exist_ok=True)
@@ -145,11 +135,11 @@ def write(d: Diagnosis, out: Path, render: Render, result: dict[str, Any], top: 
         rows.append([s, float(d.outlier_share[s]), float(d.norms[:, s].max()), float(np.median(d.norms[:, s])),
                      float(d.massive_max[s]), float(d.massive_median[s]), int(d.massive_dim[s]),
                      "" if block is None or cls is None else float(cls[block]), float(positional[s])])
-    _write_csv(out / "states.csv", ["state", "outlier_share", "max_norm", "median_norm", "massive_max",
+    write_csv(out / "states.csv", ["state", "outlier_share", "max_norm", "median_norm", "massive_max",
                                     "massive_median", "massive_dim", "cls_share_received", "positional_share"], rows)
-    _write_csv(out / "neurons.csv", ["block", "unit", "score"], [list(n) for n in d.neurons(top)])
+    write_csv(out / "neurons.csv", ["block", "unit", "score"], [list(n) for n in d.neurons(top)])
     if d.entropy is not None:
-        _write_csv(out / "entropy.csv", ["block", "head", "entropy", "max_entropy"],
+        write_csv(out / "entropy.csv", ["block", "head", "entropy", "max_entropy"],
                    [[b, h, float(d.entropy[b, h]), d.max_entropy] for b in range(d.entropy.shape[0])
                     for h in range(d.entropy.shape[1])])
     write_atomic(out / "registers.json", lambda tmp: Path(tmp).write_text(json.dumps(result, indent=2) + "\n"))
