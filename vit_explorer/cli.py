@@ -67,6 +67,8 @@ def _check_flags(args: argparse.Namespace) -> str | None:
 
     if getattr(args, "top_k", 1) < 1:
         return f"argument --top-k: must be at least 1, got {args.top_k}"
+    if getattr(args, "device", None) == "":
+        return "argument --device: it is empty; use cpu, cuda, cuda:N or mps (or leave it out for the default)"
     try:
         resolve_device(getattr(args, "device", None))
     except CheckpointError as error:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import UserError
 from ..models import VisionTransformer, ViTConfig
 
 DEFAULT = 1  # threads of a CPU run unless told otherwise
@@ -27,7 +28,7 @@ AUTO_STEPS = 4  # timed steps per count (after one untimed), on a copy of the mo
 MAX_THREADS = 256
 
 
-class ThreadsError(ValueError):
+class ThreadsError(UserError, ValueError):
     """A thread setting that is neither a whole number from 1 nor 'auto'."""
 
 
