@@ -72,7 +72,7 @@ def test_the_table_refuses_only_where_the_rules_are_missing() -> None:
     # CaiT's class attention and the attention pools (SigLIP's and PE's MAP, AIMv2's query) have no LRP rule
     assert refused == {"siglip-b16", "siglip2-b16-naflex", "pe-core-b16", "aimv2-l14-query", "cait-xxs24"}
     assert all(m.reason(_model(name).config) is None for name in FAMILIES for key, m in rel.METHODS.items()
-               if key != "transformer-attribution")
+               if key not in ("transformer-attribution", "attnlrp", "cp-lrp"))  # AttnLRP's: test_attnlrp.py
 
 
 @pytest.mark.parametrize("method", ["attention-gradient", "transformer-attribution", "gradcam",

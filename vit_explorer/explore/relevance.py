@@ -26,8 +26,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from ..analysis import attention as attn
+from ..analysis import attnlrp, lrp
 from ..analysis import faithfulness as faith
-from ..analysis import lrp
 from ..analysis import relevance as rel
 from ..checkpoints import LoadedModel
 from ..jobs import Job
@@ -69,6 +69,7 @@ class Method:
     gradient: bool = True  # takes the target's gradient
     default: bool = True  # in the default selection (the Explain view's, `vit-explorer explain`'s)
     report: bool = False  # drawn in `vit-explorer inspect`'s report (one pass each, no faithfulness)
+    conserves: bool = False  # an LRP whose map sums to the target less what biases absorb: reported beside it
 
     def reason(self, config: ViTConfig) -> str | None:
         """Why this method does not apply to a model of this config (None: it does)."""
@@ -437,6 +438,30 @@ def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     return rel.per_patch(pixels.detach() * grad, scorer.layout.patch_size)[0]
 
 
+def _conserved_target(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
+    """(k,) the target as LRP starts from it: the class's logit, or the cosine similarity with the embedding's norm
+    held constant (the identity rule through a normalisation), so the relevance it sends back sums to it."""
+    if resolved.kind == "similarity":
+        assert resolved.reference is not None
+        embedding = out["logits"].float()
+        return (embedding / embedding.norm(dim=-1, keepdim=True).detach()) @ resolved.reference
+    return target_logit(out, resolved)
+
+
+def _attnlrp_map(conservative: bool) -> Callable[[Scorer, ViTConfig], torch.Tensor]:
+    """AttnLRP (CP-LRP where `conservative`): input x modified gradient of one pass whose sites carry the rules
+    (analysis/attnlrp.py), summed per patch."""
+    def compute(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+        model = scorer.model
+        pixels = scorer.pixels.detach().clone().requires_grad_(True)
+        rules = attnlrp.hooks(model, attnlrp.Rules(conservative=conservative), scorer.layout)
+        with torch.enable_grad(), model.hooks(rules):
+            out = _forward(model, pixels, scorer.mask, scorer.head_mask)
+            (grad,) = torch.autograd.grad(_conserved_target(out, scorer.resolved).sum(), pixels)
+        return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)[0]
+    return compute
+
+
 def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
     """A method of one pass (nothing to report or check until it is done) as a record's function."""
     return lambda scorer, config, job: compute(scorer, config)
@@ -463,10 +488,33 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "Zeiler & Fergus 2014", gradient=False),
     Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
            "the target's gradient at the input pixels", "captum InputXGradient", default=False),
+    Method("attnlrp", _one_pass(_attnlrp_map(False)), "AttnLRP (Achtibat 2024)", "AttnLRP",
+           "one pass with LXT's rules at the hook sites, and its modified gradient at the input pixels",
+           "Achtibat et al., ICML 2024; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
+    Method("cp-lrp", _one_pass(_attnlrp_map(True)), "CP-LRP (attention held constant)", "CP-LRP",
+           "one pass with LXT's rules at the hook sites, the attention probabilities constant",
+           "Ali et al., ICML 2022; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
 )}
 
 
 # ---------------------------------------------------------------------------- one explanation
+@dataclass(frozen=True)
+class Conservation:
+    """An LRP map's relevance budget: the target it starts from, the input's total; the rest is what biases absorb
+    (and the rules' stabilisers)."""
+
+    target: float
+    input: float
+
+    @property
+    def absorbed(self) -> float:
+        return self.target - self.input
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"target": json_number(self.target), "input": json_number(self.input),
+                "absorbed": json_number(self.absorbed)}
+
+
 @dataclass
 class Faithfulness:
     baseline: str
@@ -515,6 +563,7 @@ class Explanation:
     faithfulness: Faithfulness | None = None
     seconds: float = 0.0
     note: str = ""
+    conservation: Conservation | None = None  # an LRP method's relevance budget
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -589,6 +638,14 @@ def relevance_map(session: Session, method: str, *, job: Job | None = None) -> n
     return result.detach().float().cpu().numpy()
 
 
+def target_value(session: Session) -> float:
+    """The target's value on the session's inputs, as an LRP starts from it (the logit, or the similarity)."""
+    scorer = session.scorer
+    with torch.inference_mode():
+        out = _forward(scorer.model, scorer.pixels, scorer.mask, scorer.head_mask)
+        return float(_conserved_target(out, scorer.resolved)[0])
+
+
 def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.ndarray | None = None,
                  job: Job | None = None) -> Faithfulness:
     """Positive / negative perturbation, deletion / insertion of one map with the session's baseline; with an
@@ -636,9 +693,11 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
                 target.reference is None:
             note = ("the similarity of an image to itself is 1 whatever small change is made, so its gradient is "
                     "zero: choose a reference image or paint [MASK] patches")
+        conservation = Conservation(target_value(session), float(relevance.sum(dtype=np.float64))) \
+            if METHODS[name].conserves else None
         results.append(Explanation(name, session.scorer.resolved, session.scorer.layout, relevance, session.display,
                                    inputs.mask if inputs.mask.any() else None, measured,
-                                   time.perf_counter() - start, note))
+                                   time.perf_counter() - start, note, conservation))
     return results
 
 
@@ -665,24 +724,29 @@ def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]
                                "deletion_fractions": curve(f.deletion_fractions)}}
         if f.pointing is not None:
             faithful.update(pointing=f.pointing, iou=json_number(f.iou or 0.0))
-    return {"source": source, "image": image, "method": explanation.method,
-            "target": {"index": t.index, "label": t.label, "head": t.head},
-            "grid": list(explanation.grid),
-            "relevance": [[json_number(v) for v in row] for row in explanation.relevance],
-            "faithfulness": faithful}
+    record: dict[str, Any] = {"source": source, "image": image, "method": explanation.method,
+                              "target": {"index": t.index, "label": t.label, "head": t.head},
+                              "grid": list(explanation.grid),
+                              "relevance": [[json_number(v) for v in row] for row in explanation.relevance],
+                              "faithfulness": faithful}
+    if explanation.conservation is not None:  # an LRP method's: the target, the input's total, what biases absorb
+        record["conservation"] = explanation.conservation.to_json()
+    return record
 
 
 # ---------------------------------------------------------------------------- the pictures
 def summary_text(explanation: Explanation) -> str:
     """The faithfulness numbers of a map in one line (with the baseline they were measured with)."""
-    f = explanation.faithfulness
+    f, c = explanation.faithfulness, explanation.conservation
+    kept = "" if c is None else (f" · relevance {c.input:.3g} of the target's {c.target:.3g} at the input "
+                                 f"(biases absorb {c.absorbed:.3g})")
     if f is None:
-        return "faithfulness not measured"
+        return "faithfulness not measured" + kept
     text = (f"positive AUC {f.positive_auc:.3f} · negative AUC {f.negative_auc:.3f} · deletion {f.deletion_auc:.3f}"
             f" · insertion {f.insertion_auc:.3f} ({f.baseline} baseline)")
     if f.pointing is not None:
         text += f" · pointing {'hit' if f.pointing else 'miss'} · IoU {f.iou:.2f}"
-    return text
+    return text + kept
 
 
 def map_figure(explanation: Explanation, *, image: bool = True, opacity: float = 0.6) -> MapsFigure:

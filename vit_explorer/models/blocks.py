@@ -365,6 +365,8 @@ class AttentionPool(_LatentPool):
         self.proj = nn.Linear(dim, dim)
         self.norm = make_norm(config.norm, dim, config.layer_norm_eps)
         self.mlp = Mlp(dim, config.pool_mlp_hidden, config.drop_rate, config.mlp)
+        self.hook_attn_out = HookPoint("hook_attn_out")  # (B, D) the latent query's attention output, projected
+        self.hook_ln = HookPoint("ln.hook_normalized")  # (B, D) its norm, which the MLP reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, N, D) -> pooled (B, D)."""
@@ -373,8 +375,8 @@ class AttentionPool(_LatentPool):
         kv = self.kv(x).reshape(b, n, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         k, v = kv.unbind(0)  # (B, H, N, hd)
         out = _attend_latent(q, k, v, self.scale, self.hook_pattern)
-        out = self.proj(out.transpose(1, 2).reshape(b, c))  # (B, D)
-        pooled: torch.Tensor = out + self.mlp(self.norm(out))
+        out = self.hook_attn_out(self.proj(out.transpose(1, 2).reshape(b, c)))  # (B, D)
+        pooled: torch.Tensor = out + self.mlp(self.hook_ln(self.norm(out)))
         return pooled
 
 

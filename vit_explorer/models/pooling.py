@@ -56,14 +56,18 @@ class Pool:
 
     def __call__(self, model: VisionTransformer, x: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
         """Normed final tokens (B, T, D) -> the pooled vector (B, width)."""
-        k = layout.num_prefix_tokens
         if self.latent:
             pooled: torch.Tensor = model.attn_pool(x[:, self.start(model.config, layout):])
             return pooled
-        halves = {FIRST: lambda: x[:, 0], MEAN: lambda: x[:, k:].mean(dim=1)}  # (B, D) each, patch tokens only
-        pooled = torch.cat([halves[part]() for part in self.parts], dim=-1)
-        out: torch.Tensor = model.fc_norm(pooled)  # an identity but on a mean alone (timm's fc_norm)
+        out: torch.Tensor = model.fc_norm(self.concat(x, layout))  # an identity but on a mean alone (timm's fc_norm)
         return out
+
+    def concat(self, x: torch.Tensor, layout: TokenLayout) -> torch.Tensor:
+        """A pool of parts ([CLS], the mean of the patches): normed final tokens (B, T, D) -> the parts side by side
+        (B, width), what fc_norm reads."""
+        k = layout.num_prefix_tokens
+        halves = {FIRST: lambda: x[:, 0], MEAN: lambda: x[:, k:].mean(dim=1)}  # (B, D) each, patch tokens only
+        return torch.cat([halves[part]() for part in self.parts], dim=-1)
 
     def query_rows(self, layout: TokenLayout) -> tuple[int, ...]:
         """The tokens whose attention shows what the head reads: [CLS] where it reads [CLS] (beside the mean too),

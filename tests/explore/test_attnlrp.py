@@ -1,0 +1,251 @@
+"""AttnLRP and CP-LRP against LXT 2.1's efficient patches on a torchvision ViT carrying the same weights (the bundled
+model and a ViT-S-shaped random one): the same maps and the same relevance budget; and every family runs or refuses
+with a reason."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import nn
+
+import vit_explorer
+from vit_explorer.analysis import attnlrp
+from vit_explorer.analysis.relevance import per_patch
+from vit_explorer.checkpoints import LoadedModel
+from vit_explorer.checkpoints.preprocess import Preprocess
+from vit_explorer.explore import relevance as rel
+from vit_explorer.explore.forward import Inputs
+from vit_explorer.models import VisionTransformer
+from vit_explorer.models.presets import preset
+
+from .test_relevance import FAMILIES, _inputs, _model
+
+ROOT = Path(__file__).resolve().parents[2]
+METHODS = ("attnlrp", "cp-lrp")
+
+
+def _lxt_patches() -> types.ModuleType:
+    """lxt.efficient.patches without the package's __init__ (it imports a module transformers 5 removed)."""
+    import lxt
+
+    if "lxt.efficient" not in sys.modules:
+        package = types.ModuleType("lxt.efficient")
+        package.__path__ = [str(Path(lxt.__file__).parent / "efficient")]
+        sys.modules["lxt.efficient"] = package
+    if "lxt.efficient.patches" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("lxt.efficient.patches",
+                                                      Path(lxt.__file__).parent / "efficient" / "patches.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lxt.efficient.patches"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["lxt.efficient.patches"]
+
+
+def _eager_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Plain attention (B, H, T, hd), the function LXT's wrapper puts its rules around."""
+    return ((q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5).softmax(dim=-1) @ v
+
+
+def _attnlrp_mha_forward(self: nn.MultiheadAttention, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         *args, **kwargs) -> tuple[torch.Tensor, None]:
+    """nn.MultiheadAttention (batch first, self-attention) through LXT's `wrap_attention_forward`: the uniform rule
+    on q, k and v as LXT applies it to every transformers attention function."""
+    b, t, d = query.shape
+    q, k, v = F.linear(query, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)
+
+    def heads(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(b, t, self.num_heads, -1).transpose(1, 2)
+
+    out = _lxt_patches().wrap_attention_forward(_eager_attention)(self, heads(q), heads(k), heads(v))
+    return self.out_proj(out.transpose(1, 2).reshape(b, t, d)), None
+
+
+@contextmanager
+def lxt_rules(conservative: bool) -> Iterator[None]:
+    """LXT's patches on torch's GELU, LayerNorm and MultiheadAttention classes (CP-LRP: LXT's torchvision map;
+    AttnLRP: its attention wrapper), undone afterwards."""
+    patches = _lxt_patches()
+    saved = {cls: {name: cls.__dict__[name] for name in ("forward", "original_forward") if name in cls.__dict__}
+             for cls in (nn.GELU, nn.LayerNorm, nn.MultiheadAttention)}
+    try:
+        patches.patch_method(patches.non_linear_forward, nn.GELU, keep_original=True)
+        patches.patch_method(patches.layer_norm_forward, nn.LayerNorm)
+        if conservative:
+            patches.patch_method(patches.cp_multi_head_attention_forward, nn.MultiheadAttention, keep_original=True)
+        else:
+            nn.MultiheadAttention.forward = _attnlrp_mha_forward
+        yield
+    finally:
+        for cls, attrs in saved.items():
+            for name in ("forward", "original_forward"):
+                if name in attrs:
+                    setattr(cls, name, attrs[name])
+                elif name in cls.__dict__:
+                    delattr(cls, name)
+
+
+def torchvision_copy(model: VisionTransformer) -> nn.Module:
+    """torchvision's VisionTransformer with the model's weights (its stem module as conv_proj, CLIP's pre-norm in
+    place of the encoder's dropout)."""
+    from torchvision.models.vision_transformer import VisionTransformer as TorchvisionViT
+
+    cfg = model.config
+    assert cfg.pool == "cls" and cfg.prefix_tokens == "cls" and cfg.pos_embed == "learned" and cfg.mlp == "gelu"
+    tv = TorchvisionViT(image_size=cfg.image_size[0], patch_size=cfg.patch_size, num_layers=cfg.depth,
+                        num_heads=cfg.num_heads, hidden_dim=cfg.embed_dim, mlp_dim=model.blocks[0].mlp.fc1.out_features,
+                        num_classes=cfg.num_classes, norm_layer=lambda d: nn.LayerNorm(d, eps=cfg.layer_norm_eps))
+    tv.conv_proj = copy.deepcopy(model.patch_embed)
+    if cfg.pre_norm:
+        tv.encoder.dropout = copy.deepcopy(model.norm_pre)
+    with torch.no_grad():
+        tv.class_token.copy_(model.cls_token)
+        tv.encoder.pos_embedding.copy_(model.pos_embed)
+        for layer, block in zip(tv.encoder.layers, model.blocks, strict=True):
+            layer.ln_1.load_state_dict(block.norm1.state_dict())
+            layer.self_attention.in_proj_weight.copy_(block.attn.qkv.weight)
+            layer.self_attention.in_proj_bias.copy_(block.attn.qkv.bias)
+            layer.self_attention.out_proj.load_state_dict(block.attn.proj.state_dict())
+            layer.ln_2.load_state_dict(block.norm2.state_dict())
+            layer.mlp[0].load_state_dict(block.mlp.fc1.state_dict())
+            layer.mlp[3].load_state_dict(block.mlp.fc2.state_dict())
+        tv.encoder.ln.load_state_dict(model.norm.state_dict())
+        tv.heads.head.load_state_dict(model.head.state_dict())
+    return tv.eval()
+
+
+def lxt_relevance(tv: nn.Module, pixels: torch.Tensor, index: int, conservative: bool, patch: int
+                  ) -> tuple[np.ndarray, float, float]:
+    """LXT's map (input x gradient summed per patch), its total and the target logit."""
+    x = pixels.detach().clone().requires_grad_(True)
+    with lxt_rules(conservative):
+        logit = tv(x)[0, index]
+        logit.backward()
+    relevance = (x * x.grad).detach()
+    return per_patch(relevance, patch)[0].numpy(), float(relevance.sum()), float(logit.detach())
+
+
+def vit_s_random() -> LoadedModel:
+    """A ViT-S/16 (timm's widths and depth) with random weights, norms and biases perturbed so every rule matters."""
+    torch.manual_seed(0)
+    model = VisionTransformer(preset("vit-s16", num_classes=10))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+        model.head.weight.normal_(0, 0.1)
+    model.eval()
+    cfg = model.config
+    return LoadedModel(model, cfg, [f"class{i}" for i in range(cfg.num_classes)], Preprocess(cfg.image_size))
+
+
+def _image(size: tuple[int, int], seed: int = 0) -> Image.Image:
+    return Image.fromarray((np.random.default_rng(seed).random((*size, 3)) * 255).astype(np.uint8))
+
+
+@pytest.fixture(scope="module", params=["classroom", "vit-s16-random"])
+def loaded(request: pytest.FixtureRequest) -> LoadedModel:
+    if request.param == "classroom":
+        return vit_explorer.load(ROOT / "resources" / "classroom")
+    return vit_s_random()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_map_and_its_budget_equal_lxts_on_the_same_weights(loaded: LoadedModel, method: str) -> None:
+    size = tuple(loaded.config.image_size)
+    inputs = Inputs.unmasked(loaded, _image(size), size)
+    session = rel.prepare(inputs)
+    index = session.scorer.resolved.index
+    pixels = session.scorer.pixels
+    tv = torchvision_copy(loaded.model)
+    with torch.no_grad():
+        assert torch.allclose(tv(pixels), loaded.model(pixels), atol=1e-4)
+    (result,) = rel.explain(inputs, [method], measure=False)
+    expected, total, logit = lxt_relevance(tv, pixels, index, method == "cp-lrp", loaded.config.patch_size)
+    scale = np.abs(expected).max()
+    assert scale > 0 and np.abs(result.relevance - expected).max() <= 1e-4 * scale  # within 1e-4 of its maximum
+    conservation = result.conservation
+    assert conservation is not None
+    assert conservation.target == pytest.approx(logit, abs=1e-4)
+    assert conservation.input == pytest.approx(total, abs=1e-4 * max(1.0, abs(total)))
+    assert conservation.absorbed == pytest.approx(logit - total, abs=2e-4 * max(1.0, abs(total)))
+
+
+def test_attnlrp_and_cp_lrp_differ_where_the_attention_carries_relevance(loaded: LoadedModel) -> None:
+    size = tuple(loaded.config.image_size)
+    a, c = rel.explain(Inputs.unmasked(loaded, _image(size), size), list(METHODS), measure=False)
+    assert not np.allclose(a.relevance, c.relevance, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_runs_or_refuses_with_a_reason(name: str, method: str) -> None:
+    inputs = _inputs(name)
+    reason = rel.METHODS[method].reason(inputs.loaded.config)
+    if reason is not None:
+        with pytest.raises(ValueError, match=f"method '{method}' does not apply to this model: .+; use "):
+            rel.explain(inputs, [method])
+        return
+    (result,) = rel.explain(inputs, [method], measure=False)
+    assert result.relevance.shape == inputs.loaded.model.layout().grid
+    assert np.isfinite(result.relevance).all() and np.abs(result.relevance).max() > 0
+    c = result.conservation
+    assert c is not None and np.isfinite([c.target, c.input]).all()
+    assert "biases absorb" in rel.summary_text(result)
+    out = rel.to_json("src", "img.png", result)
+    assert out["conservation"] == pytest.approx({"target": c.target, "input": c.input, "absorbed": c.absorbed})
+
+
+def test_only_the_hybrid_stem_and_a_norm_inside_the_mlp_are_refused() -> None:
+    refused = {name for name in FAMILIES if rel.METHODS["attnlrp"].reason(_model(name).config)}
+    assert refused == {"vit-b16-r50"}
+    assert "sub-LN" in (attnlrp.refusal(_model("eva02-ti14", mlp_norm=True).config) or "")
+
+
+def test_the_rules_change_nothing_the_forward_computes() -> None:
+    """The rules' hooks replace values by the same values (only the gradient differs): the logits stay."""
+    for name in ("eva02-ti14", "siglip-b16", "cait-xxs24", "beit-b16", "aimv2-l14-query", "clip-b16"):
+        model = _model(name)
+        pixels = torch.randn(1, 3, *model.config.image_size)
+        with torch.no_grad():
+            plain = model(pixels)
+            for conservative in (False, True):
+                hooks = attnlrp.hooks(model, attnlrp.Rules(conservative=conservative), model.layout())
+                with model.hooks(hooks):
+                    assert torch.allclose(model(pixels), plain, atol=1e-5), name
+
+
+def test_the_identity_rule_through_a_norm_holds_its_scale_constant() -> None:
+    norm = nn.LayerNorm(8)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    x = torch.randn(3, 8, requires_grad=True)
+    y = attnlrp.norm_rule(norm, x, norm(x))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    std = (x.var(dim=-1, unbiased=False, keepdim=True) + norm.eps).sqrt().detach()
+    centring = torch.eye(8) - 1 / 8
+    assert torch.allclose(y, norm(x)) and torch.allclose(grad, (norm.weight / std) @ centring, atol=1e-6)
+
+
+def test_a_similarity_target_sends_back_the_similarity() -> None:
+    inputs = _inputs("dinov2-s14-reg4")
+    other = Image.fromarray(np.full((16, 24, 3), 90, np.uint8))
+    (result,) = rel.explain(inputs, ["attnlrp"], rel.Target(reference=other), measure=False)
+    session = rel.prepare(inputs, rel.Target(reference=other))
+    with torch.no_grad():
+        out = inputs.loaded.model.forward_intermediates(session.scorer.pixels)
+    assert result.conservation is not None
+    assert result.conservation.target == pytest.approx(float(rel.target_logit(out, session.scorer.resolved)[0]),
+                                                       abs=1e-5)
