@@ -35,22 +35,27 @@ ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("attnlrp", "cp-lrp")
 
 
-def _lxt_patches() -> types.ModuleType:
-    """lxt.efficient.patches without the package's __init__ (it imports a module transformers 5 removed)."""
+def _lxt_module(name: str) -> types.ModuleType:
+    """lxt.efficient.<name> without the package's __init__ (it imports a module transformers 5 removed)."""
     import lxt
 
+    folder = Path(lxt.__file__).parent / "efficient"
     if "lxt.efficient" not in sys.modules:
         package = types.ModuleType("lxt.efficient")
-        package.__path__ = [str(Path(lxt.__file__).parent / "efficient")]
+        package.__path__ = [str(folder)]
         sys.modules["lxt.efficient"] = package
-    if "lxt.efficient.patches" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("lxt.efficient.patches",
-                                                      Path(lxt.__file__).parent / "efficient" / "patches.py")
+    full = f"lxt.efficient.{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, folder / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
-        sys.modules["lxt.efficient.patches"] = module
+        sys.modules[full] = module
         spec.loader.exec_module(module)
-    return sys.modules["lxt.efficient.patches"]
+    return sys.modules[full]
+
+
+def _lxt_patches() -> types.ModuleType:
+    return _lxt_module("patches")
 
 
 def _eager_attention(module: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -125,11 +130,32 @@ def torchvision_copy(model: VisionTransformer) -> nn.Module:
     return tv.eval()
 
 
-def lxt_relevance(tv: nn.Module, pixels: torch.Tensor, index: int, conservative: bool, patch: int
-                  ) -> tuple[np.ndarray, float, float]:
+@contextmanager
+def zennit_gamma(tv: nn.Module, gamma: dict[str, float]) -> Iterator[None]:
+    """zennit's Gamma on the MLPs' first (fc1) and second (fc2) linear layers, in LXT's gradient x input form
+    (lxt.efficient.zennit_patches), undone afterwards."""
+    from zennit.composites import NameMapComposite
+    from zennit.core import BasicHook
+    from zennit.rules import Gamma
+
+    saved = BasicHook.forward, BasicHook.backward
+    _lxt_module("zennit_patches").monkey_patch_zennit()
+    index = {"fc1": 0, "fc2": 3}
+    names = [name for name, _ in tv.named_modules()]
+    composite = NameMapComposite([([n for n in names if n.endswith(f"mlp.{index[kind]}")], Gamma(gamma=g))
+                                  for kind, g in gamma.items()])
+    try:
+        with composite.context(tv):
+            yield
+    finally:
+        BasicHook.forward, BasicHook.backward = saved
+
+
+def lxt_relevance(tv: nn.Module, pixels: torch.Tensor, index: int, conservative: bool, patch: int,
+                  gamma: dict[str, float] | None = None) -> tuple[np.ndarray, float, float]:
     """LXT's map (input x gradient summed per patch), its total and the target logit."""
     x = pixels.detach().clone().requires_grad_(True)
-    with lxt_rules(conservative):
+    with lxt_rules(conservative), zennit_gamma(tv, gamma or {}):
         logit = tv(x)[0, index]
         logit.backward()
     relevance = (x * x.grad).detach()
@@ -182,6 +208,20 @@ def test_the_map_and_its_budget_equal_lxts_on_the_same_weights(loaded: LoadedMod
     assert conservation.absorbed == pytest.approx(logit - total, abs=2e-4 * max(1.0, abs(total)))
 
 
+@pytest.mark.parametrize("gamma", [{"fc1": 0.25}, {"fc2": 0.5}, {"fc1": 0.1, "fc2": 1.0}])
+def test_a_gamma_per_layer_type_equals_zennits_gamma_under_lxt(loaded: LoadedModel, gamma: dict[str, float]) -> None:
+    size = tuple(loaded.config.image_size)
+    session = rel.prepare(Inputs.unmasked(loaded, _image(size), size))
+    scorer = session.scorer
+    ours = rel.attnlrp_map(scorer, attnlrp.Rules(gamma=gamma)).numpy()
+    expected, _, _ = lxt_relevance(torchvision_copy(loaded.model), scorer.pixels, scorer.resolved.index, False,
+                                   loaded.config.patch_size, gamma)
+    plain = rel.attnlrp_map(scorer, attnlrp.Rules()).numpy()
+    scale = np.abs(expected).max()
+    assert np.abs(ours - expected).max() <= 1e-4 * scale
+    assert np.abs(plain - expected).max() > 1e-2 * scale  # the gamma changes the map
+
+
 def test_attnlrp_and_cp_lrp_differ_where_the_attention_carries_relevance(loaded: LoadedModel) -> None:
     size = tuple(loaded.config.image_size)
     a, c = rel.explain(Inputs.unmasked(loaded, _image(size), size), list(METHODS), measure=False)
@@ -215,15 +255,18 @@ def test_only_the_hybrid_stem_and_a_norm_inside_the_mlp_are_refused() -> None:
 
 def test_the_rules_change_nothing_the_forward_computes() -> None:
     """The rules' hooks replace values by the same values (only the gradient differs): the logits stay."""
-    for name in ("eva02-ti14", "siglip-b16", "cait-xxs24", "beit-b16", "aimv2-l14-query", "clip-b16"):
+    for name in ("eva02-ti14", "siglip-b16", "cait-xxs24", "beit-b16", "aimv2-l14-query", "clip-b16", "dinov2-g14"):
         model = _model(name)
         pixels = torch.randn(1, 3, *model.config.image_size)
         with torch.no_grad():
             plain = model(pixels)
-            for conservative in (False, True):
-                hooks = attnlrp.hooks(model, attnlrp.Rules(conservative=conservative), model.layout())
-                with model.hooks(hooks):
-                    assert torch.allclose(model(pixels), plain, atol=1e-5), name
+        for rules in (attnlrp.Rules(), attnlrp.Rules(conservative=True), attnlrp.Rules(gamma={"fc1": .5, "fc2": .5})):
+            with model.hooks(attnlrp.hooks(model, rules, model.layout())), torch.enable_grad():
+                x = pixels.clone().requires_grad_(True)
+                out = model(x)
+                assert torch.allclose(out, plain, atol=1e-5), name
+                (grad,) = torch.autograd.grad(out[0].sum(), x)
+                assert torch.isfinite(grad).all() and grad.abs().max() > 0, name
 
 
 def test_the_identity_rule_through_a_norm_holds_its_scale_constant() -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..models import TokenLayout, VisionTransformer, ViTConfig
@@ -33,7 +34,7 @@ from ..models.blocks import AttentionPool, Mlp, SwiGLU
 from ..models.hooks import HookFn, HookPoint
 
 EPS = 1e-10  # LXT's identity-rule stabiliser
-GAMMA_LAYERS = ("fc1", "fc2")  # the linear layers a gamma may widen: the MLP's (its gate and value too)
+GAMMA_LAYERS = ("fc1", "fc2")  # the linear layers a gamma may widen: every MLP's (SwiGLU: its gate and value too)
 
 
 @dataclass(frozen=True)
@@ -92,14 +93,25 @@ def identity_rule(pre: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
     return with_gradient(post, pre * (post / (pre + EPS)).detach())
 
 
+def _stabilise(z: torch.Tensor) -> torch.Tensor:
+    """zennit's default stabiliser: 1e-6 added away from zero (zero counts as positive)."""
+    return z + ((z >= 0).to(z.dtype) * 2 - 1) * 1e-6
+
+
 def gamma_rule(x: torch.Tensor, layer: nn.Linear, z: torch.Tensor, gamma: float) -> torch.Tensor:
-    """The gamma rule on z = layer(x): relevance z * g shared by the contributions of W + gamma W+ (and the bias
-    b + gamma b+), as zennit's Gamma: the gradient W_gamma^T (g z / z_gamma)."""
-    weight = layer.weight + gamma * layer.weight.clamp(min=0)
-    bias = None if layer.bias is None else layer.bias + gamma * layer.bias.clamp(min=0)
-    zg = nn.functional.linear(x, weight, bias)  # (..., out)
-    stable = zg + ((zg >= 0).to(zg.dtype) * 2 - 1) * 1e-6  # zennit's default stabiliser, sign-preserving
-    return with_gradient(z, zg * (z / stable).detach())
+    """zennit's generalised gamma rule on z = layer(x) (..., out), in LXT's gradient x input form: an output's
+    relevance z * g goes back in proportion to the contributions of the same sign as z, widened by gamma (where
+    z > 0: x+ (W + gamma W+), x- (W + gamma W-) and the bias b + gamma b+; where z < 0 the mirror image)."""
+    w, b = layer.weight, layer.bias
+    up, down = w + gamma * w.clamp(min=0), w + gamma * w.clamp(max=0)
+    b_up = None if b is None else b + gamma * b.clamp(min=0)
+    b_down = None if b is None else b + gamma * b.clamp(max=0)
+    px, nx = x.clamp(min=0), x.clamp(max=0)
+    pos = F.linear(px, up, b_up) + F.linear(nx, down)  # the denominator where z > 0
+    neg = F.linear(px, down, b_down) + F.linear(nx, up)  # where z < 0
+    share_pos = ((z > 0).to(z.dtype) * z / _stabilise(pos)).detach()
+    share_neg = ((z < 0).to(z.dtype) * z / _stabilise(neg)).detach()
+    return with_gradient(z, pos * share_pos + neg * share_neg)
 
 
 def refusal(config: ViTConfig) -> str | None:
@@ -128,22 +140,38 @@ class _Pass:
         return name, lambda y, hook: rule(y)
 
 
-def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, rules: Rules) -> list[tuple[str, HookFn]]:
-    """The activation's identity rule (SwiGLU: and the product's uniform rule) at `{prefix}hook_post`."""
-    pre, post = f"{prefix}hook_pre", f"{prefix}hook_post"
-    out: list[tuple[str, HookFn]] = []
+def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str, rules: Rules,
+               out_of: Callable[[torch.Tensor], torch.Tensor] = lambda y: y) -> list[tuple[str, HookFn]]:
+    """The activation's identity rule (SwiGLU: and the product's uniform rule) at `{prefix}hook_post`; with a gamma,
+    fc1's rule at its output from its input at `x_site`, fc2's at `out_site` (`out_of` turns fc2's output into that
+    site's value: LayerScale, the pool's residual)."""
     assert isinstance(mlp, Mlp | SwiGLU) and isinstance(mlp.norm, nn.Identity), "refused by `refusal`"
+    pre, post = f"{prefix}hook_pre", f"{prefix}hook_post"
+    g1, g2 = rules.gamma.get("fc1", 0.0), rules.gamma.get("fc2", 0.0)
+    out: list[tuple[str, HookFn]] = [p.keep(x_site)] if g1 else []
+    firsts = [(pre, mlp.fc1_g), (f"{prefix}hook_pre_linear", mlp.fc1_x)] if isinstance(mlp, SwiGLU) else \
+        [(pre, mlp.fc1)]
+    for site, layer in firsts:
+        if g1:
+            out.append(p.replace(site, lambda z, layer=layer: gamma_rule(p.seen[x_site], layer, z, g1)))
+        out.append(p.keep(site))
     if isinstance(mlp, SwiGLU):
         lin = f"{prefix}hook_pre_linear"
-        out += [p.keep(pre), p.keep(lin)]
 
         def swiglu(y: torch.Tensor) -> torch.Tensor:
             gate, value = p.seen[pre], p.seen[lin]
             if rules.conservative:  # the gate held constant (LXT's cp_gated_mlp_forward)
                 return with_gradient(y, mlp.act(gate).detach() * value)
             return with_gradient(y, identity_rule(gate, mlp.act(gate)) * value, 0.5)
-        return out + [p.replace(post, swiglu)]
-    return out + [p.keep(pre), p.replace(post, lambda y: identity_rule(p.seen[pre], y))]
+        out.append(p.replace(post, swiglu))
+    else:
+        out.append(p.replace(post, lambda y: identity_rule(p.seen[pre], y)))
+    if g2:
+        def fc2(y: torch.Tensor) -> torch.Tensor:
+            h = p.seen[post]
+            return with_gradient(y, out_of(gamma_rule(h, mlp.fc2, mlp.fc2(h), g2)))
+        out.extend([p.keep(post), p.replace(out_site, fc2)])
+    return out
 
 
 def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[tuple[str, HookFn]]:
@@ -173,7 +201,8 @@ def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[t
                         p.replace(prefix + "attn.hook_k", lambda x: scale_gradient(x, qk)),
                         p.replace(prefix + "attn.hook_v", lambda x: scale_gradient(x, v))])
             norm_at(block.norm2, prefix + "hook_resid_mid", prefix + "ln2.hook_normalized")
-            out.extend(_mlp_hooks(p, prefix + "mlp.", block.mlp, rules))
+            out.extend(_mlp_hooks(p, prefix + "mlp.", block.mlp, prefix + "ln2.hook_normalized",
+                                  prefix + "hook_mlp_out", rules, block.ls2))
     last = f"class_blocks.{cfg.class_attn_depth - 1}."
 
     def final_input() -> torch.Tensor:
@@ -196,7 +225,8 @@ def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[t
                                                                                     else 0.5)))
         if isinstance(pool, AttentionPool):
             norm_at(pool.norm, "attn_pool.hook_attn_out", "attn_pool.ln.hook_normalized")
-            out.extend(_mlp_hooks(p, "attn_pool.mlp.", pool.mlp, rules))
+            out.extend(_mlp_hooks(p, "attn_pool.mlp.", pool.mlp, "attn_pool.ln.hook_normalized", "hook_pooled",
+                                  rules, lambda y: p.seen["attn_pool.hook_attn_out"] + y))
     if not isinstance(model.fc_norm, nn.Identity):
         pool_parts = model.pool  # the pooling record: [CLS], the mean of the patches or both, then fc_norm
         out.extend([p.keep("ln_final.hook_normalized"), p.replace(

@@ -4,7 +4,8 @@
 "grid": [rows, cols], "relevance": [[...]], "faithfulness": {"positive_auc", "negative_auc", "deletion_auc",
 "insertion_auc", "baseline", "curves": {"positive": [...], "negative": [...], "deletion": [...], "insertion": [...],
 "deletion_fractions": [...]}}} and for several {"methods": [...]}; `--out` writes each map and the ranking,
-the curves as PNGs, and relevance.csv (one row per method, ranked).
+the curves as PNGs, and relevance.csv (one row per method, ranked). An LRP method's object (attnlrp, cp-lrp) also
+has "conservation": {"target", "input", "absorbed"} (the target's value, the input's total relevance, their gap).
 """
 
 from __future__ import annotations

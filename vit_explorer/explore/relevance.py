@@ -448,18 +448,15 @@ def _conserved_target(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     return target_logit(out, resolved)
 
 
-def _attnlrp_map(conservative: bool) -> Callable[[Scorer, ViTConfig], torch.Tensor]:
-    """AttnLRP (CP-LRP where `conservative`): input x modified gradient of one pass whose sites carry the rules
-    (analysis/attnlrp.py), summed per patch."""
-    def compute(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
-        model = scorer.model
-        pixels = scorer.pixels.detach().clone().requires_grad_(True)
-        rules = attnlrp.hooks(model, attnlrp.Rules(conservative=conservative), scorer.layout)
-        with torch.enable_grad(), model.hooks(rules):
-            out = _forward(model, pixels, scorer.mask, scorer.head_mask)
-            (grad,) = torch.autograd.grad(_conserved_target(out, scorer.resolved).sum(), pixels)
-        return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)[0]
-    return compute
+def attnlrp_map(scorer: Scorer, rules: attnlrp.Rules) -> torch.Tensor:
+    """AttnLRP by `rules` (CP-LRP, a gamma per layer type): input x modified gradient of one pass whose sites carry
+    the rules (analysis/attnlrp.py), summed per patch: (gh, gw)."""
+    model = scorer.model
+    pixels = scorer.pixels.detach().clone().requires_grad_(True)
+    with torch.enable_grad(), model.hooks(attnlrp.hooks(model, rules, scorer.layout)):
+        out = _forward(model, pixels, scorer.mask, scorer.head_mask)
+        (grad,) = torch.autograd.grad(_conserved_target(out, scorer.resolved).sum(), pixels)
+    return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)[0]
 
 
 def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
@@ -488,10 +485,12 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "Zeiler & Fergus 2014", gradient=False),
     Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
            "the target's gradient at the input pixels", "captum InputXGradient", default=False),
-    Method("attnlrp", _one_pass(_attnlrp_map(False)), "AttnLRP (Achtibat 2024)", "AttnLRP",
+    Method("attnlrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, attnlrp.Rules())),
+           "AttnLRP (Achtibat 2024)", "AttnLRP",
            "one pass with LXT's rules at the hook sites, and its modified gradient at the input pixels",
            "Achtibat et al., ICML 2024; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
-    Method("cp-lrp", _one_pass(_attnlrp_map(True)), "CP-LRP (attention held constant)", "CP-LRP",
+    Method("cp-lrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, attnlrp.Rules(conservative=True))),
+           "CP-LRP (attention held constant)", "CP-LRP",
            "one pass with LXT's rules at the hook sites, the attention probabilities constant",
            "Ali et al., ICML 2022; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
 )}
