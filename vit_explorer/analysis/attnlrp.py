@@ -151,9 +151,13 @@ def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str
     out: list[tuple[str, HookFn]] = [p.keep(x_site)] if g1 else []
     firsts = [(pre, mlp.fc1_g), (f"{prefix}hook_pre_linear", mlp.fc1_x)] if isinstance(mlp, SwiGLU) else \
         [(pre, mlp.fc1)]
+
+    def fc1(layer: nn.Linear) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda z: gamma_rule(p.seen[x_site], layer, z, g1)
+
     for site, layer in firsts:
         if g1:
-            out.append(p.replace(site, lambda z, layer=layer: gamma_rule(p.seen[x_site], layer, z, g1)))
+            out.append(p.replace(site, fc1(layer)))
         out.append(p.keep(site))
     if isinstance(mlp, SwiGLU):
         lin = f"{prefix}hook_pre_linear"
