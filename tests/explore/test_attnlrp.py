@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import sys
 import types
 from collections.abc import Iterator
@@ -292,3 +293,34 @@ def test_a_similarity_target_sends_back_the_similarity() -> None:
     assert result.conservation is not None
     assert result.conservation.target == pytest.approx(float(rel.target_logit(out, session.scorer.resolved)[0]),
                                                        abs=1e-5)
+
+
+def test_a_masked_patch_gets_no_relevance_and_the_budget_still_adds_up() -> None:
+    mask = np.zeros((4, 6), bool)
+    mask[1, 2] = True
+    (result,) = rel.explain(_inputs("vit-s16", mask=mask), ["attnlrp"], measure=False)
+    assert result.relevance[1, 2] == 0 and np.abs(result.relevance).max() > 0  # its pixels never reach the model
+    c = result.conservation
+    assert c is not None and c.input == pytest.approx(float(result.relevance.sum(dtype=np.float64)))
+
+
+def test_explain_json_gives_relevance_and_the_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vit_explorer.cli import main
+
+    image = tmp_path / "image.png"
+    _image((32, 32)).save(image)
+    assert main(["explain", str(ROOT / "resources" / "classroom"), str(image), "--method", "cp-lrp", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"source", "image", "method", "target", "grid", "relevance", "faithfulness", "conservation"}
+    assert out["method"] == "cp-lrp" and np.array(out["relevance"]).shape == (8, 8)
+    budget = out["conservation"]
+    assert budget["input"] == pytest.approx(float(np.sum(out["relevance"])), rel=1e-5)
+    assert budget["absorbed"] == pytest.approx(budget["target"] - budget["input"], abs=1e-5)
+
+
+def test_an_embedding_against_itself_is_explained_with_its_norm_held_constant() -> None:
+    """The similarity of an image to itself is flat for a gradient, but LRP starts from it with the norm constant:
+    a map that sums to the similarity (1) less what biases absorb, and no note saying the gradient is zero."""
+    (result,) = rel.explain(_inputs("dinov2-s14"), ["attnlrp"], measure=False)
+    assert result.note == "" and np.abs(result.relevance).max() > 0
+    assert result.conservation is not None and result.conservation.target == pytest.approx(1.0, abs=1e-5)

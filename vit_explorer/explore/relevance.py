@@ -688,8 +688,8 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
             measured = faithfulness(session, relevance, object_mask=object_mask,
                                     job=job.part((done + 1) / parts, (done + 2) / parts, f"{name}: faithfulness"))
         note = ""
-        if session.scorer.resolved.kind == "similarity" and METHODS[name].gradient and not inputs.mask.any() and \
-                target.reference is None:
+        flat = METHODS[name].gradient and not METHODS[name].conserves  # LRP holds the embedding's norm constant
+        if session.scorer.resolved.kind == "similarity" and flat and not inputs.mask.any() and target.reference is None:
             note = ("the similarity of an image to itself is 1 whatever small change is made, so its gradient is "
                     "zero: choose a reference image or paint [MASK] patches")
         conservation = Conservation(target_value(session), float(relevance.sum(dtype=np.float64))) \
