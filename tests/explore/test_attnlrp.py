@@ -324,3 +324,14 @@ def test_an_embedding_against_itself_is_explained_with_its_norm_held_constant() 
     (result,) = rel.explain(_inputs("dinov2-s14"), ["attnlrp"], measure=False)
     assert result.note == "" and np.abs(result.relevance).max() > 0
     assert result.conservation is not None and result.conservation.target == pytest.approx(1.0, abs=1e-5)
+
+
+def test_the_attention_pools_new_sites_hold_what_its_mlp_reads() -> None:
+    """attn_pool.hook_attn_out (the latent query's projected output) and attn_pool.ln.hook_normalized (its norm):
+    the pooled vector is the one plus the MLP of the other, as the pool computes it."""
+    model = _model("siglip-b16")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(torch.randn(1, 3, 16, 24))
+        out, normed = cache["attn_pool.hook_attn_out"], cache["attn_pool.ln.hook_normalized"]
+        assert torch.equal(normed, model.attn_pool.norm(out))
+        assert torch.allclose(cache["hook_pooled"], out + model.attn_pool.mlp(normed), atol=1e-6)
