@@ -133,17 +133,17 @@ def torchvision_copy(model: VisionTransformer) -> nn.Module:
 
 @contextmanager
 def zennit_gamma(tv: nn.Module, gamma: dict[str, float]) -> Iterator[None]:
-    """zennit's Gamma on the MLPs' first (fc1) and second (fc2) linear layers, in LXT's gradient x input form
-    (lxt.efficient.zennit_patches), undone afterwards."""
+    """zennit's Gamma on the attention output projections (proj) and the MLPs' first (fc1) and second (fc2) linear
+    layers, in LXT's gradient x input form (lxt.efficient.zennit_patches), undone afterwards."""
     from zennit.composites import NameMapComposite
     from zennit.core import BasicHook
     from zennit.rules import Gamma
 
     saved = BasicHook.forward, BasicHook.backward
     _lxt_module("zennit_patches").monkey_patch_zennit()
-    index = {"fc1": 0, "fc2": 3}
+    ends = {"proj": "self_attention.out_proj", "fc1": "mlp.0", "fc2": "mlp.3"}
     names = [name for name, _ in tv.named_modules()]
-    composite = NameMapComposite([([n for n in names if n.endswith(f"mlp.{index[kind]}")], Gamma(gamma=g))
+    composite = NameMapComposite([([n for n in names if n.endswith(ends[kind])], Gamma(gamma=g))
                                   for kind, g in gamma.items()])
     try:
         with composite.context(tv):
@@ -209,7 +209,7 @@ def test_the_map_and_its_budget_equal_lxts_on_the_same_weights(loaded: LoadedMod
     assert conservation.absorbed == pytest.approx(logit - total, abs=2e-4 * max(1.0, abs(total)))
 
 
-@pytest.mark.parametrize("gamma", [{"fc1": 0.25}, {"fc2": 0.5}, {"fc1": 0.1, "fc2": 1.0}])
+@pytest.mark.parametrize("gamma", [{"fc1": 0.25}, {"fc2": 0.5}, {"proj": 0.25}, {"proj": 0.1, "fc1": 0.1, "fc2": 1.0}])
 def test_a_gamma_per_layer_type_equals_zennits_gamma_under_lxt(loaded: LoadedModel, gamma: dict[str, float]) -> None:
     size = tuple(loaded.config.image_size)
     session = rel.prepare(Inputs.unmasked(loaded, _image(size), size))
@@ -261,7 +261,8 @@ def test_the_rules_change_nothing_the_forward_computes() -> None:
         pixels = torch.randn(1, 3, *model.config.image_size)
         with torch.no_grad():
             plain = model(pixels)
-        for rules in (attnlrp.Rules(), attnlrp.Rules(conservative=True), attnlrp.Rules(gamma={"fc1": .5, "fc2": .5})):
+        widened = attnlrp.Rules(gamma={"proj": .5, "fc1": .5, "fc2": .5})
+        for rules in (attnlrp.Rules(), attnlrp.Rules(conservative=True), widened):
             with model.hooks(attnlrp.hooks(model, rules, model.layout())), torch.enable_grad():
                 x = pixels.clone().requires_grad_(True)
                 out = model(x)

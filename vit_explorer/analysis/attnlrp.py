@@ -34,7 +34,9 @@ from ..models.blocks import AttentionPool, Mlp, SwiGLU
 from ..models.hooks import HookFn, HookPoint
 
 EPS = 1e-10  # LXT's identity-rule stabiliser
-GAMMA_LAYERS = ("fc1", "fc2")  # the linear layers a gamma may widen: every MLP's (SwiGLU: its gate and value too)
+# the linear layers a gamma may widen: the blocks' attention output projections, every MLP's first and second layers
+# (SwiGLU: its gate and value both are fc1)
+GAMMA_LAYERS = ("proj", "fc1", "fc2")
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,17 @@ class _Pass:
         return name, lambda y, hook: rule(y)
 
 
+def _gamma_at(p: _Pass, x_site: str, out_site: str, layer: nn.Linear, gamma: float,
+              out_of: Callable[[torch.Tensor], torch.Tensor] = lambda y: y,
+              take: Callable[[torch.Tensor], torch.Tensor] = lambda x: x) -> list[tuple[str, HookFn]]:
+    """The gamma rule on `layer`, whose input is the value at `x_site` (shaped by `take`) and whose output, through
+    `out_of` (LayerScale, a residual), is the value at `out_site`."""
+    def rule(y: torch.Tensor) -> torch.Tensor:
+        x = take(p.seen[x_site])
+        return with_gradient(y, out_of(gamma_rule(x, layer, layer(x), gamma)))
+    return [p.keep(x_site), p.replace(out_site, rule)]
+
+
 def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str, rules: Rules,
                out_of: Callable[[torch.Tensor], torch.Tensor] = lambda y: y) -> list[tuple[str, HookFn]]:
     """The activation's identity rule (SwiGLU: and the product's uniform rule) at `{prefix}hook_post`; with a gamma,
@@ -170,12 +183,7 @@ def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str
         out.append(p.replace(post, swiglu))
     else:
         out.append(p.replace(post, lambda y: identity_rule(p.seen[pre], y)))
-    if g2:
-        def fc2(y: torch.Tensor) -> torch.Tensor:
-            h = p.seen[post]
-            return with_gradient(y, out_of(gamma_rule(h, mlp.fc2, mlp.fc2(h), g2)))
-        out.extend([p.keep(post), p.replace(out_site, fc2)])
-    return out
+    return out + (_gamma_at(p, post, out_site, mlp.fc2, g2, out_of) if g2 else [])
 
 
 def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[tuple[str, HookFn]]:
@@ -204,6 +212,9 @@ def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[t
             out.extend([p.replace(prefix + "attn.hook_q", lambda x: scale_gradient(x, qk)),
                         p.replace(prefix + "attn.hook_k", lambda x: scale_gradient(x, qk)),
                         p.replace(prefix + "attn.hook_v", lambda x: scale_gradient(x, v))])
+            if rules.gamma.get("proj"):
+                out.extend(_gamma_at(p, prefix + "attn.hook_z", prefix + "hook_attn_out", block.attn.proj,
+                                     rules.gamma["proj"], block.ls1, lambda z: z.flatten(2)))  # (B, T, D)
             norm_at(block.norm2, prefix + "hook_resid_mid", prefix + "ln2.hook_normalized")
             out.extend(_mlp_hooks(p, prefix + "mlp.", block.mlp, prefix + "ln2.hook_normalized",
                                   prefix + "hook_mlp_out", rules, block.ls2))
