@@ -117,13 +117,10 @@ def gamma_rule(x: torch.Tensor, layer: nn.Linear, z: torch.Tensor, gamma: float)
 
 
 def refusal(config: ViTConfig) -> str | None:
-    """Why the rules do not cover a model of this config (None: they do)."""
+    """Why the rules do not cover a model of this config (None: they do): the hybrid stem alone."""
     if config.stem == "hybrid":
         return ("the hybrid stem's ResNet (GroupNorm, max-pool) has no rule in AttnLRP or LXT; use "
                 "gradient-x-input or integrated-gradients, which cover it")
-    if config.mlp_norm:
-        return ("a norm inside the MLP (sub-LN) has no hook site to apply the identity rule at; use "
-                "attention-gradient, which covers it")
     return None
 
 
@@ -156,9 +153,9 @@ def _gamma_at(p: _Pass, x_site: str, out_site: str, layer: nn.Linear, gamma: flo
 def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str, rules: Rules,
                out_of: Callable[[torch.Tensor], torch.Tensor] = lambda y: y) -> list[tuple[str, HookFn]]:
     """The activation's identity rule (SwiGLU: and the product's uniform rule) at `{prefix}hook_post`; with a gamma,
-    fc1's rule at its output from its input at `x_site`, fc2's at `out_site` (`out_of` turns fc2's output into that
-    site's value: LayerScale, the pool's residual)."""
-    assert isinstance(mlp, Mlp | SwiGLU) and isinstance(mlp.norm, nn.Identity), "refused by `refusal`"
+    fc1's rule at its output from its input at `x_site`; a sub-LN's identity rule and fc2's gamma at `out_site`
+    (`out_of` turns fc2's output into that site's value: LayerScale, the pool's residual)."""
+    assert isinstance(mlp, Mlp | SwiGLU)
     pre, post = f"{prefix}hook_pre", f"{prefix}hook_post"
     g1, g2 = rules.gamma.get("fc1", 0.0), rules.gamma.get("fc2", 0.0)
     out: list[tuple[str, HookFn]] = [p.keep(x_site)] if g1 else []
@@ -183,7 +180,15 @@ def _mlp_hooks(p: _Pass, prefix: str, mlp: nn.Module, x_site: str, out_site: str
         out.append(p.replace(post, swiglu))
     else:
         out.append(p.replace(post, lambda y: identity_rule(p.seen[pre], y)))
-    return out + (_gamma_at(p, post, out_site, mlp.fc2, g2, out_of) if g2 else [])
+    if isinstance(mlp.norm, nn.Identity):
+        return out + (_gamma_at(p, post, out_site, mlp.fc2, g2, out_of) if g2 else [])
+
+    def sub_ln(y: torch.Tensor) -> torch.Tensor:  # EVA-02's norm between the activation and fc2
+        h = p.seen[post]
+        normed = norm_rule(mlp.norm, h, mlp.norm(h))
+        z = mlp.fc2(normed)
+        return with_gradient(y, out_of(gamma_rule(normed, mlp.fc2, z, g2) if g2 else z))
+    return out + [p.keep(post), p.replace(out_site, sub_ln)]
 
 
 def hooks(model: VisionTransformer, rules: Rules, layout: TokenLayout) -> list[tuple[str, HookFn]]:
