@@ -371,3 +371,10 @@ def test_the_rules_at_the_sites_equal_lxts_patched_norms_and_activations(name: s
     with lxt_rules(conservative=True):  # the MultiheadAttention patch touches no module of ours
         reference = relevance([], bwd)
     assert torch.allclose(ours, reference, atol=1e-5 * float(reference.abs().max())), name
+
+
+def test_the_single_map_figure_says_the_budget() -> None:
+    (result,) = rel.explain(_inputs("vit-s16"), ["attnlrp"], measure=False)
+    assert result.conservation is not None
+    assert rel.map_figure(result).titles[0].endswith(result.conservation.text())
+    assert "biases absorb" in result.conservation.text() and result.conservation.text() in rel.summary_text(result)

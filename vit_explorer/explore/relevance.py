@@ -509,6 +509,10 @@ class Conservation:
     def absorbed(self) -> float:
         return self.target - self.input
 
+    def text(self) -> str:
+        return f"relevance {self.input:.3g} of the target's {self.target:.3g} at the input (biases absorb " \
+               f"{self.absorbed:.3g})"
+
     def to_json(self) -> dict[str, float | None]:
         return {"target": json_number(self.target), "input": json_number(self.input),
                 "absorbed": json_number(self.absorbed)}
@@ -737,8 +741,7 @@ def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]
 def summary_text(explanation: Explanation) -> str:
     """The faithfulness numbers of a map in one line (with the baseline they were measured with)."""
     f, c = explanation.faithfulness, explanation.conservation
-    kept = "" if c is None else (f" · relevance {c.input:.3g} of the target's {c.target:.3g} at the input "
-                                 f"(biases absorb {c.absorbed:.3g})")
+    kept = "" if c is None else f" · {c.text()}"
     if f is None:
         return "faithfulness not measured" + kept
     text = (f"positive AUC {f.positive_auc:.3f} · negative AUC {f.negative_auc:.3f} · deletion {f.deletion_auc:.3f}"
@@ -749,9 +752,12 @@ def summary_text(explanation: Explanation) -> str:
 
 
 def map_figure(explanation: Explanation, *, image: bool = True, opacity: float = 0.6) -> MapsFigure:
-    """One method's map over the image, as the Attention view draws a map, titled with the target."""
+    """One method's map over the image, as the Attention view draws a map, titled with the target (an LRP map also
+    with its relevance budget)."""
     m = METHODS[explanation.method]
     title = f"{m.label} · {explanation.target.title}"
+    if explanation.conservation is not None:
+        title += f" · {explanation.conservation.text()}"
     return MapsFigure("", explanation.relevance[None].astype(np.float64), (title,),
                       explanation.display if image else None, explanation.grid, colorbar_label="relevance (raw)",
                       masked=explanation.masked, opacity=opacity)
