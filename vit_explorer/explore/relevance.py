@@ -1103,6 +1103,23 @@ def deletion_figure(explanations: Sequence[Explanation]) -> LinesFigure:
                        first.deletion_fractions, series, "share of patches deleted / inserted", "target score")
 
 
+def road_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """ROAD's curves (Rong et al.): the target's score with 10 .. 90 % of the patches imputed, most relevant first
+    (MoRF, lower is better) and least relevant first (LeRF, higher is better), of every map ROAD was measured on."""
+    measured = [e for e in explanations if e.faithfulness is not None and e.faithfulness.road_morf is not None]
+    if not measured:
+        raise ValueError("no map's ROAD was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        f = e.faithfulness
+        assert f is not None and f.road_morf is not None and f.road_lerf is not None
+        name = "" if len(measured) == 1 else f"{e.method} "
+        series[f"{name}MoRF"], series[f"{name}LeRF"] = f.road_morf, f.road_lerf
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}ROAD", np.asarray(faith.ROAD_FRACTIONS), series, "share of patches imputed",
+                       "target score")
+
+
 def csv_rows(explanations: Sequence[Explanation]) -> list[dict[str, object]]:
     """One row per method for the CLI's CSV: the target, the AUCs, the baseline, the pointing game and IoU."""
     rows = []
