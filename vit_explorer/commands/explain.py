@@ -195,13 +195,14 @@ def write(explanations: list[rel.Explanation], ranking: list[rel.Explanation], o
         _write_csv(folder / "relevance.csv", rel.csv_rows(explanations))
         if any(e.sanity for e in explanations):
             from ..explore import sanity
+            from ..explore.figures import small_multiples_shape
 
             _write_csv(folder / "sanity.csv", sanity.csv_rows(explanations))
             for e in explanations:
                 if e.sanity:
-                    k = len(e.sanity) + 1
+                    rows, columns = small_multiples_shape(len(e.sanity) + 1)
                     render(sanity.strip_figure(e), folder / f"sanity_{e.method}.png",
-                           (260 * min(k, 6) + 120, 300 * ((k + 5) // 6) + 120))
+                           (300 * columns + 150, 300 * rows + 120))
 
     write_folder(out, fill, replace=False)
 
