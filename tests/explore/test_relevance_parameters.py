@@ -231,3 +231,20 @@ def test_a_map_lost_to_float32_rounding_is_computed_in_float64(tmp_path: Path) -
     loaded.model.double()
     session.scorer.pixels = session.scorer.pixels.double()
     _close(maps.relevance, rel.relevance_map(session, "attention-gradient"))
+
+
+def test_a_random_dinov3_with_a_small_head_is_computed_in_float64() -> None:
+    """The issue's case: DINOv3 with its head at scale 1e-3 (its classifier reads [CLS] beside the patches' mean,
+    whose rows carry the identity): in float32 attention-gradient's map is rounding noise; in float64 it equals the
+    float64 model's map."""
+    from .test_relevance import _inputs
+
+    inputs = _inputs("dinov3-b16", num_classes=5)
+    with torch.no_grad():
+        inputs.loaded.model.head.weight.mul_(1e-3)
+    session = rel.prepare(inputs)
+    maps = rel.compute_maps(session, "attention-gradient")
+    assert "float64" in maps.note
+    inputs.loaded.model.double()
+    session.scorer.pixels = session.scorer.pixels.double()
+    _close(maps.relevance, rel.relevance_map(session, "attention-gradient"))

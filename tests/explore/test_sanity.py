@@ -105,3 +105,27 @@ def test_the_random_row_and_a_method_no_better_than_it() -> None:
     titles = rel.ranking_figure(ranking).titles
     assert any("random" in t and "(baseline)" in t for t in titles)
     assert any(t.startswith(f"{i}. Grad-CAM") and "≤ random" in t for i, t in enumerate(titles, 1))
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "deit-s-distilled", "cait-xxs24", "siglip-b16", "dinov2-s14-reg4",
+                                  "eva02-ti14", "dinov3-b16", "aimv2-l14-query"])
+def test_the_cascade_covers_every_family(name: str) -> None:
+    """Every parameter is drawn anew by the last step, each once; CaiT's class blocks come before its blocks; each
+    step's map is finite, and the user's model keeps its parameters."""
+    from .test_relevance import _inputs
+
+    inputs = _inputs(name)
+    model = inputs.loaded.model
+    steps = sanity.cascade(model)
+    ids = [id(p) for _, parameters in steps for p in parameters]
+    assert len(ids) == len(set(ids)) and set(ids) == {id(p) for p in model.parameters()}
+    names = [step for step, _ in steps]
+    cfg = model.config
+    assert names == ["head", *(f"class block {j}" for j in reversed(range(cfg.class_attn_depth))),
+                     *(f"block {i}" for i in reversed(range(cfg.depth))), "embedding"]
+    before = [p.detach().clone() for p in model.parameters()]
+    session = rel.prepare(inputs)
+    found = sanity.run(session, {"attention-gradient": rel.relevance_map(session, "attention-gradient")})
+    assert [s.randomised_from for s in found["attention-gradient"]] == names
+    assert all(np.isfinite(s.relevance).all() for s in found["attention-gradient"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

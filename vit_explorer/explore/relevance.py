@@ -810,10 +810,14 @@ def _smoothed(method: Method, scorer: Scorer, config: ViTConfig, job: Job) -> to
     return total / n
 
 
-def _constant(values: np.ndarray) -> bool:
-    """Every value the same, or their spread within float32's rounding of the largest."""
+ROUNDING = 1024  # a map whose spread is within this many units of rounding of its largest value is lost to rounding
+
+
+def _constant(values: np.ndarray, dtype: torch.dtype) -> bool:
+    """Every value the same, or their spread within the rounding (ROUNDING x eps of `dtype`, what the map was
+    computed in) of the largest: what is left is mostly rounding noise."""
     scale = float(np.abs(values).max()) if values.size else 0.0
-    return bool(np.ptp(values) <= 8 * np.finfo(np.float32).eps * scale) if np.isfinite(scale) else False
+    return bool(np.ptp(values) <= ROUNDING * torch.finfo(dtype).eps * scale) if np.isfinite(scale) else False
 
 
 def _in_float64(scorer: Scorer) -> Scorer:
@@ -839,11 +843,11 @@ def compute_maps(session: Session, method: str, *, job: Job | None = None, score
         return per_patch.numpy().astype(np.float64), result.numpy().astype(np.float64)
 
     relevance, pixels = run(scorer)
-    if _constant(relevance) and not record.baseline:
+    if _constant(relevance, scorer.pixels.dtype) and not record.baseline:
         if scorer.pixels.dtype != torch.float64:
             relevance, pixels = run(_in_float64(scorer))
-            note = "computed again in float64: in float32 the map was constant (lost to rounding)"
-        if _constant(relevance):
+            note = "computed again in float64: in float32 its differences were lost to rounding"
+        if _constant(relevance, torch.float64):
             note = (f"the map is constant ({relevance.reshape(-1)[0]:.3g} on every patch, in float64 too): it says "
                     "nothing about where the evidence is")
     if scorer.options.smoothgrad and not record.gradient and not record.baseline:
