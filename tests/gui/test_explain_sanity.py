@@ -25,7 +25,8 @@ def test_random_row_road_curves_and_the_sanity_strip(window, qtbot) -> None:
     view._draw_curves()
     assert view.curves.ci.layout.count() == 1
 
-    view.sanity_button.click()
+    view.curve_kind.setCurrentIndex(CURVE_KINDS.index("sanity check"))
+    view.curve_kind.activated.emit(view.curve_kind.currentIndex())  # as a user's choice: it runs the check
     assert view.progress.isVisible() or all(e.sanity for e in view.explanations)
     qtbot.waitUntil(lambda: all(e.sanity for e in view.explanations), timeout=60000)
     assert view.random_row.sanity is None  # the baseline row reads no model

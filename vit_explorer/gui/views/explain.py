@@ -1,10 +1,11 @@
 """Explain: why the model decides. Every chosen relevance method on the current image side by side, each with
 its faithfulness numbers and ranked by them ("which map to believe for this image"); a click on a map draws
 its perturbation, deletion / insertion or ROAD curves below. A seeded random-attribution row is computed beside
-them: a map that does no better than random says so in its title and the heading. "Sanity check" runs the cascading
-randomisation (explore.sanity) on a copy of the model and draws, below, the clicked method's strip of maps with
-their Spearman correlation and SSIM to the trained map. The maps come from `explore.relevance`, computed in a
-worker with progress (cancellable); the image panel's [MASK] patches and the heads switched off apply."""
+them: a map that does no better than random says so in its title and the heading. "sanity check" under the maps
+runs the cascading randomisation (explore.sanity) on a copy of the model, as a job on the view's one controls, and
+draws the clicked method's strip of maps with their Spearman correlation and SSIM to the trained map. The maps
+come from `explore.relevance`, computed in a worker with progress (cancellable); the image panel's [MASK] patches and
+the heads switched off apply."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QToolButton, QWidget
 
 from ...explore import relevance as rel
 from ...explore import sanity
@@ -80,18 +81,15 @@ class ExplainView(View):
         self.curve_kind.setToolTip("The curves drawn under the maps for the map clicked: Chefer et al.'s positive "
                                    "and negative perturbation, Petsiuk et al.'s deletion and insertion, ROAD's "
                                    "most / least relevant first with noisy linear imputation (Rong et al.), or the "
-                                   "sanity check's strip (run it with Sanity check).")
-        self.curve_kind.activated.connect(self._draw_curves)
+                                   "sanity check: cascading randomisation (Adebayo et al. 2018), every map again "
+                                   "with the model's parameters drawn anew from the head down, block by block, on a "
+                                   "copy of the model, the clicked method's strip of maps with their Spearman "
+                                   "correlation and SSIM to the trained map (choosing it runs it).")
+        self.curve_kind.activated.connect(self._curve_kind_chosen)
         self.job = JobControls(self, "explain", on_cancelled=self._cancelled, bar_width=220)
         self.job.button.setToolTip("Stop computing the maps.")
         self.progress, self.cancel_button = self.job.bar, self.job.button
-        self.sanity_button = QPushButton("Sanity check")  # its job runs on the view's one controls, as the maps'
-        self.sanity_button.setToolTip("Cascading randomisation (Adebayo et al. 2018): every map again with the "
-                                      "model's parameters drawn anew from the head down, block by block, on a copy of "
-                                      "the model; the clicked method's strip is drawn below.")
-        self.sanity_button.clicked.connect(self.run_sanity)
-        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind,
-                       self.sanity_button, self.job):
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job):
             self.controls.addWidget(widget)
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(MAPS_MIN_PX)  # the maps are the view: never squeezed to a strip (a hidden tab too)
@@ -281,7 +279,7 @@ class ExplainView(View):
         # one-line titles: the curves keep the height of a short view
         if kind == "sanity check":
             if chosen[0].sanity is None:
-                self.note.setText("Press Sanity check to randomise a copy of the model from the head down.")
+                self.note.setText("Choose 'sanity check' under the maps to randomise a copy of the model.")
                 return
             figures.MapsPlot(self.curves.ci, replace(sanity.strip_figure(chosen[0]), heading=f"{name}: the map as "
                                                      "the parameters are drawn anew from the top (ρ: Spearman)"))
@@ -309,6 +307,14 @@ class ExplainView(View):
             f": {', '.join(worse)} no better" if worse else "")
 
     # ------------------------------------------------------------------ the sanity check
+    def _curve_kind_chosen(self, *_: object) -> None:
+        """The user's choice of what is drawn under the maps: the sanity check runs when chosen and not yet run."""
+        if CURVE_KINDS[self.curve_kind.currentIndex()] == "sanity check" and \
+                any(e.sanity is None for e in self.explanations):
+            self.run_sanity()
+        else:
+            self._draw_curves()
+
     def run_sanity(self) -> None:
         """The cascading randomisation of the maps shown, in a job (progress, cancel)."""
         inputs = self.session.inputs()
