@@ -34,7 +34,10 @@ def test_random_row_road_curves_and_the_sanity_strip(window, qtbot) -> None:
     titles = [item.titleLabel.text for item in view.curves.ci.items if hasattr(item, "titleLabel")]
     steps = [name for name, _ in sanity.cascade(window.session.loaded.model)]
     assert "trained" in titles  # the trained map, then one map per step with its two numbers
-    assert [t.split(" · ")[0] for t in titles if "ρ" in t and "SSIM" in t] == steps
+    titles = [t.replace("<br>", " ") for t in titles]  # wrapped to the column's width
+    assert [t.split(" ρ ")[0] for t in titles if " ρ " in t] == steps
+    numbers = view.note.full_text.split("trained map: ")[1].split(" · ")
+    assert "Spearman ρ / SSIM" in view.note.full_text and [n.rsplit(" ", 1)[0] for n in numbers] == steps
 
 
 def test_the_sanity_check_is_cancelled_and_says_so(window, qtbot) -> None:

@@ -200,8 +200,8 @@ def write(explanations: list[rel.Explanation], ranking: list[rel.Explanation], o
             _write_csv(folder / "sanity.csv", sanity.csv_rows(explanations))
             for e in explanations:
                 if e.sanity:
-                    rows, columns = small_multiples_shape(len(e.sanity) + 1)
-                    render(sanity.strip_figure(e), folder / f"sanity_{e.method}.png",
+                    rows, columns = small_multiples_shape(len(e.sanity) + 1)  # a long strip: folded
+                    render(sanity.strip_figure(e, columns=columns), folder / f"sanity_{e.method}.png",
                            (300 * columns + 150, 300 * rows + 120))
 
     write_folder(out, fill, replace=False)

@@ -78,17 +78,32 @@ def check(session: rel.Session, explanations: Sequence[rel.Explanation], *, job:
     attach(explanations, run(session, {e.method: e.relevance for e in explanations}, job=job))
 
 
-def strip_figure(explanation: rel.Explanation, *, image: bool = True) -> MapsFigure:
+def strip_figure(explanation: rel.Explanation, *, image: bool = True, columns: int | None = None,
+                 compact: bool = False) -> MapsFigure:
     """The original map and the map after each step, each scaled to its own maximum, titled with the step and
-    its Spearman correlation and SSIM to the original."""
+    its Spearman correlation and SSIM to the original ('block 3: 0.79/0.39'; `compact`: the correlation alone,
+    'block 3 ρ 0.79', for narrow columns, the SSIM said elsewhere: `numbers_text`); in one row (`columns`: that
+    many per row)."""
     assert explanation.sanity is not None
     steps = explanation.sanity
     maps = np.stack([explanation.relevance, *(s.relevance for s in steps)]).astype(np.float64)
-    titles = ("trained", *(f"{s.randomised_from} · ρ {_shown(s.spearman)} · SSIM {_shown(s.ssim)}" for s in steps))
-    m = rel.METHODS[explanation.method]
-    return MapsFigure(f"{m.label}: cascading randomisation from the top ({explanation.target.title})", maps, titles,
+    titles = ("trained", *(f"{s.randomised_from} ρ {_shown(s.spearman)}" if compact else
+                           f"{s.randomised_from}: {_shown(s.spearman)}/{_shown(s.ssim)}" for s in steps))
+    return MapsFigure(f"{strip_heading(explanation)} ({explanation.target.title})", maps, titles,
                       explanation.display if image else None, explanation.grid,
-                      colorbar_label="share of the map's maximum", scale="each", masked=explanation.masked)
+                      colorbar_label="share of the map's maximum", scale="each", masked=explanation.masked,
+                      columns=columns or len(maps))
+
+
+def strip_heading(explanation: rel.Explanation) -> str:
+    """What the strip shows, for its heading."""
+    return (f"{rel.METHODS[explanation.method].label}, the parameters drawn anew from the top: Spearman ρ / SSIM "
+            "to the trained map")
+
+
+def numbers_text(explanation: rel.Explanation) -> str:
+    """Each step's Spearman correlation and SSIM in one line ('head 0.41/0.39 · block 3 ...')."""
+    return " · ".join(f"{s.randomised_from} {_shown(s.spearman)}/{_shown(s.ssim)}" for s in explanation.sanity or [])
 
 
 def _shown(value: float) -> str:

@@ -276,13 +276,21 @@ class ExplainView(View):
             return
         name = rel.METHODS[chosen[0].method].short
         kind = CURVE_KINDS[self.curve_kind.currentIndex()]
+        self.body.setStretchFactor(self.curves, 3 if kind == "sanity check" else 2)  # a strip of maps: as tall
         # one-line titles: the curves keep the height of a short view
         if kind == "sanity check":
             if chosen[0].sanity is None:
                 self.note.setText("Choose 'sanity check' under the maps to randomise a copy of the model.")
                 return
-            figures.MapsPlot(self.curves.ci, replace(sanity.strip_figure(chosen[0]), heading=f"{name}: the map as "
-                                                     "the parameters are drawn anew from the top (ρ: Spearman)"))
+            # as many maps a row as their short titles fit beside the colour bar; the heading and every number
+            # (the SSIM too) are said in the note
+            strip = replace(sanity.strip_figure(chosen[0], compact=True), heading="")
+            chars = max(len(title) for title in strip.titles)
+            fits = int((self.curves.width() - 120) / (chars * figures.title_char_px()))
+            strip = replace(strip, columns=max(1, min(len(strip.maps), fits)))
+            self.note.setText(f"{sanity.strip_heading(chosen[0])}: {sanity.numbers_text(chosen[0])}")
+            with self.titles_fitting(self.curves, strip.columns or 1, beside=120, most=chars):
+                figures.MapsPlot(self.curves.ci, strip)
         elif kind == "perturbation curves":  # one chart at a time: two side by side do not fit a small screen
             figure = replace(rel.perturbation_figure(chosen), title=f"{name}: positive and negative perturbation")
             figures.draw(self.curves.ci, figure)
@@ -332,7 +340,6 @@ class ExplainView(View):
             if self.explanations is not explanations:  # other maps since: these steps are not theirs
                 return
             sanity.attach(explanations, steps)
-            self.note.setText("sanity check done: ρ is the Spearman correlation with the trained map")
             self.curve_kind.setCurrentIndex(CURVE_KINDS.index("sanity check"))
             self._draw_curves()
 
