@@ -90,7 +90,7 @@ def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--smoothgrad", type=_whole(0, 1000), default=0, metavar="N",
                        help="SmoothGrad: average each gradient method over N noisy copies of the image (default 0: "
                             "off)")
-    group.add_argument("--smoothgrad-sigma", type=_share, default=defaults.smoothgrad_sigma, metavar="S",
+    group.add_argument("--smoothgrad-sigma", type=_share, default=None, metavar="S",
                        help="SmoothGrad: the noise's standard deviation, a share of the input's range (default "
                             f"{defaults.smoothgrad_sigma})")
     group.add_argument("--occlusion-window", type=_pixels("--occlusion-window"), default=None, metavar="N|HxW",
@@ -112,12 +112,14 @@ def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options(args: argparse.Namespace) -> rel.Options:
     """The methods' parameters the flags set."""
-    if args.smoothgrad_sigma != rel.Options().smoothgrad_sigma and not args.smoothgrad:
+    if args.smoothgrad_sigma is not None and not args.smoothgrad:
         raise ValueError("argument --smoothgrad-sigma: SmoothGrad is off; give --smoothgrad N too")
     if args.occlusion_stride is not None and args.occlusion_window is None:
         raise ValueError("argument --occlusion-stride: give --occlusion-window too (the default window is one patch)")
     return rel.Options(ig_steps=args.ig_steps, ig_baseline=args.ig_baseline, gradcam_block=args.gradcam_block,
-                       smoothgrad=args.smoothgrad, smoothgrad_sigma=args.smoothgrad_sigma,
+                       smoothgrad=args.smoothgrad,
+                       smoothgrad_sigma=rel.Options().smoothgrad_sigma if args.smoothgrad_sigma is None else
+                       args.smoothgrad_sigma,
                        occlusion_window=args.occlusion_window, occlusion_stride=args.occlusion_stride,
                        pixels=args.pixels, seed=args.seed)
 
