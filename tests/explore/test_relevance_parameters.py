@@ -248,3 +248,25 @@ def test_a_random_dinov3_with_a_small_head_is_computed_in_float64() -> None:
     inputs.loaded.model.double()
     session.scorer.pixels = session.scorer.pixels.double()
     _close(maps.relevance, rel.relevance_map(session, "attention-gradient"))
+
+
+def test_road_of_a_pixel_level_map_equals_pytorch_grad_cam() -> None:
+    """A map of the pixels (as a gradient method's --pixels map): its shares are of the pixels, as grad-cam's."""
+    from pytorch_grad_cam.metrics.road import ROADLeastRelevantFirst, ROADMostRelevantFirst
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
+
+    session = _bundled(options=rel.Options(seed=3))
+    scorer = session.scorer
+    # distinct in 0..1, and so is 1 - cam, which the library ranks in float32 for LeRF
+    cam = (np.random.default_rng(3).permutation(32 * 32).reshape(32, 32) / (32 * 32)).astype(np.float32)
+    morf, lerf = rel.road(scorer, cam.astype(np.float64))
+    base = scorer.score(scorer.pixels, None)[0]
+    n = cam.size
+    counts = [round(f * n) for f in rel.faith.ROAD_FRACTIONS]
+    targets = [ClassifierOutputSoftmaxTarget(scorer.resolved.index)]
+    torch.manual_seed(3)
+    ref = {metric: [metric(100 * (n - k - 0.5) / (n - 1))(scorer.pixels.clone(), cam[None],
+                                                          targets, session.loaded.model)[0] for k in counts]
+           for metric in (ROADMostRelevantFirst, ROADLeastRelevantFirst)}
+    np.testing.assert_allclose(morf - base, ref[ROADMostRelevantFirst], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(lerf - base, ref[ROADLeastRelevantFirst], atol=1e-5, rtol=0)

@@ -157,11 +157,12 @@ def linear_imputation(image: np.ndarray, missing: np.ndarray) -> np.ndarray:
 def noisy_linear_imputation(image: torch.Tensor, missing: np.ndarray, noise: float = ROAD_NOISE,
                             generator: torch.Generator | None = None) -> torch.Tensor:
     """ROAD's noisy linear imputation of a (C, H, W) float image: the missing pixels' linear imputation (float32)
-    plus `noise` times standard normal noise drawn as a (C, n) tensor from `generator` (pytorch-grad-cam's
-    NoisyLinearImputer draws the same from torch's global generator)."""
+    plus `noise` times standard normal noise from `generator`, drawn as pytorch-grad-cam's NoisyLinearImputer draws
+    it from torch's global generator (`randn_like` of the transposed solution: in the solution's memory order)."""
     solved = torch.tensor(linear_imputation(image.detach().cpu().numpy(), missing), dtype=torch.float)  # (n, C)
     filled = image.detach().cpu().reshape(image.shape[0], -1).clone()
-    noisy = solved.t() + noise * torch.randn(solved.t().shape, generator=generator)  # (C, n)
+    draw = torch.empty_like(solved.t()).normal_(generator=generator)  # (C, n), the strides randn_like keeps
+    noisy = solved.t() + noise * draw
     filled[:, np.flatnonzero(missing.reshape(-1))] = noisy.to(filled.dtype)
     return filled.reshape(image.shape).to(image.device)
 

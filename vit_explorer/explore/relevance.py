@@ -889,19 +889,22 @@ def road(scorer: Scorer, relevance: np.ndarray, *, noise: float = faith.ROAD_NOI
     at each of faith.ROAD_FRACTIONS the most (MoRF) or least (LeRF) relevant share of the patches (stable order)
     replaced in the normalised input by noisy linear imputation (`noise` times standard normal noise), then the
     target's score (the user's [MASK] and head mask apply). The noise is drawn from one generator seeded with
-    `seed` (default Options.seed), MoRF's fractions first then LeRF's, each in rising order. Returns (morf, lerf),
-    (9,) each."""
+    `seed` (default Options.seed), MoRF's fractions first then LeRF's, each in rising order. `relevance` is a
+    (gh, gw) map of the patches, or an (H, W) map of the pixels (a pixel-level map: its shares are of the pixels).
+    Returns (morf, lerf), (9,) each."""
     job = job or Job()
     generator = torch.Generator().manual_seed(scorer.options.seed if seed is None else seed)
     image = scorer.pixels.detach()[0]  # (3, H, W)
     p, (gh, gw) = scorer.layout.patch_size, scorer.layout.grid
+    pixel_level = tuple(np.shape(relevance)) == tuple(image.shape[-2:]) and p > 1
     curves: list[np.ndarray] = []
     for most_first in (True, False):
-        masks = faith.road_masks(relevance, most_first)  # (S, N)
+        masks = faith.road_masks(relevance, most_first)  # (S, N) patches or (S, H * W) pixels
         imputed = []
         for removed in masks:
             job.check()
-            missing = removed.reshape(gh, 1, gw, 1).repeat(p, axis=1).repeat(p, axis=3).reshape(gh * p, gw * p)
+            missing = removed.reshape(image.shape[-2:]) if pixel_level else \
+                removed.reshape(gh, 1, gw, 1).repeat(p, axis=1).repeat(p, axis=3).reshape(gh * p, gw * p)
             imputed.append(faith.noisy_linear_imputation(image, missing, noise, generator))
             job.progress((len(curves) * len(masks) + len(imputed)) / (2 * len(masks)))
         pixels = torch.stack(imputed)  # (S, 3, H, W)
