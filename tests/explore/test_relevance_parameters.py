@@ -270,3 +270,22 @@ def test_road_of_a_pixel_level_map_equals_pytorch_grad_cam() -> None:
            for metric in (ROADMostRelevantFirst, ROADLeastRelevantFirst)}
     np.testing.assert_allclose(morf - base, ref[ROADMostRelevantFirst], atol=1e-5, rtol=0)
     np.testing.assert_allclose(lerf - base, ref[ROADLeastRelevantFirst], atol=1e-5, rtol=0)
+
+
+def test_every_family_takes_every_parameter() -> None:
+    """IG from [MASK] and from noise, SmoothGrad, Grad-CAM on the first block, occlusion by two-patch windows and
+    the pixel maps give finite maps on every family (the methods each supports)."""
+    from .test_relevance import FAMILIES, _inputs
+
+    for name in FAMILIES:
+        inputs = _inputs(name)
+        p = inputs.loaded.config.patch_size
+        options = rel.Options(ig_steps=4, ig_baseline="mask", smoothgrad=2, gradcam_block=0,
+                              occlusion_window=(2 * p, p), occlusion_stride=(p, p), pixels=True)
+        methods = [m for m in rel.supported(inputs.loaded.config) if m != "transformer-attribution"]
+        for e in rel.explain(inputs, methods, measure=False, options=options):
+            assert np.isfinite(e.relevance).all(), (name, e.method)
+            assert (e.pixels is not None) == (e.method == "gradient-x-input"), (name, e.method)  # IG from [MASK]
+        noise = rel.Options(ig_steps=4, ig_baseline="noise", pixels=True)
+        (e,) = rel.explain(inputs, ["integrated-gradients"], measure=False, options=noise)
+        assert e.pixels is not None and np.isfinite(e.pixels).all() and e.pixels.shape == inputs.size
