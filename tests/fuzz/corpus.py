@@ -715,6 +715,19 @@ analysis_case("explain", "reference-missing", lambda kit: explain(kit, "--refere
 analysis_case("explain", "head-cls-on-one-head", lambda kit: explain(kit, "--method", "rollout", "--head", "cls"),
               ["head", "cls"])
 analysis_case("explain", "baseline-unknown", lambda kit: explain(kit, "--baseline", "noise"), ["--baseline"])
+PARAMETERS = {"ig-steps-zero": (["--ig-steps", "0"], "--ig-steps"), "ig-steps-huge": (["--ig-steps", "9" * 5000],
+              "--ig-steps"), "ig-steps-superscript": (["--ig-steps", "²"], "--ig-steps"),
+              "gradcam-block-out-of-range": (["--gradcam-block", "99"], "--gradcam-block"),
+              "smoothgrad-negative": (["--smoothgrad=-3"], "--smoothgrad"),
+              "smoothgrad-sigma-inf": (["--smoothgrad", "2", "--smoothgrad-sigma", "inf"], "--smoothgrad-sigma"),
+              "smoothgrad-sigma-alone": (["--smoothgrad-sigma", "0.3"], "--smoothgrad-sigma"),
+              "occlusion-window-zero": (["--occlusion-window", "0x4"], "--occlusion-window"),
+              "occlusion-window-huge": (["--occlusion-window", "99999"], "--occlusion-window"),
+              "occlusion-stride-over-window": (["--occlusion-window", "4", "--occlusion-stride", "8"],
+                                               "--occlusion-stride"),
+              "seed-negative": (["--seed=-1"], "--seed")}
+for name, (flags, flag) in PARAMETERS.items():
+    analysis_case("explain", name, lambda kit, f=flags: explain(kit, "--method", "occlusion", *f), [flag])
 analysis_case("explain", "out-is-a-file", lambda kit: (kit.root / "f").write_text("x") and  # noqa: B018
               explain(kit, "--out", str(kit.root / "f")), ["f"])
 

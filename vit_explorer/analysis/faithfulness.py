@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import numpy as np
+import torch
 
 Score = Callable[[np.ndarray], np.ndarray]  # (k, N) bool removal masks -> (k,) target scores
 PERTURBATION_FRACTIONS = tuple(i / 10 for i in range(10))  # 0, 10, ..., 90 % of the patches removed
@@ -107,3 +108,66 @@ def mass_iou(relevance: np.ndarray, coverage: np.ndarray, share: float = MASS_SH
     region, obj = mass_region(relevance, share), coverage >= 0.5
     union = np.logical_or(region, obj).sum()
     return float(np.logical_and(region, obj).sum() / union) if union else 0.0
+
+
+# ---------------------------------------------------------------------------- ROAD (Rong et al., ICML 2022)
+ROAD_FRACTIONS = tuple(i / 10 for i in range(1, 10))  # 10, ..., 90 % of the patches imputed (pytorch-grad-cam's)
+ROAD_NOISE = 0.01  # the imputation's noise (absolute, in the input's units), as the paper's code and grad-cam
+# the weights of a missing pixel's eight neighbours in the linear imputation, in the reference's order
+NEIGHBOURS = (((1, 1), 1 / 12), ((0, 1), 1 / 6), ((-1, 1), 1 / 12), ((1, -1), 1 / 12), ((0, -1), 1 / 6),
+              ((-1, -1), 1 / 12), ((1, 0), 1 / 6), ((-1, 0), 1 / 6))
+
+
+def linear_imputation(image: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """Rong et al.'s linear imputation: each missing pixel of a (C, H, W) image ((H, W) bool `missing`) becomes the
+    weighted mean of its eight neighbours (NEIGHBOURS, those inside the image), missing neighbours solved for
+    jointly (one sparse linear system per image, every channel a right-hand side); returns the (n, C) float64 values
+    of the missing pixels in raster order. Every pixel missing: nothing to interpolate from, all zero."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.linalg import spsolve
+
+    c, h, w = image.shape
+    flat_missing = missing.reshape(-1)
+    unknown = np.flatnonzero(flat_missing)  # (n,) raster indices of the missing pixels
+    n = unknown.size
+    if n == 0 or n == flat_missing.size:
+        return np.zeros((n, c))
+    variable = np.zeros(flat_missing.size, dtype=np.int64)
+    variable[unknown] = np.arange(n)
+    values = image.reshape(c, -1)
+    rhs = np.zeros((n, c))
+    weights_sum = np.ones(n)
+    rows, cols, data = [np.arange(n)], [np.arange(n)], []
+    y, x = unknown // w, unknown % w
+    for (dy, dx), weight in NEIGHBOURS:
+        ny, nx = y + dy, x + dx
+        inside = (ny >= 0) & (nx >= 0) & (ny < h) & (nx < w)
+        weights_sum[~inside] -= weight
+        ids, neighbour = np.flatnonzero(inside), (ny * w + nx)[inside]
+        known = ~flat_missing[neighbour]
+        rhs[ids[known]] -= weight * values[:, neighbour[known]].T
+        rows.append(ids[~known])
+        cols.append(variable[neighbour[~known]])
+        data.append(np.full(int((~known).sum()), weight))
+    data.insert(0, -weights_sum)
+    system = coo_matrix((np.concatenate(data), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)).tocsc()
+    return np.asarray(spsolve(system, rhs)).reshape(n, c)
+
+
+def noisy_linear_imputation(image: torch.Tensor, missing: np.ndarray, noise: float = ROAD_NOISE,
+                            generator: torch.Generator | None = None) -> torch.Tensor:
+    """ROAD's noisy linear imputation of a (C, H, W) float image: the missing pixels' linear imputation (float32)
+    plus `noise` times standard normal noise from `generator`, drawn as pytorch-grad-cam's NoisyLinearImputer draws
+    it from torch's global generator (`randn_like` of the transposed solution: in the solution's memory order)."""
+    solved = torch.tensor(linear_imputation(image.detach().cpu().numpy(), missing), dtype=torch.float)  # (n, C)
+    filled = image.detach().cpu().reshape(image.shape[0], -1).clone()
+    draw = torch.empty_like(solved.t()).normal_(generator=generator)  # (C, n), the strides randn_like keeps
+    noisy = solved.t() + noise * draw
+    filled[:, np.flatnonzero(missing.reshape(-1))] = noisy.to(filled.dtype)
+    return filled.reshape(image.shape).to(image.device)
+
+
+def road_masks(relevance: np.ndarray, most_first: bool, fractions: tuple[float, ...] = ROAD_FRACTIONS
+               ) -> np.ndarray:
+    """(S, N) bool: the patches ROAD imputes at each fraction, most (MoRF) or least (LeRF) relevant first (stable)."""
+    return perturbation_masks(relevance, most_first, fractions)

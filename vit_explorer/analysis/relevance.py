@@ -19,6 +19,11 @@ from .attention import to_grid
 Query = int | Sequence[int]
 
 
+def widened(x: torch.Tensor) -> torch.Tensor:
+    """x in float32, or in its own dtype where that is wider (a map recomputed in float64 stays in float64)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _rows(query: Query) -> list[int]:
     return [query] if isinstance(query, int) else list(query)
 
@@ -26,7 +31,7 @@ def _rows(query: Query) -> list[int]:
 def gradient_weighted(attention: torch.Tensor, gradient: torch.Tensor) -> torch.Tensor:
     """Chefer et al. 2021b, Eq. 5: mean over heads of the positive part of (gradient * attention):
     (B, H, R, T) -> (B, R, T)."""
-    return (gradient.float() * attention.float()).clamp(min=0).mean(dim=1)
+    return (widened(gradient) * widened(attention)).clamp(min=0).mean(dim=1)
 
 
 def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor], layout: TokenLayout,
@@ -47,7 +52,7 @@ def attention_gradient(attentions: Sequence[torch.Tensor], gradients: Sequence[t
     if len(attentions) != len(gradients) or len(class_attentions) != len(class_gradients):
         raise ValueError("one gradient per attention map is needed")
     b, t = attentions[0].shape[0], layout.num_tokens
-    relevance = torch.eye(t, device=attentions[0].device).expand(b, t, t)  # (B, T, T)
+    relevance = torch.eye(t, device=attentions[0].device, dtype=widened(attentions[0]).dtype).expand(b, t, t)
     for a, g in zip(attentions, gradients, strict=True):
         relevance = relevance + gradient_weighted(a, g) @ relevance  # (B, T, T)
     if class_attentions:  # CaiT: [CLS]'s row over [CLS; patches], the patches' rows from the blocks
@@ -79,7 +84,7 @@ def attribution_rollout(relevances: Sequence[torch.Tensor], gradients: Sequence[
     if len(relevances) != len(gradients):
         raise ValueError("one gradient per relevance map is needed")
     t = layout.num_tokens
-    eye = torch.eye(t, device=relevances[0].device)
+    eye = torch.eye(t, device=relevances[0].device, dtype=widened(relevances[0]).dtype)
     joint = None
     for r, g in zip(relevances, gradients, strict=True):
         step = gradient_weighted(r, g) + eye  # (B, T, T)
@@ -95,7 +100,7 @@ def gradcam(activations: torch.Tensor, gradients: torch.Tensor, layout: TokenLay
     (B, D, gh, gw), each channel weighted by the mean of its gradient over the grid, summed, ReLU: (B, gh, gw).
     activations, gradients: (B, T, D)."""
     k = layout.num_prefix_tokens
-    acts, grads = activations[:, k:].float(), gradients[:, k:].float()  # (B, N, D)
+    acts, grads = widened(activations[:, k:]), widened(gradients[:, k:])  # (B, N, D)
     weights = grads.mean(dim=1, keepdim=True)  # (B, 1, D)
     return (acts * weights).sum(dim=-1).clamp(min=0).reshape(-1, *layout.grid)
 

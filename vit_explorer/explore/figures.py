@@ -58,6 +58,7 @@ class MapsFigure(Inline):
     levels: tuple[float, float] | None = None
     masked: np.ndarray | None = None  # (gh, gw) bool: [MASK]ed patches, hatched
     opacity: float = 0.6  # of the maps over the image
+    columns: int | None = None  # the small multiples' columns (None: as square as possible; len(maps): one strip)
 
     def __post_init__(self) -> None:
         if self.maps.ndim != 3 or len(self.titles) != len(self.maps):
@@ -65,6 +66,13 @@ class MapsFigure(Inline):
                              f"{len(self.titles)} titles")
         if self.scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
+
+    def shape(self) -> tuple[int, int]:
+        """(rows, columns) of the small multiples."""
+        k = len(self.maps)
+        if self.columns is None:
+            return small_multiples_shape(k)
+        return -(-k // self.columns), self.columns
 
     def shown(self) -> np.ndarray:
         """The values as drawn: scaled to each map's maximum for scale='each'."""

@@ -19,7 +19,6 @@ from .figures import (
     ScatterFigure,
     SimilarityFigure,
     TilesFigure,
-    small_multiples_shape,
 )
 
 WIDTH = 7.0  # inches at 100 dpi: a notebook column
@@ -46,7 +45,7 @@ def png(*figures: Figure, width: float = WIDTH) -> bytes:
 def _height(figure: Figure, width: float) -> float:
     """Inches of height a figure needs at `width`."""
     if isinstance(figure, MapsFigure):
-        rows, columns = small_multiples_shape(len(figure.maps))
+        rows, columns = figure.shape()
         return 0.6 + rows * min(width / columns, 3.2) * figure.maps.shape[1] / figure.maps.shape[2]
     if isinstance(figure, BarsFigure) and figure.horizontal:
         return max(2.0, 0.9 + 0.3 * len(figure.labels))
@@ -79,7 +78,7 @@ def _patch_grid(ax: Any, grid: tuple[int, int], shape: tuple[int, int]) -> None:
 
 
 def draw_maps(part: Any, figure: MapsFigure) -> None:
-    rows, columns = small_multiples_shape(len(figure.maps))
+    rows, columns = figure.shape()
     axes = np.atleast_1d(part.subplots(rows, columns, squeeze=False)).reshape(-1)
     lo, hi = figure.shown_levels()
     shown = figure.shown()

@@ -13,11 +13,12 @@ cancelled through, a `Job`.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ from .figures import LinesFigure, MapsFigure, json_number
 from .forward import Inputs, check_inputs, pixels_for
 
 BASELINES = ("zero", "mask", "blur")
+IG_BASELINES = ("zero", "blur", "mask", "noise")  # integrated gradients' start: see Options
 HEADS = ("average", "cls", "dist")  # DeiT distilled: the mean of both heads (what it predicts), or one of them
 BATCH = 10  # perturbed images per forward pass
 
@@ -70,6 +72,8 @@ class Method:
     default: bool = True  # in the default selection (the Explain view's, `vit-explorer explain`'s)
     report: bool = False  # drawn in `vit-explorer inspect`'s report (one pass each, no faithfulness)
     conserves: bool = False  # an LRP whose map sums to the target less what biases absorb: reported beside it
+    pixel_level: bool = False  # computes (H, W) pixel attributions (summed over channels), summed per patch
+    baseline: bool = False  # not an explanation: the random row every ranking is compared with
 
     def reason(self, config: ViTConfig) -> str | None:
         """Why this method does not apply to a model of this config (None: it does)."""
@@ -178,15 +182,15 @@ def target_logit(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what the gradient methods differentiate: the class's logit, or the similarity."""
     if resolved.kind == "similarity":
         assert resolved.reference is not None
-        return F.normalize(out["logits"].float(), dim=-1) @ resolved.reference
-    return _head_outputs(out, resolved.head)[:, resolved.index].float()
+        return F.normalize(rel.widened(out["logits"]), dim=-1) @ resolved.reference.to(rel.widened(out["logits"]))
+    return rel.widened(_head_outputs(out, resolved.head)[:, resolved.index])
 
 
 def target_score(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what perturbation measures: the class's probability (softmax of the head), or the similarity."""
     if resolved.kind == "similarity":
         return target_logit(out, resolved)
-    return _head_outputs(out, resolved.head).float().softmax(dim=-1)[:, resolved.index]
+    return rel.widened(_head_outputs(out, resolved.head)).softmax(dim=-1)[:, resolved.index]
 
 
 # ---------------------------------------------------------------------------- removal of patches
@@ -204,6 +208,65 @@ def blur(pixels: torch.Tensor, sigma: float) -> torch.Tensor:
     return F.conv2d(out, kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
 
 
+@dataclass(frozen=True)
+class Options:
+    """What a user sets of the methods; the defaults are the methods as they always were.
+
+    ig_steps, ig_baseline: integrated gradients' points (Gauss-Legendre, captum's) and its start: 'zero' (0 in the
+    normalised input), 'blur' (the image blurred as the faithfulness baseline blurs it), 'noise' (uniform noise over
+    the input's range, black to white, seeded) or 'mask' (every patch embedding the [MASK] token: the path runs in the
+    patch embeddings, so its map is per patch only). gradcam_block: the block whose normed input Grad-CAM reads
+    (None: the last). smoothgrad: SmoothGrad's samples (Smilkov et al. 2017) over every gradient method (0: off),
+    each the map of the image plus Gaussian noise of standard deviation smoothgrad_sigma times the input's range
+    (max - min), their mean the map. occlusion_window / occlusion_stride: (height, width) in pixels, captum's
+    Occlusion's sliding_window_shapes and strides (None: one patch, window = stride). pixels: the pixel-level maps
+    (summed over the channels) of the methods that have them, beside the per-patch ones. seed: of every random
+    draw (the noise baseline, SmoothGrad, the random map)."""
+
+    ig_steps: int = 50
+    ig_baseline: str = "zero"
+    gradcam_block: int | None = None
+    smoothgrad: int = 0
+    smoothgrad_sigma: float = 0.15
+    occlusion_window: tuple[int, int] | None = None
+    occlusion_stride: tuple[int, int] | None = None
+    pixels: bool = False
+    seed: int = 0
+
+    def check(self, config: ViTConfig, size: tuple[int, int], baseline: str = "zero") -> None:
+        """ValueError naming the CLI flag for a setting this model and input size (H, W) cannot take."""
+        if not 1 <= self.ig_steps <= 10_000:
+            raise ValueError(f"argument --ig-steps: between 1 and 10000 points, got {self.ig_steps}")
+        if self.ig_baseline not in IG_BASELINES:
+            raise ValueError(f"argument --ig-baseline: one of {', '.join(IG_BASELINES)}, got {self.ig_baseline!r}")
+        blocks = config.depth  # the self-attention blocks (CaiT: its class blocks come after them)
+        if self.gradcam_block is not None and not 0 <= self.gradcam_block < blocks:
+            raise ValueError(f"argument --gradcam-block: block {self.gradcam_block} does not exist; this model has "
+                             f"blocks 0 to {blocks - 1}")
+        if not 0 <= self.smoothgrad <= 1000:
+            raise ValueError(f"argument --smoothgrad: between 0 (off) and 1000 samples, got {self.smoothgrad}")
+        if not (math.isfinite(self.smoothgrad_sigma) and 0 <= self.smoothgrad_sigma <= 10):
+            raise ValueError("argument --smoothgrad-sigma: a share of the input's range between 0 and 10, got "
+                             f"{self.smoothgrad_sigma}")
+        window = self.occlusion_window or (config.patch_size, config.patch_size)
+        stride = self.occlusion_stride or window
+        for flag, pair in (("--occlusion-window", window), ("--occlusion-stride", stride)):
+            if len(pair) != 2 or any(v < 1 for v in pair):
+                raise ValueError(f"argument {flag}: two whole numbers of pixels (height, width), at least 1; got "
+                                 f"{pair}")
+        if window[0] > size[0] or window[1] > size[1]:
+            raise ValueError(f"argument --occlusion-window: {window[0]}x{window[1]} pixels exceeds the input, "
+                             f"{size[0]}x{size[1]}")
+        if stride[0] > window[0] or stride[1] > window[1]:
+            raise ValueError(f"argument --occlusion-stride: {stride[0]}x{stride[1]} is larger than the window, "
+                             f"{window[0]}x{window[1]}: pixels between the windows would never be occluded")
+        p = config.patch_size
+        if baseline == "mask" and any(v % p for v in (*window, *stride)):
+            raise ValueError(f"argument --occlusion-window / --occlusion-stride: the [MASK] baseline replaces whole "
+                             f"patches, so window and stride must be multiples of the patch size, {p} pixels; "
+                             "choose --baseline zero or blur for other windows")
+
+
 @dataclass
 class Scorer:
     """One image's passes with patches removed by a baseline: 'zero' sets their pixels to 0 in the normalised
@@ -217,6 +280,8 @@ class Scorer:
     head_mask: torch.Tensor | None
     resolved: Resolved
     baseline: str = "zero"
+    options: Options = field(default_factory=Options)
+    bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # (3,) each: black and white in the normalised input
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -235,12 +300,25 @@ class Scorer:
         pixels = torch.where(grid, self.filler, self.pixels)  # (k, 3, H, W)
         return pixels, (user.expand(k, -1) if self.mask is not None else None)
 
-    def scores(self, removed: np.ndarray) -> np.ndarray:
-        """(k, N) bool removal masks -> (k,) the target's score for each."""
+    def pixel_batch(self, removed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """removed (k, H, W) bool pixels -> the passes' pixels and [MASK] mask (the 'mask' baseline: the patches
+        wholly removed)."""
+        k = removed.shape[0]
+        if self.baseline == "mask":
+            p, (gh, gw) = self.layout.patch_size, self.layout.grid
+            return self.batch(removed.reshape(k, gh, p, gw, p).all(dim=4).all(dim=2).reshape(k, gh * gw))
+        pixels = torch.where(removed[:, None], self.filler, self.pixels)  # (k, 3, H, W)
+        return pixels, (self.mask.expand(k, -1) if self.mask is not None else None)
+
+    def score(self, pixels: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray:
+        """The target's score (k,) for a batch of passes' (k, 3, H, W) pixels and (k, N) [MASK] mask."""
         with torch.inference_mode():
-            pixels, mask = self.batch(torch.from_numpy(removed).to(self.pixels.device))
             out = _forward(self.model, pixels, mask, self.head_mask)
             return target_score(out, self.resolved).double().cpu().numpy()
+
+    def scores(self, removed: np.ndarray) -> np.ndarray:
+        """(k, N) bool removal masks -> (k,) the target's score for each."""
+        return self.score(*self.batch(torch.from_numpy(removed).to(self.pixels.device)))
 
 
 # ---------------------------------------------------------------------------- the methods
@@ -402,40 +480,120 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
 def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     model = scorer.model
     seen: list[torch.Tensor] = []
-    site = f"blocks.{len(model.blocks) - 1}.ln1.hook_normalized"  # the last block's normed input, as grad-cam's
+    block = scorer.options.gradcam_block
+    block = len(model.blocks) - 1 if block is None else block
+    site = f"blocks.{block}.ln1.hook_normalized"  # the block's normed input (default the last), as grad-cam's
     with torch.enable_grad(), model.hooks([(site, lambda x, hook: seen.append(x))]):
         out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
         (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), seen[-1])
     return rel.gradcam(seen[-1].detach(), grad, scorer.layout)[0]
 
 
-def _ig_steps(scorer: Scorer, n_steps: int = 50) -> Iterator[int | torch.Tensor]:
-    """Integrated gradients on the normalised pixels from a zero baseline, summed per patch (yields progress)."""
+def ig_baseline(scorer: Scorer) -> torch.Tensor:
+    """(1, 3, H, W) integrated gradients' starting image of Options.ig_baseline 'zero', 'blur' or 'noise'."""
+    name, pixels = scorer.options.ig_baseline, scorer.pixels.detach()
+    if name == "blur":
+        return blur(pixels, scorer.layout.patch_size / 2)
+    if name == "noise":  # uniform over each channel's range, black to white
+        low, high = scorer.bounds or (pixels.amin(dim=(0, 2, 3)), pixels.amax(dim=(0, 2, 3)))
+        draw = torch.rand(pixels.shape, generator=torch.Generator().manual_seed(scorer.options.seed))
+        low, high = low.to(pixels).view(1, -1, 1, 1), high.to(pixels).view(1, -1, 1, 1)
+        return low + (high - low) * draw.to(pixels)
+    return torch.zeros_like(pixels)
+
+
+def _ig_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
+    """Integrated gradients on the normalised pixels from the options' baseline (yields progress), then the (H, W)
+    attribution summed over the channels."""
     def target(points: torch.Tensor) -> torch.Tensor:
         mask = None if scorer.mask is None else scorer.mask.expand(points.shape[0], -1)
         return target_logit(_forward(scorer.model, points, mask, scorer.head_mask), scorer.resolved)
 
     with torch.enable_grad():
-        for step in rel.integrated_gradients(target, scorer.pixels, n_steps=n_steps, batch=BATCH):
-            yield step if isinstance(step, int) else rel.per_patch(step.detach(), scorer.layout.patch_size)[0]
+        for step in rel.integrated_gradients(target, scorer.pixels, ig_baseline(scorer),
+                                             n_steps=scorer.options.ig_steps, batch=BATCH):
+            yield step if isinstance(step, int) else step.detach()[0].sum(dim=0)
+
+
+def _ig_mask_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
+    """Integrated gradients in the patch embeddings (hook_embed), from every patch the [MASK] token to the image's
+    own: (x - m) . the path's mean gradient, per patch (yields progress, then the (gh, gw) map)."""
+    model = scorer.model
+    seen: list[torch.Tensor] = []
+    with torch.no_grad(), model.hooks([("hook_embed", lambda x, hook: seen.append(x))]):
+        _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
+    embedded = seen[0].clone()  # (1, N, D)
+    start = model.mask_token.detach().to(embedded).expand_as(embedded)
+
+    def target(points: torch.Tensor) -> torch.Tensor:  # points: (k, N, D) patch embeddings
+        k = points.shape[0]
+        mask = None if scorer.mask is None else scorer.mask.expand(k, -1)
+        with model.hooks([("hook_embed", lambda x, hook: points)]):
+            out = _forward(model, scorer.pixels.expand(k, -1, -1, -1), mask, scorer.head_mask)
+        return target_logit(out, scorer.resolved)
+
+    with torch.enable_grad():
+        for step in rel.integrated_gradients(target, embedded, start, n_steps=scorer.options.ig_steps, batch=BATCH):
+            yield step if isinstance(step, int) else step.detach()[0].sum(dim=-1).reshape(scorer.layout.grid)
+
+
+def integrated_gradients_map(scorer: Scorer, config: ViTConfig, job: Job) -> torch.Tensor:
+    steps = _ig_mask_steps(scorer) if scorer.options.ig_baseline == "mask" else _ig_steps(scorer)
+    return _drive(steps, scorer.options.ig_steps, job)
+
+
+def _windows(size: int, window: int, stride: int) -> list[int]:
+    """captum's Occlusion along one axis: the windows' first pixels 0, s, 2s, ..., ceil((L - w) / s) s (the last
+    window cut at the border)."""
+    return [i * stride for i in range(math.ceil((size - window) / stride) + 1)]
+
+
+def _occlusion_windows(scorer: Scorer) -> tuple[list[tuple[int, int]], tuple[int, int]]:
+    """The occluded windows' top-left pixels and their (height, width)."""
+    h, w = scorer.pixels.shape[-2:]
+    p = scorer.layout.patch_size
+    wh, ww = scorer.options.occlusion_window or (p, p)
+    sh, sw = scorer.options.occlusion_stride or (wh, ww)
+    return [(y, x) for y in _windows(h, wh, sh) for x in _windows(w, ww, sw)], (wh, ww)
 
 
 def _occlusion_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
-    """Each patch alone removed with the baseline: the drop of the target's score (yields progress)."""
-    n = scorer.layout.num_patches
-    base = scorer.scores(np.zeros((1, n), dtype=bool))[0]
-    removed = np.eye(n, dtype=bool)
-    for step in faith.scores(scorer.scores, removed, BATCH):
-        yield step if isinstance(step, int) else torch.from_numpy(base - step).reshape(scorer.layout.grid)
+    """captum's Occlusion with the scorer's baseline: each window (Options.occlusion_window, sliding by its stride)
+    removed alone, the drop of the target's score given to its pixels, each pixel's mean over the windows that
+    cover it; then the mean over each patch (yields progress, then the (gh, gw) map). One window per patch (the
+    default) gives each patch's own drop."""
+    h, w = scorer.pixels.shape[-2:]
+    p, device = scorer.layout.patch_size, scorer.pixels.device
+    corners, (wh, ww) = _occlusion_windows(scorer)
+    base = scorer.score(*scorer.pixel_batch(torch.zeros((1, h, w), dtype=torch.bool, device=device)))[0]
+    total, count = np.zeros((h, w)), np.zeros((h, w))
+    for start in range(0, len(corners), BATCH):
+        removed = torch.zeros((len(corners[start:start + BATCH]), h, w), dtype=torch.bool, device=device)
+        for i, (y, x) in enumerate(corners[start:start + BATCH]):
+            removed[i, y:y + wh, x:x + ww] = True
+        drops = base - scorer.score(*scorer.pixel_batch(removed))  # (k,)
+        where = removed.cpu().numpy()
+        total += (where * drops[:, None, None]).sum(axis=0)
+        count += where.sum(axis=0)
+        yield start + len(removed)
+    gh, gw = scorer.layout.grid
+    yield torch.from_numpy(total / count).reshape(gh, p, gw, p).mean(dim=(1, 3))
 
 
 def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
-    """Input x gradient (Shrikumar et al. 2016; captum's InputXGradient) on the normalised pixels, summed per patch."""
+    """Input x gradient (Shrikumar et al. 2016; captum's InputXGradient) on the normalised pixels, (H, W) summed over
+    the channels."""
     pixels = scorer.pixels.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         out = _forward(scorer.model, pixels, scorer.mask, scorer.head_mask)
         (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), pixels)
-    return rel.per_patch(pixels.detach() * grad, scorer.layout.patch_size)[0]
+    return (pixels.detach() * grad)[0].sum(dim=0)
+
+
+def random_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
+    """The random-attribution baseline: uniform values per patch, seeded (Options.seed)."""
+    return torch.rand(scorer.layout.grid, generator=torch.Generator().manual_seed(scorer.options.seed),
+                      dtype=torch.float64)
 
 
 def _conserved_target(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
@@ -477,14 +635,15 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("gradcam", _one_pass(gradcam_map), "Grad-CAM (last block's norm1)", "Grad-CAM",
            "the tokens entering the last block's attention and their gradient", "pytorch-grad-cam's ViT recipe",
            report=True),
-    Method("integrated-gradients", lambda scorer, config, job: _drive(_ig_steps(scorer), 50, job),
-           "integrated gradients", "integrated grad.", "50 gradients along the path from a zero image",
-           "captum IntegratedGradients defaults"),
-    Method("occlusion", lambda scorer, config, job: _drive(_occlusion_steps(scorer), scorer.layout.num_patches, job),
+    Method("integrated-gradients", integrated_gradients_map, "integrated gradients", "integrated grad.",
+           "gradients along the path from a baseline (default 50, from a zero image)",
+           "captum IntegratedGradients defaults", pixel_level=True),
+    Method("occlusion", lambda scorer, config, job: _drive(_occlusion_steps(scorer),
+                                                           len(_occlusion_windows(scorer)[0]), job),
            "occlusion (one patch at a time)", "occlusion", "one forward pass per patch, batched",
-           "Zeiler & Fergus 2014", gradient=False),
+           "Zeiler & Fergus 2014; captum Occlusion's windows and strides", gradient=False),
     Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
-           "the target's gradient at the input pixels", "captum InputXGradient", default=False),
+           "the target's gradient at the input pixels", "captum InputXGradient", default=False, pixel_level=True),
     Method("attnlrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, attnlrp.Rules())),
            "AttnLRP (Achtibat 2024)", "AttnLRP",
            "one pass with LXT's rules at the hook sites, and its modified gradient at the input pixels",
@@ -493,6 +652,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "CP-LRP (attention held constant)", "CP-LRP",
            "one pass with LXT's rules at the hook sites, the attention probabilities constant",
            "Ali et al., ICML 2022; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
+    Method("random", _one_pass(random_map), "random attribution (baseline)", "random", "nothing: seeded noise",
+           "the baseline a method must beat (Adebayo et al. 2018)", gradient=False, default=False, baseline=True),
 )}
 
 
@@ -528,10 +689,26 @@ class Faithfulness:
     insertion: np.ndarray
     pointing: bool | None = None  # on an image whose object mask is known
     iou: float | None = None
+    road_morf: np.ndarray | None = None  # (9,) ROAD: the target's score with 10, ..., 90 % of the patches imputed,
+    road_lerf: np.ndarray | None = None  # most (MoRF) or least (LeRF) relevant first
 
     @property
     def fractions(self) -> np.ndarray:
         return np.asarray(faith.PERTURBATION_FRACTIONS)
+
+    @property
+    def road_fractions(self) -> np.ndarray:
+        return np.asarray(faith.ROAD_FRACTIONS)
+
+    @property
+    def road_morf_auc(self) -> float:
+        """The area under ROAD's MoRF curve over 10 .. 90 % (lower is better); NaN when ROAD was not measured."""
+        return math.nan if self.road_morf is None else faith.auc(self.road_morf, self.road_fractions)
+
+    @property
+    def road_lerf_auc(self) -> float:
+        """The same for LeRF (higher is better)."""
+        return math.nan if self.road_lerf is None else faith.auc(self.road_lerf, self.road_fractions)
 
     @property
     def positive_auc(self) -> float:
@@ -555,6 +732,17 @@ class Faithfulness:
         return self.negative_auc - self.positive_auc
 
 
+@dataclass(frozen=True)
+class SanityStep:
+    """One step of the cascading randomisation (explore.sanity): the map with the parameters from `randomised_from`
+    ('head', 'block 11', ..., 'block 0', 'embedding') up drawn anew, and its likeness to the trained model's map."""
+
+    randomised_from: str
+    spearman: float  # rank correlation with the trained model's map (NaN: a constant map)
+    ssim: float  # structural similarity of the two maps, each scaled to 0..1
+    relevance: np.ndarray  # (gh, gw)
+
+
 @dataclass
 class Explanation:
     method: str
@@ -567,6 +755,8 @@ class Explanation:
     seconds: float = 0.0
     note: str = ""
     conservation: Conservation | None = None  # an LRP method's relevance budget
+    pixels: np.ndarray | None = None  # (H, W) the pixel-level map (Options.pixels), for the methods that have one
+    sanity: list[SanityStep] | None = None  # the cascading randomisation check (`sanity`), when run
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -594,14 +784,17 @@ class Session:
         return self.loaded.config
 
 
-def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero") -> Session:
-    """Check the inputs, run the model once on them, and make the target concrete."""
+def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero", options: Options | None = None
+            ) -> Session:
+    """Check the inputs and options, run the model once on them, and make the target concrete."""
     check_inputs(inputs)
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
     loaded = inputs.loaded
     model = loaded.model
     pixels = pixels_for(inputs)
+    options = options or Options()
+    options.check(loaded.config, (int(pixels.shape[-2]), int(pixels.shape[-1])), baseline)
     device = pixels.device
     mask = torch.from_numpy(inputs.mask.reshape(-1).astype(bool)).to(device) if inputs.mask.any() else None
     head_mask = None
@@ -618,7 +811,9 @@ def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero"
             return model(pixels)[0].float()
 
     resolved = resolve_target(loaded, target or Target(), run, unmasked)
-    scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline)
+    mean, std = (torch.tensor(v, dtype=torch.float32) for v in (loaded.preprocessing.mean, loaded.preprocessing.std))
+    bounds = (-mean / std, (1 - mean) / std)  # black and white
+    scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline, options, bounds)
     return Session(loaded, inputs, scorer, loaded.preprocessing.to_image(pixels))
 
 
@@ -635,10 +830,82 @@ def _drive(steps: Iterator[int | torch.Tensor], total: int, job: Job) -> torch.T
 
 def relevance_map(session: Session, method: str, *, job: Job | None = None) -> np.ndarray:
     """The (gh, gw) map of one method, its own raw values."""
+    return compute_maps(session, method, job=job).relevance
+
+
+@dataclass
+class Maps:
+    """One method's maps: per patch (gh, gw), and for a pixel-level method (H, W) summed over the channels; what
+    the user must know of them (recomputed in float64, constant, SmoothGrad not applied)."""
+
+    relevance: np.ndarray
+    pixels: np.ndarray | None
+    note: str = ""
+
+
+def _smoothed(method: Method, scorer: Scorer, config: ViTConfig, job: Job) -> torch.Tensor:
+    """The method's raw result; with Options.smoothgrad (a gradient method) the mean over that many copies of the
+    image with Gaussian noise of sigma times the input's range added (SmoothGrad), the noise seeded."""
+    n, sigma = scorer.options.smoothgrad, scorer.options.smoothgrad_sigma
+    if not n or not method.gradient:
+        return method.compute(scorer, config, job)
+    generator = torch.Generator().manual_seed(scorer.options.seed)
+    pixels = scorer.pixels.detach()
+    spread = sigma * float(pixels.max() - pixels.min())
+    total: torch.Tensor | None = None
+    for i in range(n):
+        noise = torch.randn(pixels.shape, generator=generator, dtype=torch.float64).to(pixels)
+        noisy = replace(scorer, pixels=pixels + spread * noise)
+        result = method.compute(noisy, config, job.part(i / n, (i + 1) / n, f"SmoothGrad {i + 1}/{n}")).detach()
+        total = result if total is None else total + result
+    assert total is not None
+    return total / n
+
+
+ROUNDING = 1024  # a map whose spread is within this many units of rounding of its largest value is lost to rounding
+
+
+def _constant(values: np.ndarray, dtype: torch.dtype) -> bool:
+    """Every value the same, or their spread within the rounding (ROUNDING x eps of `dtype`, what the map was
+    computed in) of the largest: what is left is mostly rounding noise."""
+    scale = float(np.abs(values).max()) if values.size else 0.0
+    return bool(np.ptp(values) <= ROUNDING * torch.finfo(dtype).eps * scale) if np.isfinite(scale) else False
+
+
+def _in_float64(scorer: Scorer) -> Scorer:
+    """The scorer over a float64 copy of its model (the user's model is left as it is)."""
+    model = copy.deepcopy(scorer.model).double()
+    return replace(scorer, model=model, pixels=scorer.pixels.double(),
+                   head_mask=None if scorer.head_mask is None else scorer.head_mask.double())
+
+
+def compute_maps(session: Session, method: str, *, job: Job | None = None, scorer: Scorer | None = None) -> Maps:
+    """One method's maps (its own raw values) on the session's inputs (or on `scorer`: a randomised model's). A map
+    that comes out constant in float32 is computed again in float64; if it is still constant its note says so."""
     job = job or Job()
-    result = check_method(method, session.config).compute(session.scorer, session.config, job)
+    record = check_method(method, session.config)
+    scorer = scorer or session.scorer
+    p, note = scorer.layout.patch_size, ""
+
+    def run(on: Scorer) -> tuple[np.ndarray, np.ndarray | None]:
+        result = _smoothed(record, on, session.config, job).detach().cpu()
+        if result.shape == scorer.layout.grid:
+            return result.numpy().astype(np.float64), None
+        per_patch = rel.per_patch(result[None, None], p)[0]  # (H, W) summed over the channels -> (gh, gw)
+        return per_patch.numpy().astype(np.float64), result.numpy().astype(np.float64)
+
+    relevance, pixels = run(scorer)
+    if _constant(relevance, scorer.pixels.dtype) and not record.baseline:
+        if scorer.pixels.dtype != torch.float64:
+            relevance, pixels = run(_in_float64(scorer))
+            note = "computed again in float64: in float32 its differences were lost to rounding"
+        if _constant(relevance, torch.float64):
+            note = (f"the map is constant ({relevance.reshape(-1)[0]:.3g} on every patch, in float64 too): it says "
+                    "nothing about where the evidence is")
+    if scorer.options.smoothgrad and not record.gradient and not record.baseline:
+        note = "; ".join(filter(None, [note, "SmoothGrad averages gradient methods only: computed once"]))
     job.progress(1.0)
-    return result.detach().float().cpu().numpy()
+    return Maps(relevance, pixels if scorer.options.pixels else None, note)
 
 
 def target_value(session: Session) -> float:
@@ -659,19 +926,57 @@ def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.nda
     masks = [faith.perturbation_masks(relevance, True), faith.perturbation_masks(relevance, False),
              faith.deletion_masks(relevance, fractions), faith.insertion_masks(relevance, fractions)]
     stacked = np.concatenate(masks)
+    job = job or Job()
+    share = len(stacked) / (len(stacked) + ROAD_COST * 2 * len(faith.ROAD_FRACTIONS))
     scores = _drive((s if isinstance(s, int) else torch.from_numpy(s)
-                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked), job or Job()).numpy()
+                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked),
+                    job.part(0.0, share)).numpy()
     parts = np.split(scores, np.cumsum([len(m) for m in masks])[:-1])
     pointing = iou = None
     if object_mask is not None:
         coverage = faith.patch_coverage(np.asarray(object_mask, dtype=bool), scorer.layout.patch_size)
         pointing, iou = faith.pointing_hit(relevance, coverage), faith.mass_iou(relevance, coverage)
-    return Faithfulness(scorer.baseline, parts[0], parts[1], fractions, parts[2], parts[3], pointing, iou)
+    morf, lerf = road(scorer, relevance, job=job.part(share, 1.0, "ROAD"))
+    return Faithfulness(scorer.baseline, parts[0], parts[1], fractions, parts[2], parts[3], pointing, iou, morf, lerf)
+
+
+ROAD_COST = 4  # an imputation's time in forward passes, roughly (for the progress bar's shares)
+
+
+def road(scorer: Scorer, relevance: np.ndarray, *, noise: float = faith.ROAD_NOISE, seed: int | None = None,
+         job: Job | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """ROAD (Rong et al., ICML 2022) as pytorch-grad-cam's ROADMostRelevantFirst / ROADLeastRelevantFirst define it:
+    at each of faith.ROAD_FRACTIONS the most (MoRF) or least (LeRF) relevant share of the patches (stable order)
+    replaced in the normalised input by noisy linear imputation (`noise` times standard normal noise), then the
+    target's score (the user's [MASK] and head mask apply). The noise is drawn from one generator seeded with
+    `seed` (default Options.seed), MoRF's fractions first then LeRF's, each in rising order. `relevance` is a
+    (gh, gw) map of the patches, or an (H, W) map of the pixels (a pixel-level map: its shares are of the pixels).
+    Returns (morf, lerf), (9,) each."""
+    job = job or Job()
+    generator = torch.Generator().manual_seed(scorer.options.seed if seed is None else seed)
+    image = scorer.pixels.detach()[0]  # (3, H, W)
+    p, (gh, gw) = scorer.layout.patch_size, scorer.layout.grid
+    pixel_level = tuple(np.shape(relevance)) == tuple(image.shape[-2:]) and p > 1
+    curves: list[np.ndarray] = []
+    for most_first in (True, False):
+        masks = faith.road_masks(relevance, most_first)  # (S, N) patches or (S, H * W) pixels
+        imputed = []
+        for removed in masks:
+            job.check()
+            missing = removed.reshape(image.shape[-2:]) if pixel_level else \
+                removed.reshape(gh, 1, gw, 1).repeat(p, axis=1).repeat(p, axis=3).reshape(gh * p, gw * p)
+            imputed.append(faith.noisy_linear_imputation(image, missing, noise, generator))
+            job.progress((len(curves) * len(masks) + len(imputed)) / (2 * len(masks)))
+        pixels = torch.stack(imputed)  # (S, 3, H, W)
+        mask = None if scorer.mask is None else scorer.mask.expand(len(pixels), -1)
+        curves.append(np.concatenate([scorer.score(pixels[i:i + BATCH], None if mask is None else mask[i:i + BATCH])
+                                      for i in range(0, len(pixels), BATCH)]))
+    return curves[0], curves[1]
 
 
 def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None, baseline: str = "zero", *,
-            measure: bool = True, object_mask: np.ndarray | None = None, job: Job | None = None
-            ) -> list[Explanation]:
+            measure: bool = True, object_mask: np.ndarray | None = None, job: Job | None = None,
+            options: Options | None = None) -> list[Explanation]:
     """Every method's map on the inputs' image for one target, each with its faithfulness (`measure`), ranked as
     given. The job hears of each batch (its share of the whole, what runs) and is checked between batches."""
     target = target or Target()
@@ -679,14 +984,15 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
         raise ValueError(f"no method chosen; choose from {', '.join(METHODS)}")
     for name in methods:
         check_method(name, inputs.loaded.config)
-    session = prepare(inputs, target, baseline)
+    session = prepare(inputs, target, baseline, options)
     job = job or Job()
     results = []
     parts = len(methods) * (2 if measure else 1)
     for i, name in enumerate(methods):
         start = time.perf_counter()
         done = i * (2 if measure else 1)
-        relevance = relevance_map(session, name, job=job.part(done / parts, (done + 1) / parts, name))
+        maps = compute_maps(session, name, job=job.part(done / parts, (done + 1) / parts, name))
+        relevance = maps.relevance
         measured = None
         if measure:
             measured = faithfulness(session, relevance, object_mask=object_mask,
@@ -696,11 +1002,12 @@ def explain(inputs: Inputs, methods: Sequence[str], target: Target | None = None
         if session.scorer.resolved.kind == "similarity" and flat and not inputs.mask.any() and target.reference is None:
             note = ("the similarity of an image to itself is 1 whatever small change is made, so its gradient is "
                     "zero: choose a reference image or paint [MASK] patches")
+        note = "; ".join(filter(None, [note, maps.note]))
         conservation = Conservation(target_value(session), float(relevance.sum(dtype=np.float64))) \
             if METHODS[name].conserves else None
         results.append(Explanation(name, session.scorer.resolved, session.scorer.layout, relevance, session.display,
                                    inputs.mask if inputs.mask.any() else None, measured,
-                                   time.perf_counter() - start, note, conservation))
+                                   time.perf_counter() - start, note, conservation, maps.pixels))
     return results
 
 
@@ -727,27 +1034,58 @@ def to_json(source: str, image: str, explanation: Explanation) -> dict[str, Any]
                                "deletion_fractions": curve(f.deletion_fractions)}}
         if f.pointing is not None:
             faithful.update(pointing=f.pointing, iou=json_number(f.iou or 0.0))
-    record: dict[str, Any] = {"source": source, "image": image, "method": explanation.method,
-                              "target": {"index": t.index, "label": t.label, "head": t.head},
-                              "grid": list(explanation.grid),
-                              "relevance": [[json_number(v) for v in row] for row in explanation.relevance],
-                              "faithfulness": faithful}
+        if f.road_morf is not None and f.road_lerf is not None:
+            faithful["road"] = {"fractions": curve(f.road_fractions), "morf": curve(f.road_morf),
+                                "lerf": curve(f.road_lerf)}
+    out: dict[str, Any] = {"source": source, "image": image, "method": explanation.method,
+                           "target": {"index": t.index, "label": t.label, "head": t.head},
+                           "grid": list(explanation.grid),
+                           "relevance": [[json_number(v) for v in row] for row in explanation.relevance],
+                           "faithfulness": faithful}
+    if explanation.pixels is not None:  # Options.pixels: the pixel-level map beside the per-patch one
+        out["pixel_relevance"] = [[json_number(v) for v in row] for row in explanation.pixels]
+    if explanation.sanity is not None:
+        out["sanity"] = [{"randomised_from": step.randomised_from, "spearman": json_number(step.spearman),
+                          "ssim": json_number(step.ssim)} for step in explanation.sanity]
     if explanation.conservation is not None:  # an LRP method's: the target, the input's total, what biases absorb
-        record["conservation"] = explanation.conservation.to_json()
-    return record
+        out["conservation"] = explanation.conservation.to_json()
+    return out
 
 
 # ---------------------------------------------------------------------------- the pictures
-def summary_text(explanation: Explanation) -> str:
-    """The faithfulness numbers of a map in one line (with the baseline they were measured with)."""
+def random_row(explanations: Sequence[Explanation]) -> Explanation | None:
+    """The measured random-attribution baseline among the explanations (None if it was not computed)."""
+    return next((e for e in explanations if METHODS[e.method].baseline and e.faithfulness is not None), None)
+
+
+def no_better_than_random(explanation: Explanation, explanations: Sequence[Explanation]) -> bool:
+    """Whether a measured map's gap (negative - positive AUC) is at most the random baseline's, when both were
+    measured on the same image (a baseline row itself: False)."""
+    baseline = random_row(explanations)
+    if baseline is None or explanation.faithfulness is None or METHODS[explanation.method].baseline:
+        return False
+    assert baseline.faithfulness is not None
+    return explanation.faithfulness.gap <= baseline.faithfulness.gap
+
+
+def summary_text(explanation: Explanation, explanations: Sequence[Explanation] = ()) -> str:
+    """The faithfulness numbers of a map in one line (with the baseline they were measured with); beside the other
+    `explanations`, whether it does no better than their random-attribution row."""
     f, c = explanation.faithfulness, explanation.conservation
     kept = "" if c is None else f" · {c.text()}"
     if f is None:
         return "faithfulness not measured" + kept
     text = (f"positive AUC {f.positive_auc:.3f} · negative AUC {f.negative_auc:.3f} · deletion {f.deletion_auc:.3f}"
-            f" · insertion {f.insertion_auc:.3f} ({f.baseline} baseline)")
+            f" · insertion {f.insertion_auc:.3f}")
+    if f.road_morf is not None:
+        text += f" · ROAD MoRF {f.road_morf_auc:.3f} · LeRF {f.road_lerf_auc:.3f}"
+    text += f" ({f.baseline} baseline)"
     if f.pointing is not None:
         text += f" · pointing {'hit' if f.pointing else 'miss'} · IoU {f.iou:.2f}"
+    if METHODS[explanation.method].baseline:
+        text += " · the baseline to beat"
+    elif no_better_than_random(explanation, explanations):
+        text += " · NO BETTER THAN RANDOM"
     return text + kept
 
 
@@ -763,6 +1101,16 @@ def map_figure(explanation: Explanation, *, image: bool = True, opacity: float =
                       masked=explanation.masked, opacity=opacity)
 
 
+def pixel_figure(explanation: Explanation, *, image: bool = True, opacity: float = 0.6) -> MapsFigure:
+    """A pixel-level map (Options.pixels) over the image, with the patch grid."""
+    assert explanation.pixels is not None
+    m = METHODS[explanation.method]
+    title = f"{m.label} (pixels) · {explanation.target.title}"
+    return MapsFigure("", explanation.pixels[None].astype(np.float64), (title,),
+                      explanation.display if image else None, explanation.grid, colorbar_label="relevance (raw)",
+                      masked=explanation.masked, opacity=opacity)
+
+
 def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True, only: Sequence[str] | None = None
                    ) -> MapsFigure:
     """Every method side by side, ranked by the gap of their negative and positive AUCs ("which map to believe
@@ -772,7 +1120,10 @@ def ranking_figure(explanations: Sequence[Explanation], *, image: bool = True, o
     drawn = [(i, e) for i, e in enumerate(order) if only is None or e.method in only]
     if not drawn:
         raise ValueError("no explanation to draw")
-    titles = tuple(f"{i + 1}. {METHODS[e.method].short} · {e.faithfulness.gap:+.3f}" if e.faithfulness else
+    def flag(e: Explanation) -> str:  # the random row, and a map that does no better
+        return " (baseline)" if METHODS[e.method].baseline else " ≤ random" if no_better_than_random(e, order) else ""
+
+    titles = tuple(f"{i + 1}. {METHODS[e.method].short} · {e.faithfulness.gap:+.3f}{flag(e)}" if e.faithfulness else
                    METHODS[e.method].short for i, e in drawn)  # the gap: negative - positive AUC; unmeasured: no rank
     maps = np.stack([np.clip(e.relevance, 0, None) if e.relevance.max() > 0 else e.relevance for _, e in drawn])
     first = order[0].faithfulness
@@ -825,6 +1176,23 @@ def deletion_figure(explanations: Sequence[Explanation]) -> LinesFigure:
     whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
     return LinesFigure(f"{whose}deletion, insertion",
                        first.deletion_fractions, series, "share of patches deleted / inserted", "target score")
+
+
+def road_figure(explanations: Sequence[Explanation]) -> LinesFigure:
+    """ROAD's curves (Rong et al.): the target's score with 10 .. 90 % of the patches imputed, most relevant first
+    (MoRF, lower is better) and least relevant first (LeRF, higher is better), of every map ROAD was measured on."""
+    measured = [e for e in explanations if e.faithfulness is not None and e.faithfulness.road_morf is not None]
+    if not measured:
+        raise ValueError("no map's ROAD was measured")
+    series: dict[str, np.ndarray] = {}
+    for e in measured:
+        f = e.faithfulness
+        assert f is not None and f.road_morf is not None and f.road_lerf is not None
+        name = "" if len(measured) == 1 else f"{e.method} "
+        series[f"{name}MoRF"], series[f"{name}LeRF"] = f.road_morf, f.road_lerf
+    whose = f"{METHODS[measured[0].method].short}: " if len(measured) == 1 else ""
+    return LinesFigure(f"{whose}ROAD", np.asarray(faith.ROAD_FRACTIONS), series, "share of patches imputed",
+                       "target score")
 
 
 def csv_rows(explanations: Sequence[Explanation]) -> list[dict[str, object]]:

@@ -45,7 +45,6 @@ from ..explore.figures import (
     SimilarityFigure,
     TilesFigure,
     finite_levels,
-    small_multiples_shape,
 )
 from ..text import elide, shown
 from .text import Legend
@@ -636,7 +635,7 @@ class MapsPlot:
     def __init__(self, layout: pg.GraphicsLayout, figure: MapsFigure) -> None:
         self.figure = figure
         k = len(figure.maps)
-        rows, columns = small_multiples_shape(k)
+        rows, columns = figure.shape()
         single = k == 1
         values, levels = figure.shown(), figure.shown_levels()
         self.heading = None

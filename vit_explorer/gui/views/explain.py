@@ -1,7 +1,11 @@
 """Explain: why the model decides. Every chosen relevance method on the current image side by side, each with
 its faithfulness numbers and ranked by them ("which map to believe for this image"); a click on a map draws
-its perturbation and deletion / insertion curves below. The maps come from `explore.relevance`, computed in a
-worker with progress (cancellable); the image panel's [MASK] patches and the heads switched off apply."""
+its perturbation, deletion / insertion or ROAD curves below. A seeded random-attribution row is computed beside
+them: a map that does no better than random says so in its title and the heading. "sanity check" under the maps
+runs the cascading randomisation (explore.sanity) on a copy of the model, as a job on the view's one controls, and
+draws the clicked method's strip of maps with their Spearman correlation and SSIM to the trained map. The maps
+come from `explore.relevance`, computed in a worker with progress (cancellable); the image panel's [MASK] patches and
+the heads switched off apply."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QToolButton, QWidget
 
 from ...explore import relevance as rel
+from ...explore import sanity
 from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
 from ...jobs import Job
@@ -23,6 +28,7 @@ from ..session import Session
 from .base import Table, View
 from .job_controls import JobControls
 
+CURVE_KINDS = ["perturbation curves", "deletion / insertion", "ROAD", "sanity check"]
 TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
 MAPS_MIN_PX = 160
 
@@ -33,6 +39,8 @@ class ExplainView(View):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(session, parent)
         self.explanations: list[Explanation] = []
+        self.random_row: Explanation | None = None  # the random-attribution baseline of the same image and target
+        self._asked: tuple[str, ...] = ()  # the methods of the maps computed last
         self.chosen: str | None = None  # the method whose curves are drawn
         self._drawn: figures.MapsPlot | None = None
         self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
@@ -69,10 +77,15 @@ class ExplainView(View):
                                  "input, the [MASK] token, or a blur of the image.")
         self.baseline.activated.connect(self.schedule)
         self.curve_kind = QComboBox()
-        self.curve_kind.addItems(["perturbation curves", "deletion / insertion"])
+        self.curve_kind.addItems(CURVE_KINDS)
         self.curve_kind.setToolTip("The curves drawn under the maps for the map clicked: Chefer et al.'s positive "
-                                   "and negative perturbation, or Petsiuk et al.'s deletion and insertion.")
-        self.curve_kind.activated.connect(self._draw_curves)
+                                   "and negative perturbation, Petsiuk et al.'s deletion and insertion, ROAD's "
+                                   "most / least relevant first with noisy linear imputation (Rong et al.), or the "
+                                   "sanity check: cascading randomisation (Adebayo et al. 2018), every map again "
+                                   "with the model's parameters drawn anew from the head down, block by block, on a "
+                                   "copy of the model, the clicked method's strip of maps with their Spearman "
+                                   "correlation and SSIM to the trained map (choosing it runs it).")
+        self.curve_kind.activated.connect(self._curve_kind_chosen)
         self.job = JobControls(self, "explain", on_cancelled=self._cancelled, bar_width=220)
         self.job.button.setToolTip("Stop computing the maps.")
         self.progress, self.cancel_button = self.job.bar, self.job.button
@@ -116,6 +129,7 @@ class ExplainView(View):
     def _model_changed(self) -> None:
         loaded = self.session.loaded
         self.explanations, self._order, self.chosen, self._request = [], [], None, ()
+        self.random_row = None
         self.plots.ci.clear()
         self.curves.ci.clear()
         if loaded is None:
@@ -192,13 +206,16 @@ class ExplainView(View):
         target = rel.Target(self.target.currentData(), head)
         baseline = self.baseline.currentText()
 
+        baseline_row = [] if any(rel.METHODS[m].baseline for m in methods) else ["random"]
+
         def work(job: Job) -> list[Explanation]:
-            return rel.explain(inputs, methods, target, baseline, job=job)
+            return rel.explain(inputs, [*methods, *baseline_row], target, baseline, job=job)
 
         request = (tuple(methods), target.index, head, baseline)
+        self._asked = tuple(methods)  # the maps shown; the random row computed beside them is not one
         if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
             self._request = request
-            self.explanations, self._order = [], []
+            self.explanations, self._order, self.random_row = [], [], None
             self.restyle()
         self.note.setText(f"computing {len(methods)} maps on {loaded.source or 'the model'}…")
         self.job.start(inputs.model_id, work, self._done, self._failed)
@@ -216,6 +233,9 @@ class ExplainView(View):
         self.note.setText(f"could not explain: {message}")
 
     def _done(self, explanations: list[Explanation]) -> None:
+        asked = self._asked
+        self.random_row = next((e for e in explanations if e.method not in asked), None)
+        explanations = [e for e in explanations if e.method in asked or not asked]
         self.explanations = explanations
         notes = sorted({f"{e.method}: {e.note}" for e in explanations if e.note})
         self.note.setText(" · ".join(notes))
@@ -231,12 +251,13 @@ class ExplainView(View):
         self.heading.setText("")
         if not self.explanations:
             return
-        only = None if self.shows("maps") else rel.rollout_and_best(self.explanations)
-        figure = rel.ranking_figure(self.explanations, only=only)
-        self.heading_text = figure.heading + (" · click a map for its curves" if self.shows("curves") else "")
+        only = [e.method for e in self.explanations] if self.shows("maps") else rel.rollout_and_best(self.explanations)
+        figure = rel.ranking_figure(self._ranking(), only=only)  # numbered among all, the random row included
+        self.heading_text = figure.heading + self._random_text() + (
+            " · click a map for its curves" if self.shows("curves") else "")
         self.heading.setText(self.heading_text)
         figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
-        self._order = [e for e in rel.ranked(self.explanations) if only is None or e.method in only]
+        self._order = [e for e in rel.ranked(self.explanations) if e.method in only]
         columns = small_multiples_shape(len(self._order))[1]
         with self.titles_fitting(self.plots, columns, beside=120, most=60):  # one colour bar beside the grid
             self._drawn = figures.MapsPlot(self.plots.ci, figure)
@@ -254,13 +275,76 @@ class ExplainView(View):
         if not chosen:
             return
         name = rel.METHODS[chosen[0].method].short
+        kind = CURVE_KINDS[self.curve_kind.currentIndex()]
+        self.body.setStretchFactor(self.curves, 3 if kind == "sanity check" else 2)  # a strip of maps: as tall
         # one-line titles: the curves keep the height of a short view
-        if self.curve_kind.currentIndex() == 0:  # one chart at a time: two side by side do not fit a small screen
+        if kind == "sanity check":
+            if chosen[0].sanity is None:
+                self.note.setText("Choose 'sanity check' under the maps to randomise a copy of the model.")
+                return
+            # as many maps a row as their short titles fit beside the colour bar; the heading and every number
+            # (the SSIM too) are said in the note
+            strip = replace(sanity.strip_figure(chosen[0], compact=True), heading="")
+            chars = max(len(title) for title in strip.titles)
+            fits = int((self.curves.width() - 120) / (chars * figures.title_char_px()))
+            strip = replace(strip, columns=max(1, min(len(strip.maps), fits)))
+            self.note.setText(f"{sanity.strip_heading(chosen[0])}: {sanity.numbers_text(chosen[0])}")
+            with self.titles_fitting(self.curves, strip.columns or 1, beside=120, most=chars):
+                figures.MapsPlot(self.curves.ci, strip)
+        elif kind == "perturbation curves":  # one chart at a time: two side by side do not fit a small screen
             figure = replace(rel.perturbation_figure(chosen), title=f"{name}: positive and negative perturbation")
+            figures.draw(self.curves.ci, figure)
+        elif kind == "ROAD":
+            figures.draw(self.curves.ci, replace(rel.road_figure(chosen), title=f"{name}: ROAD, MoRF and LeRF"))
         else:
             figure = replace(rel.deletion_figure(chosen), title=f"{name}: deletion and insertion")
-        figures.draw(self.curves.ci, figure)
+            figures.draw(self.curves.ci, figure)
         QTimer.singleShot(0, self, self._fit_height)  # once the plots' items know their sizes
+
+    def _ranking(self) -> list[Explanation]:
+        return [*self.explanations, *([self.random_row] if self.random_row is not None else [])]
+
+    def _random_text(self) -> str:
+        """The random row's gap, and the methods that do no better than it."""
+        row = self.random_row
+        if row is None or row.faithfulness is None:
+            return ""
+        ranking = self._ranking()
+        worse = [rel.METHODS[e.method].short for e in self.explanations if rel.no_better_than_random(e, ranking)]
+        return f" · random attribution {row.faithfulness.gap:+.3f}" + (
+            f": {', '.join(worse)} no better" if worse else "")
+
+    # ------------------------------------------------------------------ the sanity check
+    def _curve_kind_chosen(self, *_: object) -> None:
+        """The user's choice of what is drawn under the maps: the sanity check runs when chosen and not yet run."""
+        if CURVE_KINDS[self.curve_kind.currentIndex()] == "sanity check" and \
+                any(e.sanity is None for e in self.explanations):
+            self.run_sanity()
+        else:
+            self._draw_curves()
+
+    def run_sanity(self) -> None:
+        """The cascading randomisation of the maps shown, in a job (progress, cancel)."""
+        inputs = self.session.inputs()
+        if inputs is None or not self.explanations:
+            self.note.setText("Compute the maps first: the sanity check compares them with the randomised model's.")
+            return
+        explanations, (_, index, head, baseline) = self.explanations, self._request
+        originals = {e.method: e.relevance for e in explanations}
+        target = rel.Target(index, head)
+
+        def work(job: Job) -> dict[str, list[rel.SanityStep]]:
+            return sanity.run(rel.prepare(inputs, target, baseline), originals, job=job)
+
+        def done(steps: dict[str, list[rel.SanityStep]]) -> None:
+            if self.explanations is not explanations:  # other maps since: these steps are not theirs
+                return
+            sanity.attach(explanations, steps)
+            self.curve_kind.setCurrentIndex(CURVE_KINDS.index("sanity check"))
+            self._draw_curves()
+
+        self.note.setText("sanity check: randomising a copy of the model from the head down…")
+        self.job.start(inputs.model_id, work, done, self._failed)  # new maps asked for supersede it
 
     def _fit_height(self) -> None:
         """The curves at least as tall as their titles, axes and legends need (larger text needs more), taken
