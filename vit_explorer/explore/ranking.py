@@ -24,6 +24,7 @@ from ..checkpoints import LoadedModel
 from ..jobs import Job
 from . import budget
 from . import relevance as rel
+from .dataset import BUILTIN_SIDE, DatasetSource, _batches, dataset_preprocessing
 from .figures import BarsFigure, json_number
 from .forward import Inputs
 
@@ -88,8 +89,6 @@ def _pixels(loaded: LoadedModel, images: Sequence[Image.Image] | torch.Tensor) -
         images = [Image.fromarray(a.permute(1, 2, 0).numpy()) for a in arrays]
     if not images:
         raise ValueError("images: none given")
-    from .dataset import dataset_preprocessing
-
     pre = dataset_preprocessing(loaded)
     return torch.cat([pre(image.convert("RGB")) for image in images])
 
@@ -179,10 +178,9 @@ class Ranking:
         return [name for name in (*AUCS, *LOCALISATION) if name in first]
 
 
-def builtin_masks(loaded: LoadedModel, source: Any, indices: list[int], seed: int) -> np.ndarray | None:
+def builtin_masks(loaded: LoadedModel, source: DatasetSource, indices: list[int], seed: int) -> np.ndarray | None:
     """(k, H, W) bool the objects of a built-in set's images, through the model's preprocessing (None otherwise)."""
     from ..data import synthetic
-    from .dataset import BUILTIN_SIDE, dataset_preprocessing
 
     if source.root is not None or source.name not in synthetic.VARIANTS:
         return None
@@ -195,7 +193,7 @@ def builtin_masks(loaded: LoadedModel, source: Any, indices: list[int], seed: in
     return np.stack(out)
 
 
-def target_rule(loaded: LoadedModel, source: Any) -> tuple[bool, str]:
+def target_rule(loaded: LoadedModel, source: DatasetSource) -> tuple[bool, str]:
     """Whether the dataset's labels are the model's classes (then each image explains its label), and says so."""
     if not rel.has_classifier(loaded.config):
         return False, "the similarity of each image's embedding to itself unmasked (the model has no classifier)"
@@ -204,12 +202,10 @@ def target_rule(loaded: LoadedModel, source: Any) -> tuple[bool, str]:
     return False, "each image's top class (the dataset's labels are not the model's classes)"
 
 
-def rank_dataset(loaded: LoadedModel, source: Any, methods: Sequence[str], *, baseline: str = "zero", seed: int = 0,
-                 batch_size: int = BATCH, job: Job | None = None) -> Ranking:
+def rank_dataset(loaded: LoadedModel, source: DatasetSource, methods: Sequence[str], *, baseline: str = "zero",
+                 seed: int = 0, batch_size: int = BATCH, job: Job | None = None) -> Ranking:
     """Explain every image of a `dataset.DatasetSource` with each method and rank the methods by their mean AUCs
     (seeded bootstrap intervals over the images)."""
-    from .dataset import _batches
-
     for name in methods:
         rel.check_method(name, loaded.config)
     if not methods:
