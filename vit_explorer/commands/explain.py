@@ -5,6 +5,11 @@
 "insertion_auc", "baseline", "curves": {"positive": [...], "negative": [...], "deletion": [...], "insertion": [...],
 "deletion_fractions": [...]}}} and for several {"methods": [...]}; `--out` writes each map and the ranking,
 the curves as PNGs, and relevance.csv (one row per method, ranked).
+
+`explain SOURCE --data D [--limit N]` (instead of IMAGE) ranks the methods over a dataset (`explore.ranking`): `--json`
+prints {"source", "data", "images", "targets", "baseline", "confidence", "ranking": [{"method", "<score>": {"mean",
+"low", "high"}, ...}]}; `--out` writes ranking.csv (method, each score's mean / low / high, images) and a bar figure
+per score (ranking_<score>.png).
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                         help="what a removed patch becomes: zero in the normalised input, the [MASK] token, or a "
                              "blur (default zero)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--out", default=None, help="folder for the PNGs and relevance.csv (new or empty)")
+    parser.add_argument("--out", default=None,
+                        help="folder for the PNGs and relevance.csv (with --data: ranking.csv) (new or empty)")
     add_model_arguments(parser)
 
 
