@@ -65,3 +65,40 @@ def test_errors_are_one_line(files, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["explain", str(source), str(image), "--method", "lrp"])
     assert stop.value.code == 2 and "invalid choice: 'lrp'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ([], "give exactly one of IMAGE (one image's maps) or --data D"),
+    (["IMAGE", "--data", "shapes"], "give exactly one of IMAGE (one image's maps) or --data D (the methods ranked "
+                                    "over a dataset), not both"),
+    (["IMAGE", "--limit", "3"], "argument --limit: only with --data"),
+    (["--data", "shapes", "--target", "2"], "argument --target: not with --data"),
+    (["--data", "no/such/folder"], "--data no/such/folder: not a built-in dataset"),
+])
+def test_data_refusals_are_one_line(files, capsys, extra: list[str], message: str) -> None:
+    source, image = files
+    args = [str(image) if a == "IMAGE" else a for a in extra]
+    assert main(["explain", str(source), *args]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vit-explorer explain: error: {message}")
+
+
+def test_data_writes_the_ranking(files, tmp_path: Path, capsys) -> None:
+    source, _ = files
+    out_dir = tmp_path / "ranked"
+    assert main(["explain", str(source), "--data", "shapes", "--limit", "4", "--method", "rollout", "gradcam",
+                 "--json", "--out", str(out_dir)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["images"] == 4 and out["data"] == "shapes" and "top class" in out["targets"]
+    assert [r["method"] for r in out["ranking"]] != [] and {r["method"] for r in out["ranking"]} == {"rollout",
+                                                                                                      "gradcam"}
+    rows = list(csv.DictReader(open(out_dir / "ranking.csv")))
+    aucs = ["deletion", "insertion", "positive", "negative"]
+    assert list(rows[0])[:1 + 3 * len(aucs)] == ["method"] + [f"{a}_{k}" for a in aucs for k in ("mean", "low",
+                                                                                                   "high")]
+    assert list(rows[0])[-1] == "images" and {r["images"] for r in rows} == {"4"}
+    assert [r["method"] for r in rows] == [r["method"] for r in out["ranking"]]
+    assert {"pointing_mean", "iou_high"} <= set(rows[0])
+    assert {p.name for p in out_dir.iterdir()} >= {"ranking.csv", "ranking_deletion.png", "ranking_iou.png"}
+    for r in rows:
+        assert float(r["deletion_low"]) <= float(r["deletion_mean"]) <= float(r["deletion_high"])

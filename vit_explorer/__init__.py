@@ -28,6 +28,14 @@ def load(source: str, *, device: str | None = None, dtype: str | torch.dtype | N
     return _load(source, device=device, dtype=dtype, arch=arch)
 
 
+def explain(images: Any, methods: Any, targets: Any = None, *, model: LoadedModel, **options: Any) -> Any:
+    """Every method's relevance maps of a batch of images (PIL images or a (B, 3, H, W) tensor), a target per image
+    (class index or label; None: the top class), with their faithfulness records: `explore.ranking.Batch`."""
+    from .explore.ranking import explain as _explain
+
+    return _explain(images, methods, targets, model=model, **options)
+
+
 def __getattr__(name: str) -> Any:
     if name == "LoadedModel":
         from .checkpoints.loaded import LoadedModel

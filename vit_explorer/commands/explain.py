@@ -6,6 +6,11 @@
 "deletion_fractions": [...]}}} and for several {"methods": [...]}; `--out` writes each map and the ranking,
 the curves as PNGs, and relevance.csv (one row per method, ranked). An LRP method's object (attnlrp, cp-lrp) also
 has "conservation": {"target", "input", "absorbed"} (the target's value, the input's total relevance, their gap).
+
+`explain SOURCE --data D [--limit N]` (instead of IMAGE) ranks the methods over a dataset (`explore.ranking`): `--json`
+prints {"source", "data", "images", "targets", "baseline", "confidence", "ranking": [{"method", "<score>": {"mean",
+"low", "high"}, ...}]}; `--out` writes ranking.csv (method, each score's mean / low / high, images) and a bar figure
+per score (ranking_<score>.png).
 """
 
 from __future__ import annotations
@@ -25,7 +30,12 @@ from . import Render
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("source", help="hub id (HF or timm/...), folder or checkpoint file")
-    parser.add_argument("image", help="image file")
+    parser.add_argument("image", nargs="?", default=None, help="image file (or --data)")
+    parser.add_argument("--data", default=None, metavar="D",
+                        help="rank the methods over a dataset instead of one image: a built-in set (shapes, where), "
+                             "an image folder or a CIFAR folder; writes ranking.csv with --out")
+    parser.add_argument("--limit", type=int, default=None, metavar="N",
+                        help="with --data: a seeded, stratified sample of N images")
     parser.add_argument("--method", action="extend", nargs="+", choices=list(rel.METHODS), default=None,
                         help="one or more methods (default: the default ones this model supports)")
     parser.add_argument("--target", default=None, metavar="INDEX|LABEL",
@@ -41,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
                              "blur (default zero)")
     add_parameter_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--out", default=None, help="folder for the PNGs and relevance.csv (new or empty)")
+    parser.add_argument("--out", default=None,
+                        help="folder for the PNGs and relevance.csv (with --data: ranking.csv) (new or empty)")
     add_model_arguments(parser)
 
 
@@ -136,6 +147,16 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         raise ValueError("argument --out: empty; give the folder to write the maps into (or leave --out out)")
     if args.method and (twice := sorted({m for m in args.method if args.method.count(m) > 1})):
         raise ValueError(f"argument --method: {', '.join(twice)} given more than once; name each method once")
+    if (args.image is None) == (args.data is None):
+        raise ValueError("give exactly one of IMAGE (one image's maps) or --data D (the methods ranked over a "
+                         "dataset)" + (", not both" if args.image is not None else ""))
+    if args.limit is not None and args.data is None:
+        raise ValueError("argument --limit: only with --data (it samples the dataset's images)")
+    if args.data is not None:
+        for flag, given in (("--target", args.target), ("--reference", args.reference)):
+            if given is not None:
+                raise ValueError(f"argument {flag}: not with --data (each image explains its label or top class)")
+        return _run_data(args, render)
     chosen = options(args)
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
     reference = open_image(args.reference) if args.reference else None
@@ -214,3 +235,46 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> None:
     from .dataset import write_csv
 
     write_csv(path, list(rows[0]), [list(row.values()) for row in rows])
+
+
+def _run_data(args: argparse.Namespace, render: Render | None) -> int:
+    """`explain SOURCE --data D`: every method over the dataset's images, ranked with bootstrap intervals."""
+    from .. import report
+    from ..checkpoints import load
+    from ..checkpoints.files import write_folder
+    from ..explore import dataset as D
+    from ..explore import ranking
+    from ..jobs import tqdm_job
+    from .dataset import write_csv
+
+    source = D.open_source(args.data, limit=args.limit)  # before the (slower) load: a bad --data fails at once
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        report.check_out(out, overwrite=False)
+    loaded = load(args.source, **load_options(args))
+    methods = args.method or rel.supported(loaded.config, default=True)
+    for name in methods:
+        rel.check_method(name, loaded.config)
+    with tqdm_job(f"explain {len(source):,} images") as job:
+        result = ranking.rank_dataset(loaded, source, methods, baseline=args.baseline, job=job)
+    for message in result.skipped:
+        print(f"vit-explorer explain: skipped {message}", file=sys.stderr)
+    if out is not None:
+        assert render is not None  # a command that draws is given the renderer
+
+        def fill(folder: Path) -> None:
+            header, rows = ranking.csv_rows(result)
+            write_csv(folder / "ranking.csv", header, rows)
+            for name, figure in ranking.figures(result).items():
+                render(figure, folder / f"ranking_{name}.png", (760, 160 + 48 * len(result.methods)))
+
+        write_folder(out, fill, replace=False)
+    if args.json:
+        print(json.dumps(ranking.to_json(args.source, result), allow_nan=False))
+    else:
+        print(f"{result.images} images of {args.data}; target: {result.targets}; {args.baseline} baseline; "
+              f"means with {ranking.CONFIDENCE:.0%} bootstrap intervals")
+        print("\n".join(ranking.summary_lines(result)))
+        if out is not None:
+            print(f"wrote ranking.csv and {len(result.columns)} figures to {out}")
+    return 0

@@ -5,7 +5,9 @@ them: a map that does no better than random says so in its title and the heading
 runs the cascading randomisation (explore.sanity) on a copy of the model, as a job on the view's one controls, and
 draws the clicked method's strip of maps with their Spearman correlation and SSIM to the trained map. The maps
 come from `explore.relevance`, computed in a worker with progress (cancellable); the image panel's [MASK] patches and
-the heads switched off apply."""
+the heads switched off apply. "Rank on
+dataset" ranks the chosen methods over the Dataset view's images (`explore.ranking`): a table of each method's mean
+AUCs with their 95 % bootstrap intervals and a figure of the score chosen, also cancellable with progress."""
 
 from __future__ import annotations
 
@@ -16,8 +18,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolButton, QWidget
 
+from ...explore import ranking as rk
 from ...explore import relevance as rel
 from ...explore import sanity
 from ...explore.figures import small_multiples_shape
@@ -46,6 +49,7 @@ class ExplainView(View):
         self._request: tuple[object, ...] = ()  # the methods, target, head and baseline of the maps computed last
         self.heading_text = ""  # over the maps: what is explained, how the maps are ranked
         self._order: list[Explanation] = []
+        self.ranking: rk.Ranking | None = None  # the chosen methods ranked over the Dataset view's images
         self.methods_button = QToolButton()
         self.methods_button.setText("Methods")
         self.methods_button.setToolTip("The relevance methods to compute and compare (a method the model does not "
@@ -89,8 +93,20 @@ class ExplainView(View):
         self.job = JobControls(self, "explain", on_cancelled=self._cancelled, bar_width=220)
         self.job.button.setToolTip("Stop computing the maps.")
         self.progress, self.cancel_button = self.job.bar, self.job.button
-        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job):
+        self.rank_job = JobControls(self, "explain-data", run_text="Rank on dataset", on_run=self.rank_dataset,
+                                    on_cancelled=self._cancelled, bar_width=160)
+        self.rank_job.button.setToolTip("Rank the chosen methods over the Dataset view's images: each one's mean "
+                                        "AUCs with 95 % bootstrap intervals (and, on shapes / where, the pointing "
+                                        "game and IoU).")
+        self.rank_score = QComboBox()
+        self.rank_score.setToolTip("The score the dataset ranking's figure draws.")
+        self.rank_score.activated.connect(self._draw_ranking)
+        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job,
+                       self.rank_job, self.rank_score):
             self.controls.addWidget(widget)
+        self.ranking_table = QTableWidget()
+        self.ranking_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.ranking_plots = pg.GraphicsLayoutWidget()
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(MAPS_MIN_PX)  # the maps are the view: never squeezed to a strip (a hidden tab too)
         self.curves = pg.GraphicsLayoutWidget()
@@ -103,8 +119,12 @@ class ExplainView(View):
         self.body.addWidget(self.heading)
         self.body.addWidget(self.plots, 3)
         self.body.addWidget(self.curves, 2)
+        self.body.addWidget(self.ranking_table, 1)
+        self.body.addWidget(self.ranking_plots, 2)
+        self._show_ranking()
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.job.progressed.connect(self._progressed)
+        self.rank_job.progressed.connect(self._progressed)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -130,6 +150,9 @@ class ExplainView(View):
         loaded = self.session.loaded
         self.explanations, self._order, self.chosen, self._request = [], [], None, ()
         self.random_row = None
+        self.rank_job.stop()
+        self.ranking = None
+        self._show_ranking()
         self.plots.ci.clear()
         self.curves.ci.clear()
         if loaded is None:
@@ -222,6 +245,55 @@ class ExplainView(View):
 
     def cancel(self) -> None:
         self.job.cancel()
+        if self.rank_job.running:
+            self.rank_job.cancel()
+
+    def rank_dataset(self) -> None:
+        """Rank the chosen methods over the images of the Dataset view's analysis."""
+        loaded, dataset = self.session.loaded, self.session.dataset
+        methods = self.methods()
+        if loaded is None or dataset is None:
+            self.note.setText("Analyse a dataset in the Dataset view first: the ranking runs over its images.")
+            return
+        if not methods:
+            self.note.setText("Choose one or more methods (Methods menu).")
+            return
+        source = dataset.analysis.features.source
+        baseline = self.baseline.currentText()
+
+        def work(job: Job) -> rk.Ranking:
+            return rk.rank_dataset(loaded, source, methods, baseline=baseline, job=job)
+
+        self.note.setText(f"ranking {len(methods)} methods over {len(source):,} images…")
+        self.rank_job.start(self.session.model_id, work, self._ranked, self._failed)
+
+    def _ranked(self, result: rk.Ranking) -> None:
+        self.ranking = result
+        self.note.setText(f"{result.images:,} images; target: {result.targets}"
+                          + (f"; {len(result.skipped)} skipped" if result.skipped else ""))
+        kept = self.rank_score.currentText()
+        self.rank_score.clear()
+        self.rank_score.addItems(result.columns)
+        self.rank_score.setCurrentText(kept if kept in result.columns else result.columns[0])
+        header, rows = rk.csv_rows(result)
+        self.ranking_table.setColumnCount(len(header))
+        self.ranking_table.setRowCount(len(rows))
+        self.ranking_table.setHorizontalHeaderLabels(header)
+        for r, row in enumerate(rows):
+            for c, value in enumerate(row):
+                text = f"{value:.3f}" if isinstance(value, float) else str(value)
+                self.ranking_table.setItem(r, c, QTableWidgetItem(text))
+        self._show_ranking()
+        self._draw_ranking()
+
+    def _show_ranking(self) -> None:
+        for widget in (self.ranking_table, self.ranking_plots, self.rank_score):
+            widget.setVisible(self.ranking is not None)
+
+    def _draw_ranking(self, *_: object) -> None:
+        self.ranking_plots.ci.clear()
+        if self.ranking is not None:
+            figures.draw(self.ranking_plots.ci, rk.figures(self.ranking)[self.rank_score.currentText()])
 
     def _cancelled(self) -> None:
         self.note.setText("cancelled: change a setting or the image to compute again")
