@@ -1,0 +1,569 @@
+"""A feature store: every image's tokens at chosen token states, on disk, read memory-mapped and streamed.
+
+Layout of a store folder:
+
+    STORE/manifest.json            what the store holds (schema below), written by rank 0
+    STORE/<shard>/shard.json       how far the shard got: {"next": image position, "rows": images written, "skipped"}
+    STORE/<shard>/index.npy        (capacity,) int64: the image position (into manifest "images") of each row
+    STORE/<shard>/pooled.npy       (capacity, D') float32: what the head reads
+    STORE/<shard>/predicted.npy    (capacity,) int64: the model's class (-1 without a classifier)
+    STORE/<shard>/s<state>_<kind>.npy   float32: cls / mean (capacity, D), patch (capacity * patches, D)
+
+A shard is a run of consecutive images written by one process (one rank under torchrun); its files are allocated
+for all its images at once and filled in order, and shard.json is rewritten after each batch is flushed, so an
+interrupted run resumes where it stopped. Images not yet in the store (by stable id: a content hash of the image
+and its path) are appended as new shards. Rows are the images kept (an unreadable one is skipped and named), in
+shard order; patch rows are (image, patch) flattened, image-major, patches in raster order over the grid.
+
+Every file is read as hostile: the manifest is a bounded regular file whose schema and sizes are checked before any
+array is mapped; arrays are regular files whose header must declare the dtype and shape the manifest implies, read
+with `np.load(..., allow_pickle=False, mmap_mode='r')`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..checkpoints import LoadedModel
+from ..checkpoints.errors import CheckpointError
+from ..checkpoints.files import open_regular, parse_json, read_bounded, write_atomic
+from ..errors import UserError, describe
+from ..jobs import Job
+from ..text import shown
+from . import dataset as D
+
+FORMAT = "vit-explorer-store"
+VERSION = 1
+KINDS = ("cls", "mean", "patch")
+MANIFEST = "manifest.json"
+SHARD_STATUS = "shard.json"
+MAX_MANIFEST_BYTES = 512 * 2**20  # 1,000,000 images take about 150 MiB of manifest
+MAX_STATUS_BYTES = 64 * 2**20
+MAX_IMAGES = 50_000_000
+MAX_WIDTH = 65_536
+MAX_STATES = 4_096
+MAX_PATCHES = 1_000_000
+MAX_SHARDS = 100_000
+MAX_TEXT = 4_096  # characters of a path, a name or a skipped message
+SHARD_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class StoreError(UserError, ValueError):
+    """A store that cannot be read, or that holds other features than asked for; the message names the folder."""
+
+
+# ---------------------------------------------------------------------------------------------- the manifest
+def _int(value: Any, where: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise StoreError(f"{where}: expected a whole number from {lo:,} to {hi:,}, got {shown(repr(value))}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise StoreError(f"{where}: expected text of at most {MAX_TEXT} characters")
+    return value
+
+
+def _list(value: Any, where: str, most: int) -> list[Any]:
+    if not isinstance(value, list) or len(value) > most:
+        raise StoreError(f"{where}: expected a list of at most {most:,} items")
+    return value
+
+
+def _dict(value: Any, where: str, keys: Sequence[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StoreError(f"{where}: expected an object")
+    missing = [k for k in keys if k not in value]
+    if missing:
+        raise StoreError(f"{where}: missing {', '.join(missing)}")
+    return value
+
+
+def check_manifest(data: Any, where: str) -> dict[str, Any]:
+    """The manifest, its schema and sizes checked (StoreError naming `where` and the field otherwise)."""
+    m = _dict(data, where, ("format", "version", "model", "preprocessing", "states", "kinds", "width", "pooled_width",
+                            "patches", "grid", "data", "images", "shards"))
+    if m["format"] != FORMAT:
+        raise StoreError(f"{where}: not a vit-explorer feature store (format {shown(repr(m['format']))})")
+    if m["version"] != VERSION:
+        raise StoreError(f"{where}: a feature store of version {shown(repr(m['version']))}; this vit-explorer reads "
+                         f"version {VERSION}")
+    model = _dict(m["model"], f"{where}: model", ("hash", "name"))
+    _text(model["hash"], f"{where}: model.hash")
+    _text(model["name"], f"{where}: model.name")
+    _dict(m["preprocessing"], f"{where}: preprocessing", ())
+    states = [_int(s, f"{where}: states", 0, MAX_STATES) for s in _list(m["states"], f"{where}: states", MAX_STATES)]
+    kinds = _list(m["kinds"], f"{where}: kinds", len(KINDS))
+    if not states or len(set(states)) != len(states) or not kinds or len(set(kinds)) != len(kinds) \
+            or any(k not in KINDS for k in kinds):
+        raise StoreError(f"{where}: states must be distinct state numbers and kinds distinct names among {KINDS}")
+    _int(m["width"], f"{where}: width", 1, MAX_WIDTH)
+    _int(m["pooled_width"], f"{where}: pooled_width", 1, MAX_WIDTH)
+    _int(m["patches"], f"{where}: patches", 1, MAX_PATCHES)
+    grid = _list(m["grid"], f"{where}: grid", 2)
+    if len(grid) != 2 or grid[0] * grid[1] != m["patches"]:
+        raise StoreError(f"{where}: grid must be [rows, cols] with rows x cols = patches")
+    [_int(g, f"{where}: grid", 1, MAX_PATCHES) for g in grid]
+    data_ = _dict(m["data"], f"{where}: data", ("name", "label_names"))
+    _text(data_["name"], f"{where}: data.name")
+    [_text(n, f"{where}: data.label_names") for n in _list(data_["label_names"], f"{where}: label_names", 10**6)]
+    images = _list(m["images"], f"{where}: images", MAX_IMAGES)
+    ids = set()
+    for n, image in enumerate(images):
+        at = f"{where}: images[{n}]"
+        image = _dict(image, at, ("id", "path", "label", "split"))
+        if not isinstance(image["id"], str) or not ID.match(image["id"]) or image["id"] in ids:
+            raise StoreError(f"{at}: id must be 32 hexadecimal digits, unique")
+        ids.add(image["id"])
+        _text(image["path"], f"{at}.path")
+        _int(image["label"], f"{at}.label", -1, len(data_["label_names"]) - 1)
+        _int(image["split"], f"{at}.split", 0, 1)
+    shards = _list(m["shards"], f"{where}: shards", MAX_SHARDS)
+    names, end = set(), 0
+    for n, shard in enumerate(shards):
+        at = f"{where}: shards[{n}]"
+        shard = _dict(shard, at, ("name", "start", "stop"))
+        if not isinstance(shard["name"], str) or not SHARD_NAME.match(shard["name"]) or shard["name"] in names:
+            raise StoreError(f"{at}: name must be lowercase letters, digits and '-', unique")
+        names.add(shard["name"])
+        if _int(shard["start"], f"{at}.start", 0, len(images)) != end:
+            raise StoreError(f"{at}: shards must cover the images in order, without gaps or overlaps")
+        end = _int(shard["stop"], f"{at}.stop", shard["start"], len(images))
+    if end != len(images):
+        raise StoreError(f"{where}: the shards cover {end:,} of the {len(images):,} images")
+    return m
+
+
+def _read_json(path: Path, limit: int, what: str) -> Any:
+    try:
+        return parse_json(read_bounded(path, limit, what, StoreError), str(path))
+    except CheckpointError as error:
+        raise StoreError(str(error)) from None
+
+
+def _status(path: Path, shard: dict[str, Any]) -> dict[str, Any]:
+    """A shard's shard.json, checked against its place in the manifest (a missing one: nothing written yet)."""
+    file = path / shard["name"] / SHARD_STATUS
+    if not file.exists() and not file.is_symlink():
+        return {"next": shard["start"], "rows": 0, "skipped": []}
+    s = _dict(_read_json(file, MAX_STATUS_BYTES, "shard status"), str(file), ("next", "rows", "skipped"))
+    _int(s["next"], f"{file}: next", shard["start"], shard["stop"])
+    _int(s["rows"], f"{file}: rows", 0, s["next"] - shard["start"])
+    [_text(m, f"{file}: skipped") for m in _list(s["skipped"], f"{file}: skipped", shard["stop"] - shard["start"])]
+    return s
+
+
+def _map(file: Path, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only memory map of an .npy file whose header declares exactly `dtype` and `shape` (checked before
+    mapping: a regular file, the size the header implies), else StoreError naming the file."""
+    expected = int(np.prod(shape)) * dtype.itemsize
+    with open_regular(file, expected + 65_536, "store array", StoreError) as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            header = read(f, max_header_size=10_000)
+            offset = f.tell()
+            size = f.seek(0, 2)
+        except (ValueError, OSError, SyntaxError) as error:
+            raise StoreError(f"{file}: not a readable .npy array ({error})") from None
+    got_shape, fortran, got_dtype = header
+    if tuple(got_shape) != shape or got_dtype != dtype or fortran or size != offset + expected:
+        raise StoreError(f"{file}: holds {got_dtype} {tuple(got_shape)} ({size:,} bytes); the manifest implies "
+                         f"{dtype} {shape}")
+    try:
+        array = np.load(file, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError) as error:
+        raise StoreError(f"{file}: not a readable .npy array ({error})") from None
+    if array.shape != shape or array.dtype != dtype:
+        raise StoreError(f"{file}: changed while it was read")
+    return array
+
+
+def _array_name(state: int, kind: str) -> str:
+    return f"s{state}_{kind}.npy"
+
+
+# ---------------------------------------------------------------------------------------------- reading
+@dataclass
+class _Shard:
+    name: str
+    start: int  # image positions [start, stop) of the manifest's images
+    stop: int
+    rows: int  # images written (kept)
+    next: int  # the next image position to process (stop: complete)
+    skipped: list[str]
+
+
+class FeatureStore:
+    """A store opened for reading (`FeatureStore.open`): the manifest and memory-mapped token arrays."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], shards: list[_Shard]) -> None:
+        self.path, self.manifest, self.shards = path, manifest, shards
+        self._maps: dict[tuple[str, str], np.ndarray] = {}
+
+    @classmethod
+    def open(cls, path: str | Path) -> FeatureStore:
+        """Open the store folder `path`, its manifest and shard records checked (StoreError otherwise)."""
+        path = Path(path)
+        if not path.is_dir():
+            raise StoreError(f"{shown(str(path))}: no feature store (not a folder)")
+        manifest = check_manifest(_read_json(path / MANIFEST, MAX_MANIFEST_BYTES, "store manifest"),
+                                  str(path / MANIFEST))
+        shards = []
+        for s in manifest["shards"]:
+            status = _status(path, s)
+            shards.append(_Shard(s["name"], s["start"], s["stop"], status["rows"], status["next"], status["skipped"]))
+        return cls(path, manifest, shards)
+
+    @property
+    def states(self) -> list[int]:
+        return list(self.manifest["states"])
+
+    @property
+    def kinds(self) -> list[str]:
+        return list(self.manifest["kinds"])
+
+    @property
+    def width(self) -> int:
+        return int(self.manifest["width"])
+
+    @property
+    def patches(self) -> int:
+        """Patch tokens per image (the rows of 'patch' per image)."""
+        return int(self.manifest["patches"])
+
+    @property
+    def complete(self) -> bool:
+        return all(s.next == s.stop for s in self.shards)
+
+    def __len__(self) -> int:
+        """Images stored (rows of 'cls' and 'mean')."""
+        return sum(s.rows for s in self.shards)
+
+    def _array(self, shard: _Shard, name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+        key = (shard.name, name)
+        if key not in self._maps:
+            self._maps[key] = _map(self.path / shard.name / name, np.dtype(dtype), shape)
+        return self._maps[key]
+
+    def _check(self, state: int, kind: str) -> None:
+        if kind not in self.kinds:
+            raise StoreError(f"{self.path}: holds no {kind!r} tokens (it holds {', '.join(self.kinds)}); embed "
+                             f"them with --store-tokens")
+        if state not in self.states:
+            raise StoreError(f"{self.path}: holds no token state {state} (it holds {self.states})")
+
+    def _part(self, shard: _Shard, state: int, kind: str) -> np.ndarray:
+        """One shard's (rows, D) tokens of `kind` at `state`, memory-mapped (patch: rows x patches)."""
+        per = self.patches if kind == "patch" else 1
+        mm = self._array(shard, _array_name(state, kind), "<f4", ((shard.stop - shard.start) * per, self.width))
+        return mm[: shard.rows * per]
+
+    def tokens(self, state: int, kind: str) -> np.ndarray:
+        """(rows, D) float32 tokens of `kind` ('cls', 'mean' or 'patch': rows = images x patches, image-major) at
+        `state`: a memory map when the store has one shard, else the shards joined in memory (use iter_tokens to
+        stream a large store)."""
+        self._check(state, kind)
+        parts = [self._part(s, state, kind) for s in self.shards if s.rows]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros((0, self.width), np.float32)
+
+    def iter_tokens(self, state: int, kind: str, batch_size: int = 4096) -> Iterator[np.ndarray]:
+        """The rows of `tokens(state, kind)` in order, as float32 arrays (batch_size, D) (the last may be shorter),
+        each a copy: memory is one batch, whatever the store's size."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self._check(state, kind)
+        pending: list[np.ndarray] = []
+        held = 0
+        for shard in self.shards:
+            part = self._part(shard, state, kind)
+            start = 0
+            while start < len(part):
+                take = min(batch_size - held, len(part) - start)
+                pending.append(part[start:start + take])
+                held += take
+                start += take
+                if held == batch_size:
+                    yield np.array(np.concatenate(pending), dtype=np.float32)
+                    pending, held = [], 0
+        if held:
+            yield np.array(np.concatenate(pending), dtype=np.float32)
+
+    def rows(self, rows: np.ndarray, state: int, kind: str) -> np.ndarray:
+        """The tokens of `kind` at `state` of the given image rows (m,) in that order, (m, D) (patch: (m, P, D)),
+        read from the maps without holding the rest."""
+        self._check(state, kind)
+        out = np.empty((len(rows), *((self.patches,) if kind == "patch" else ()), self.width), np.float32)
+        offsets = np.cumsum([0] + [s.rows for s in self.shards])
+        which = np.searchsorted(offsets, rows, side="right") - 1
+        for n, shard in enumerate(self.shards):
+            pick = np.flatnonzero(which == n)
+            if len(pick):
+                part = self._part(shard, state, kind)
+                local = np.asarray(rows)[pick] - offsets[n]
+                out[pick] = part.reshape(shard.rows, -1, self.width)[local].reshape(out[pick].shape)
+        return out
+
+    def _per_image(self, name: str, dtype: str, width: int | None) -> np.ndarray:
+        parts = []
+        for s in self.shards:
+            if s.rows:
+                shape = (s.stop - s.start,) if width is None else (s.stop - s.start, width)
+                parts.append(self._array(s, name, dtype, shape)[: s.rows])
+        return np.concatenate(parts) if parts else np.zeros((0,) if width is None else (0, width), dtype)
+
+    def image_index(self) -> np.ndarray:
+        """(rows,) int64: the position in manifest["images"] of each stored image."""
+        index = self._per_image("index.npy", "<i8", None)
+        if index.size and (index.min() < 0 or index.max() >= len(self.manifest["images"])):
+            raise StoreError(f"{self.path}: an index.npy names images the manifest does not hold")
+        return np.asarray(index)
+
+    def labels(self) -> np.ndarray:
+        """(rows,) int64 class index of each stored image (-1 unlabelled)."""
+        images = self.manifest["images"]
+        return np.asarray([images[i]["label"] for i in self.image_index()], dtype=np.int64)
+
+    def split(self) -> np.ndarray:
+        """(rows,) int8: 0 train, 1 validation."""
+        images = self.manifest["images"]
+        return np.asarray([images[i]["split"] for i in self.image_index()], dtype=np.int8)
+
+    def paths(self) -> list[str]:
+        images = self.manifest["images"]
+        return [images[i]["path"] for i in self.image_index()]
+
+    def pooled(self) -> np.ndarray:
+        return self._per_image("pooled.npy", "<f4", int(self.manifest["pooled_width"]))
+
+    def predicted(self) -> np.ndarray:
+        return self._per_image("predicted.npy", "<i8", None)
+
+    @property
+    def skipped(self) -> list[str]:
+        return [m for s in self.shards for m in s.skipped]
+
+
+# ---------------------------------------------------------------------------------------------- writing
+def image_ids(source: D.DatasetSource) -> list[str]:
+    """A stable id per image: a content hash of its path and its bytes (file bytes, or the pixels of a built-in or
+    CIFAR set); an unreadable file hashes as missing (extraction then skips it)."""
+    ids = []
+    for i, rel in enumerate(source.paths):
+        h = hashlib.blake2b(rel.encode(), digest_size=16)
+        if source.pixels is not None:
+            h.update(source.pixels[i].contiguous().numpy().tobytes())
+        else:
+            assert source.root is not None
+            try:
+                with (source.root / rel).open("rb") as f:
+                    while block := f.read(1 << 20):
+                        h.update(block)
+            except OSError as error:
+                h.update(f"unreadable: {error.strerror}".encode())
+        ids.append(h.hexdigest())
+    return ids
+
+
+def _recipe(loaded: LoadedModel, states: Sequence[int], kinds: Sequence[str]) -> dict[str, Any]:
+    """The manifest's fields that decide the features: another store with other values is another store."""
+    layout = loaded.model.layout(loaded.preprocessing.size)
+    return {"format": FORMAT, "version": VERSION,
+            "model": {"hash": D.model_hash(loaded), "name": type(loaded.model).__name__},
+            "preprocessing": D.dataset_preprocessing(loaded).to_dict(), "states": list(states), "kinds": list(kinds),
+            "width": loaded.config.embed_dim, "pooled_width": loaded.config.pooled_dim or loaded.config.embed_dim,
+            "patches": layout.num_patches, "grid": list(layout.grid)}
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    said = {"model": "the model (weights hash {} here, {} asked)", "preprocessing": "the preprocessing ({} here, {} "
+            "asked)", "states": "the token states ({} here, {} asked)", "kinds": "the token kinds ({} here, {} asked)"}
+    out = []
+    for key, value in new.items():
+        if old.get(key) != value:
+            a, b = old.get(key), value
+            if key == "model":
+                a, b = (old.get("model") or {}).get("hash"), value["hash"]
+            out.append(said.get(key, key + " ({} here, {} asked)").format(shown(json.dumps(a)), shown(json.dumps(b))))
+    return out
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+
+    write_atomic(path, write)
+
+
+def default_kinds(loaded: LoadedModel) -> tuple[str, ...]:
+    """'cls' (where every state holds a [CLS]) and 'mean': what the probes, CKA and the projector read."""
+    return ("cls", "mean") if D.readout_states(loaded) else ("mean",)
+
+
+def _plan(path: Path, loaded: LoadedModel, source: D.DatasetSource, ids: list[str], states: Sequence[int],
+          kinds: Sequence[str], world: int) -> tuple[dict[str, Any], list[int]]:
+    """The manifest to write (the old one with the new images appended as `world` new shards) and the positions
+    (into manifest['shards']) of the shards still to fill. StoreError when the folder holds another store."""
+    recipe = _recipe(loaded, states, kinds)
+    if (path / MANIFEST).exists() or (path / MANIFEST).is_symlink():
+        where = str(path / MANIFEST)
+        manifest = check_manifest(_read_json(path / MANIFEST, MAX_MANIFEST_BYTES, "store manifest"), where)
+        if differs := _differences(manifest, recipe):
+            raise StoreError(f"--store {shown(str(path))}: a store made by another model or preprocessing; it "
+                             f"differs in {'; '.join(differs)}. Use another folder, or delete this one")
+        if manifest["data"]["label_names"] != source.label_names:
+            raise StoreError(f"--store {shown(str(path))}: holds images of the classes "
+                             f"{shown(', '.join(manifest['data']['label_names']))}, these have "
+                             f"{shown(', '.join(source.label_names))}; use another folder")
+    elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise StoreError(f"--store {shown(str(path))}: not empty and not a feature store; choose a new folder")
+    else:
+        manifest = {**recipe, "data": {"name": source.name, "label_names": list(source.label_names)}, "images": [],
+                    "shards": []}
+    known = {image["id"] for image in manifest["images"]}
+    new = [i for i, image_id in enumerate(ids) if image_id not in known]
+    start = len(manifest["images"])
+    manifest["images"] += [{"id": ids[i], "path": source.paths[i], "label": int(source.labels[i]),
+                            "split": int(source.split[i])} for i in new]
+    todo = [n for n, s in enumerate(manifest["shards"]) if _status(path, s)["next"] < s["stop"]]
+    first = len(manifest["shards"])
+    for n, part in enumerate(np.array_split(np.arange(start, start + len(new)), world)):
+        if len(part):
+            manifest["shards"].append({"name": f"r{n}-{first + n:05d}", "start": int(part[0]),
+                                       "stop": int(part[-1]) + 1})
+    todo += list(range(first, len(manifest["shards"])))
+    return check_manifest(manifest, str(path / MANIFEST)), todo
+
+
+def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: LoadedModel,
+          source: D.DatasetSource, where: dict[str, int], batch_size: int, job: Job) -> None:
+    """Extract the shard's images not yet written into its preallocated arrays, recording progress per batch."""
+    folder = path / shard["name"]
+    folder.mkdir(parents=True, exist_ok=True)
+    capacity, width, per = shard["stop"] - shard["start"], manifest["width"], manifest["patches"]
+    status = _status(path, shard)
+    mode = "r+" if status["next"] > shard["start"] else "w+"
+    states, kinds = manifest["states"], manifest["kinds"]
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {
+        "index.npy": ((capacity,), "<i8"), "predicted.npy": ((capacity,), "<i8"),
+        "pooled.npy": ((capacity, manifest["pooled_width"]), "<f4")}
+    for s in states:
+        for k in kinds:
+            shapes[_array_name(s, k)] = ((capacity * (per if k == "patch" else 1), width), "<f4")
+    if mode == "r+":  # resumed: the arrays must be what this shard's record says they are
+        for name, (shape, dtype) in shapes.items():
+            _map(folder / name, np.dtype(dtype), shape)
+    maps = {name: np.lib.format.open_memmap(folder / name, mode=mode, dtype=dtype, shape=shape)
+            for name, (shape, dtype) in shapes.items()}
+    positions = np.arange(status["next"], shard["stop"])  # manifest positions still to extract
+    missing = [manifest["images"][i]["path"] for i in positions if manifest["images"][i]["id"] not in where]
+    if missing:
+        raise StoreError(f"--store {shown(str(path))}: shard {shard['name']} is unfinished and needs "
+                         f"{len(missing):,} images these data do not hold (the first: {shown(missing[0])}); resume "
+                         "with the same --data and --limit")
+    order = np.asarray([where[manifest["images"][i]["id"]] for i in positions], np.int64)  # source indices
+    position_of = dict(zip(order.tolist(), positions.tolist(), strict=True))
+    rows, skipped = status["rows"], list(status["skipped"])
+    p = loaded.model.layout(loaded.preprocessing.size).num_prefix_tokens
+    done = 0
+    for kept, pixels, bad in D._batches(source, loaded, batch_size, job, order):
+        skipped += bad
+        done += len(kept) + len(bad)
+        if pixels is not None:
+            b = len(kept)
+            with torch.inference_mode():
+                out = loaded.model.forward_intermediates(pixels.to(loaded.device),
+                                                         capture=("embedded", "hidden_states", "pre_logits"))
+            hidden = [out["embedded"]] + out["hidden_states"]  # depth + 1 of (B, T, D)
+            for s in states:
+                tokens = hidden[s].float()
+                for k in kinds:
+                    value = tokens[:, 0] if k == "cls" else tokens[:, p:].mean(1) if k == "mean" else \
+                        tokens[:, p:].reshape(-1, width)  # patch: (B * N, D), image-major
+                    m = per if k == "patch" else 1
+                    maps[_array_name(s, k)][rows * m:(rows + b) * m] = value.cpu().numpy()
+            maps["pooled.npy"][rows:rows + b] = out["pre_logits"].float().cpu().numpy()
+            maps["predicted.npy"][rows:rows + b] = (out["logits"].argmax(-1).cpu().numpy() if loaded.config.num_classes
+                                                    else -1)
+            maps["index.npy"][rows:rows + b] = [position_of[i] for i in kept]
+            rows += b
+            del out, hidden
+        for mm in maps.values():
+            mm.flush()
+        _write_json(folder / SHARD_STATUS, {"next": int(positions[done - 1]) + 1 if done else status["next"],
+                                            "rows": rows, "skipped": skipped})
+        job.progress(done / max(len(positions), 1), "features")
+    _write_json(folder / SHARD_STATUS, {"next": shard["stop"], "rows": rows, "skipped": skipped})
+
+
+def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, *, states: Sequence[int] | None = None,
+                kinds: Sequence[str] | None = None, batch_size: int = 64, job: Job | None = None) -> FeatureStore:
+    """Embed the images of `source` not yet in the store folder `path` (created), resuming unfinished shards:
+    `states` (default every token state 0..depth) x `kinds` (default `default_kinds`). Under torchrun each rank
+    extracts and writes its own shards (rank 0 alone writes the manifest); every rank returns the store once all
+    are done. StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
+    import torch.distributed as dist
+
+    path = Path(path)
+    depth = loaded.config.depth
+    states = list(range(depth + 1)) if states is None else sorted({int(s) for s in states})
+    kinds = list(default_kinds(loaded) if kinds is None else dict.fromkeys(kinds))
+    if bad := [s for s in states if not 0 <= s <= depth]:
+        raise StoreError(f"--store-states: state {bad[0]} does not exist; states run from 0 (the embedded input) to "
+                         f"{depth}")
+    if bad_kinds := [k for k in kinds if k not in KINDS]:
+        raise StoreError(f"--store-tokens: {shown(bad_kinds[0])} is not one of {', '.join(KINDS)}")
+    if "cls" in kinds and not D.readout_states(loaded):
+        raise StoreError("--store-tokens cls: this model has no [CLS] token in its token states; store mean or patch")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    job = job or Job()
+    rank, world = D.rank_and_world()
+    ids = image_ids(source)
+    plan: list[Any] = [None]
+    if rank == 0:
+        try:
+            manifest, todo = _plan(path, loaded, source, ids, states, kinds, world)
+            path.mkdir(parents=True, exist_ok=True)
+            _write_json(path / MANIFEST, manifest)
+            plan = [(manifest, todo)]
+        except Exception as error:  # noqa: BLE001 - every rank must hear of it, or the others wait for ever
+            plan = [describe(error)]
+    if world > 1:
+        dist.broadcast_object_list(plan, src=0)
+    if isinstance(plan[0], str):
+        raise StoreError(plan[0])
+    manifest, todo = plan[0]
+    where = {image_id: i for i, image_id in enumerate(ids)}
+    mine = [manifest["shards"][n] for k, n in enumerate(todo) if k % world == rank]
+    failure = ""
+    try:
+        for k, shard in enumerate(mine):
+            _fill(path, manifest, shard, loaded, source, where, batch_size,
+                  job.part(k / len(mine), (k + 1) / len(mine)) if rank == 0 else Job(None, job.cancel))
+    except Exception as error:  # noqa: BLE001 - gathered below: a rank that stops alone would hang the rest
+        if world == 1:
+            raise
+        failure = f"rank {rank}: {describe(error)}"
+    if world > 1:
+        failures: list[str] = [""] * world
+        dist.all_gather_object(failures, failure)
+        if any(failures):
+            raise StoreError(f"embedding into the store failed on {sum(map(bool, failures))} of {world} processes: "
+                             f"{next(f for f in failures if f)}")
+    job.progress(1.0, "features")
+    return FeatureStore.open(path)
