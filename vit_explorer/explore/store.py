@@ -303,19 +303,25 @@ class FeatureStore:
             yield np.array(np.concatenate(pending), dtype=np.float32)
 
     def rows(self, rows: np.ndarray, state: int, kind: str) -> np.ndarray:
-        """The tokens of `kind` at `state` of the given image rows (m,) in that order, (m, D) (patch: (m, P, D)),
-        read from the maps without holding the rest."""
+        """Rows (m,) of `tokens(state, kind)` in that order, (m, D) float32, read from the maps without the rest."""
         self._check(state, kind)
-        out = np.empty((len(rows), *((self.patches,) if kind == "patch" else ()), self.width), np.float32)
-        offsets = np.cumsum([0] + [s.rows for s in self.shards])
+        rows = np.asarray(rows, dtype=np.int64)
+        per = self.patches if kind == "patch" else 1
+        offsets = np.cumsum([0] + [s.rows * per for s in self.shards])
+        if rows.size and (rows.min() < 0 or rows.max() >= offsets[-1]):
+            raise IndexError(f"rows must lie in 0..{offsets[-1] - 1}")
+        out = np.empty((len(rows), self.width), np.float32)
         which = np.searchsorted(offsets, rows, side="right") - 1
         for n, shard in enumerate(self.shards):
             pick = np.flatnonzero(which == n)
             if len(pick):
-                part = self._part(shard, state, kind)
-                local = np.asarray(rows)[pick] - offsets[n]
-                out[pick] = part.reshape(shard.rows, -1, self.width)[local].reshape(out[pick].shape)
+                out[pick] = self._part(shard, state, kind)[rows[pick] - offsets[n]]
         return out
+
+    def column(self, state: int, kind: str) -> Column:
+        """`tokens(state, kind)` as rows read on demand (what `dataset_analysis.cka_arrays` takes)."""
+        self._check(state, kind)
+        return Column(self, state, kind)
 
     def _per_image(self, name: str, dtype: str, width: int | None) -> np.ndarray:
         parts = []
@@ -355,6 +361,24 @@ class FeatureStore:
     @property
     def skipped(self) -> list[str]:
         return [m for s in self.shards for m in s.skipped]
+
+
+class Column:
+    """One state's tokens of one kind in a store, read by rows: `column[rows]` (m, D); np.asarray gives them all."""
+
+    def __init__(self, store: FeatureStore, state: int, kind: str) -> None:
+        self.store, self.state, self.kind = store, state, kind
+        per = store.patches if kind == "patch" else 1
+        self.shape = (len(store) * per, store.width)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        return self.store.rows(np.arange(self.shape[0])[rows], self.state, self.kind)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.store.tokens(self.state, self.kind), dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------------- writing
