@@ -537,13 +537,17 @@ def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: L
 def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, *, states: Sequence[int] | None = None,
                 kinds: Sequence[str] | None = None, batch_size: int = 64, job: Job | None = None) -> FeatureStore:
     """Embed the images of `source` not yet in the store folder `path` (created), resuming unfinished shards:
-    `states` (default every token state 0..depth) x `kinds` (default `default_kinds`). Under torchrun each rank
+    `states` (default: the store's, else every token state 0..depth) x `kinds` (default: the store's, else
+    `default_kinds`). Under torchrun each rank
     extracts and writes its own shards (rank 0 alone writes the manifest); every rank returns the store once all
     are done. StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
     import torch.distributed as dist
 
     path = Path(path)
     depth = loaded.config.depth
+    if (states is None or kinds is None) and (path / MANIFEST).is_file():  # the store's own, where not asked
+        held = FeatureStore.open(path)
+        states, kinds = held.states if states is None else states, held.kinds if kinds is None else kinds
     states = list(range(depth + 1)) if states is None else sorted({int(s) for s in states})
     kinds = list(default_kinds(loaded) if kinds is None else dict.fromkeys(kinds))
     if bad := [s for s in states if not 0 <= s <= depth]:
