@@ -38,8 +38,6 @@ class Rows(Protocol):
 
     def __getitem__(self, rows: Any) -> np.ndarray: ...
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray: ...
-
 
 @dataclass(frozen=True)
 class ProbeCurves:
@@ -139,8 +137,9 @@ def cka_arrays(xs: Sequence[Rows], ys: Sequence[Rows] | None = None, *, kernel: 
     """`cka_states` over features (N, D) per state given as arrays or anything that gives rows by index (a feature
     store's columns): minibatch CKA reads one batch of rows of each at a time."""
     n = xs[0].shape[0]
-    if minibatch is None and n <= EXACT_CKA_IMAGES:
-        return C.cka_matrix(xs, ys, kernel, threshold=threshold, debiased=debiased)
+    if minibatch is None and n <= EXACT_CKA_IMAGES:  # every row at once (x[:]: an array's view, a column read)
+        return C.cka_matrix([x[:] for x in xs], None if ys is None else [y[:] for y in ys], kernel,
+                            threshold=threshold, debiased=debiased)
     size = minibatch or MINIBATCH
     if size < 4:
         raise ValueError(f"--minibatch must be at least 4 images (the unbiased HSIC needs more than 3), got {size}")

@@ -364,7 +364,7 @@ class FeatureStore:
 
 
 class Column:
-    """One state's tokens of one kind in a store, read by rows: `column[rows]` (m, D); np.asarray gives them all."""
+    """One state's tokens of one kind in a store, read by rows: `column[rows]` (m, D), `column[:]` all of them."""
 
     def __init__(self, store: FeatureStore, state: int, kind: str) -> None:
         self.store, self.state, self.kind = store, state, kind
@@ -376,9 +376,6 @@ class Column:
 
     def __getitem__(self, rows: Any) -> np.ndarray:
         return self.store.rows(np.arange(self.shape[0])[rows], self.state, self.kind)
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.store.tokens(self.state, self.kind), dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------------------- writing
