@@ -259,3 +259,19 @@ def test_hostile_arrays_and_files_are_refused(stored, tmp_path: Path) -> None:
         S.FeatureStore.open(path)
     with pytest.raises(S.StoreError, match="no feature store"):
         S.FeatureStore.open(tmp_path / "missing")
+
+
+def test_a_store_of_arrays_reads_back(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x, patch = rng.normal(size=(30, 8)).astype(np.float32), rng.normal(size=(30 * 4, 8)).astype(np.float32)
+    labels, split = rng.integers(0, 3, 30), (np.arange(30) % 4 == 0).astype(np.int8)
+    store = S.write_arrays(tmp_path / "a", {(5, "mean"): x, (5, "patch"): patch}, labels=labels, split=split,
+                           label_names=["a", "b", "c"], grid=(2, 2))
+    assert store.states == [5] and store.kinds == ["mean", "patch"] and store.patches == 4
+    np.testing.assert_array_equal(store.tokens(5, "mean"), x)
+    np.testing.assert_array_equal(np.concatenate(list(store.iter_tokens(5, "patch", 17))), patch)
+    np.testing.assert_array_equal(store.labels(), labels)
+    with pytest.raises(S.StoreError, match="no 'cls' tokens"):
+        store.tokens(5, "cls")
+    with pytest.raises(S.StoreError, match="no token state 4"):
+        store.tokens(4, "mean")

@@ -592,3 +592,42 @@ def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, 
                              f"{next(f for f in failures if f)}")
     job.progress(1.0, "features")
     return FeatureStore.open(path)
+
+
+def write_arrays(path: str | Path, tokens: dict[tuple[int, str], np.ndarray], *, labels: np.ndarray,
+                 split: np.ndarray, label_names: Sequence[str], paths: Sequence[str] | None = None,
+                 grid: tuple[int, int] = (1, 1), name: str = "arrays") -> FeatureStore:
+    """A store of features computed elsewhere (tests, benchmarks, another tool): tokens[(state, kind)] (N, D), patch
+    (N * grid cells, D), one shard, the model hash 'arrays:<name>', no pooled output (zeros) nor prediction (-1).
+    The folder must be new or empty."""
+    path = Path(path)
+    if path.exists() and any(path.iterdir()):
+        raise StoreError(f"{shown(str(path))}: not empty; choose a new folder")
+    n = len(labels)
+    width = next(iter(tokens.values())).shape[1]
+    paths = [f"{name}/{i:08d}" for i in range(n)] if paths is None else list(paths)
+    states, kinds = sorted({s for s, _ in tokens}), sorted({k for _, k in tokens}, key=KINDS.index)
+    rows = zip(paths, labels, split, strict=True)
+    manifest = {"format": FORMAT, "version": VERSION, "model": {"hash": f"arrays:{name}", "name": name},
+                "preprocessing": {}, "states": states, "kinds": kinds, "width": width, "pooled_width": width,
+                "patches": grid[0] * grid[1], "grid": list(grid),
+                "data": {"name": name, "label_names": list(label_names)},
+                "images": [{"id": hashlib.blake2b(f"{name}/{i}".encode(), digest_size=16).hexdigest(), "path": p,
+                            "label": int(lab), "split": int(s)} for i, (p, lab, s) in enumerate(rows)],
+                "shards": [{"name": "r0-00000", "start": 0, "stop": n}]}
+    check_manifest(manifest, str(path / MANIFEST))
+    folder = path / "r0-00000"
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {"index.npy": np.arange(n, dtype="<i8"), "predicted.npy": np.full(n, -1, "<i8"),
+              **{_array_name(s, k): v for (s, k), v in tokens.items()}}
+    for file, value in arrays.items():
+        out = np.lib.format.open_memmap(folder / file, mode="w+", dtype=value.dtype if value.ndim == 1 else "<f4",
+                                        shape=value.shape)
+        for start in range(0, len(value), 65_536):  # a slice at a time: the caller's array may be a memory map
+            out[start:start + 65_536] = value[start:start + 65_536]
+        out.flush()
+    pooled = np.lib.format.open_memmap(folder / "pooled.npy", mode="w+", dtype="<f4", shape=(n, width))
+    pooled.flush()
+    _write_json(folder / SHARD_STATUS, {"next": n, "rows": n, "skipped": []})
+    _write_json(path / MANIFEST, manifest)
+    return FeatureStore.open(path)
