@@ -315,56 +315,66 @@ def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.nd
     return np.stack([rng.choice(n_patch, k, replace=False) for _ in range(n)]) if n else np.zeros((0, k), np.int64)
 
 
-def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarray, patch_index: np.ndarray, *,
-                  batch_size: int, distance: bool, job: Job) -> _Part:
-    """The features of the images `indices` of `source` (see `extract`); the job hears of each batch."""
-    _keep_heap_small()
+def batch_arrays(loaded: LoadedModel, pixels: torch.Tensor, patch_index: np.ndarray, *, distance: bool = False,
+                 patch_states: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    """One batch's features (see the module doc) from one forward pass of pixels (B, 3, H, W): per image (B, S, ...)
+    arrays 'mean', 'patches' (the patch tokens `patch_index` (B, k) names, float16), 'norm_mean', 'norm_max',
+    'norm_argmax', 'prefix_norms', 'cls' where every state holds a [CLS]; 'pooled' (B, D'), 'predicted' (B,); with
+    `distance` the mean attention distance (B, blocks, heads); and for each state in `patch_states` every patch
+    token, 'patch_<state>' (B * N, D) image-major."""
     model, cfg = loaded.model, loaded.config
     device = loaded.device
     layout = model.layout(loaded.preprocessing.size)
     p = layout.num_prefix_tokens
-    has_cls = readout_states(loaded)
-    parts: dict[str, list[np.ndarray]] = {}
-    kept_all: list[int] = []
-    skipped: list[str] = []
     distances: list[np.ndarray] = []
-    done = 0
 
     def hook(probs: torch.Tensor, site: object) -> None:  # probs: (B, heads, T, T), at each block's pattern
         distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
                          .cpu().numpy())  # (B, heads)
 
+    hooks = [(f"blocks.{i}.attn.hook_pattern", hook) for i in range(cfg.depth)] if distance else []
+    with torch.inference_mode(), model.hooks(hooks):
+        out = model.forward_intermediates(pixels.to(device), capture=("embedded", "hidden_states", "pre_logits"))
+    idx = torch.from_numpy(patch_index).to(device)[:, :, None]  # (B, k, 1)
+    per_state: dict[str, list[torch.Tensor]] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for state, hidden in enumerate([out["embedded"]] + out["hidden_states"]):  # depth + 1 of (B, T, D), in turn
+        tokens = hidden.float()
+        patch_tokens = tokens[:, p:]  # (B, N, D)
+        norms = patch_tokens.norm(dim=-1)  # (B, N)
+        reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
+                   "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
+                   "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
+                   "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
+        if readout_states(loaded):
+            reduced["cls"] = tokens[:, 0]  # (B, D)
+        for name, value in reduced.items():
+            per_state.setdefault(name, []).append(value)
+        if state in patch_states:
+            arrays[f"patch_{state}"] = patch_tokens.reshape(-1, tokens.shape[-1]).cpu().numpy()
+    batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
+    batch["pooled"] = out["pre_logits"].float()  # (B, D')
+    batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(pixels),), -1)
+    arrays.update({name: value.cpu().numpy() for name, value in batch.items()})
+    if distance:
+        arrays["distance"] = np.stack(distances, axis=1)  # (B, blocks, heads)
+    return arrays
+
+
+def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarray, patch_index: np.ndarray, *,
+                  batch_size: int, distance: bool, job: Job) -> _Part:
+    """The features of the images `indices` of `source` (see `extract`); the job hears of each batch."""
+    _keep_heap_small()
+    parts: dict[str, list[np.ndarray]] = {}
+    kept_all: list[int] = []
+    skipped: list[str] = []
+    done = 0
     for kept, pixels, bad in _batches(source, loaded, batch_size, job, indices):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
-            distances.clear()
-            hooks = [(f"blocks.{i}.attn.hook_pattern", hook) for i in range(cfg.depth)] if distance else []
-            with torch.inference_mode(), model.hooks(hooks):
-                out = model.forward_intermediates(pixels.to(device),
-                                                  capture=("embedded", "hidden_states", "pre_logits"))
-            idx = torch.from_numpy(patch_index[kept]).to(device)[:, :, None]  # (B, k, 1)
-            per_state: dict[str, list[torch.Tensor]] = {}
-            for state in [out["embedded"]] + out["hidden_states"]:  # depth + 1 of (B, T, D), one at a time
-                tokens = state.float()
-                patch_tokens = tokens[:, p:]  # (B, N, D)
-                norms = patch_tokens.norm(dim=-1)  # (B, N)
-                reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
-                           "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
-                           "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
-                           "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
-                if has_cls:
-                    reduced["cls"] = tokens[:, 0]  # (B, D)
-                for name, value in reduced.items():
-                    per_state.setdefault(name, []).append(value)
-            batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
-            batch["pooled"] = out["pre_logits"].float()  # (B, D')
-            batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(kept),), -1)
-            for name, value in batch.items():
-                parts.setdefault(name, []).append(value.cpu().numpy())
-            del out, per_state, batch  # the hidden states must not outlive their batch into the next forward pass
-            if distance:
-                parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
+            for name, value in batch_arrays(loaded, pixels, patch_index[kept], distance=distance).items():
+                parts.setdefault(name, []).append(value)
             kept_all += kept
         job.progress(done / len(indices), "features")
     return _Part(kept_all, {name: np.concatenate(values) for name, values in parts.items()}, skipped)

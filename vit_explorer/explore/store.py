@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..checkpoints import LoadedModel
 from ..checkpoints.errors import CheckpointError
@@ -93,7 +92,8 @@ def _dict(value: Any, where: str, keys: Sequence[str]) -> dict[str, Any]:
 def check_manifest(data: Any, where: str) -> dict[str, Any]:
     """The manifest, its schema and sizes checked (StoreError naming `where` and the field otherwise)."""
     m = _dict(data, where, ("format", "version", "model", "preprocessing", "states", "kinds", "width", "pooled_width",
-                            "patches", "grid", "data", "images", "shards"))
+                            "patches", "grid", "depth", "prefix_tokens", "sample", "distance", "data", "images",
+                            "shards"))
     if m["format"] != FORMAT:
         raise StoreError(f"{where}: not a vit-explorer feature store (format {shown(repr(m['format']))})")
     if m["version"] != VERSION:
@@ -110,6 +110,17 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
         raise StoreError(f"{where}: states must be distinct state numbers and kinds distinct names among {KINDS}")
     _int(m["width"], f"{where}: width", 1, MAX_WIDTH)
     _int(m["pooled_width"], f"{where}: pooled_width", 1, MAX_WIDTH)
+    if any(st > _int(m["depth"], f"{where}: depth", 0, MAX_STATES) for st in states):
+        raise StoreError(f"{where}: states must lie in 0..depth")
+    _int(m["prefix_tokens"], f"{where}: prefix_tokens", 0, MAX_PATCHES)
+    if m["sample"] is not None:
+        sample = _dict(m["sample"], f"{where}: sample", ("patches", "seed"))
+        _int(sample["patches"], f"{where}: sample.patches", 0, MAX_PATCHES)
+        _int(sample["seed"], f"{where}: sample.seed", 0, 2**63 - 1)
+    if m["distance"] is not None:
+        distance = _dict(m["distance"], f"{where}: distance", ("blocks", "heads"))
+        _int(distance["blocks"], f"{where}: distance.blocks", 1, MAX_STATES)
+        _int(distance["heads"], f"{where}: distance.heads", 1, MAX_WIDTH)
     _int(m["patches"], f"{where}: patches", 1, MAX_PATCHES)
     grid = _list(m["grid"], f"{where}: grid", 2)
     if len(grid) != 2 or grid[0] * grid[1] != m["patches"]:
@@ -194,6 +205,29 @@ def _array_name(state: int, kind: str) -> str:
     return f"s{state}_{kind}.npy"
 
 
+def _shapes(m: dict[str, Any], capacity: int) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every array file of a shard of `capacity` images: its shape and dtype, from the (checked) manifest."""
+    width, states = m["width"], m["depth"] + 1
+    out: dict[str, tuple[tuple[int, ...], str]] = {
+        "index.npy": ((capacity,), "<i8"), "predicted.npy": ((capacity,), "<i8"),
+        "pooled.npy": ((capacity, m["pooled_width"]), "<f4")}
+    for state in m["states"]:
+        for kind in m["kinds"]:
+            out[_array_name(state, kind)] = ((capacity * (m["patches"] if kind == "patch" else 1), width), "<f4")
+    if m["sample"] is not None:  # what the dataset analyses read (explore.dataset.Features), every state
+        k = m["sample"]["patches"]
+        out.update({"patches.npy": ((capacity, states, k, width), "<f2"), "patch_index.npy": ((capacity, k), "<i4"),
+                    "norm_mean.npy": ((capacity, states), "<f4"), "norm_max.npy": ((capacity, states), "<f4"),
+                    "norm_argmax.npy": ((capacity, states), "<i4"),
+                    "prefix_norms.npy": ((capacity, states, m["prefix_tokens"]), "<f4")})
+    if m["distance"] is not None:
+        out["distance.npy"] = ((capacity, m["distance"]["blocks"], m["distance"]["heads"]), "<f4")
+    return out
+
+
+EXTRAS = ("patches", "patch_index", "norm_mean", "norm_max", "norm_argmax", "prefix_norms", "distance")
+
+
 # ---------------------------------------------------------------------------------------------- reading
 @dataclass
 class _Shard:
@@ -211,6 +245,7 @@ class FeatureStore:
     def __init__(self, path: Path, manifest: dict[str, Any], shards: list[_Shard]) -> None:
         self.path, self.manifest, self.shards = path, manifest, shards
         self._maps: dict[tuple[str, str], np.ndarray] = {}
+        self.embedded = 0  # images the write_store call that returned this store embedded (resumed or new)
 
     @classmethod
     def open(cls, path: str | Path) -> FeatureStore:
@@ -251,9 +286,11 @@ class FeatureStore:
         """Images stored (rows of 'cls' and 'mean')."""
         return sum(s.rows for s in self.shards)
 
-    def _array(self, shard: _Shard, name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    def _array(self, shard: _Shard, name: str) -> np.ndarray:
+        """The memory map of one of a shard's files, its header checked against the manifest (`_shapes`)."""
         key = (shard.name, name)
         if key not in self._maps:
+            shape, dtype = _shapes(self.manifest, shard.stop - shard.start)[name]
             self._maps[key] = _map(self.path / shard.name / name, np.dtype(dtype), shape)
         return self._maps[key]
 
@@ -267,8 +304,7 @@ class FeatureStore:
     def _part(self, shard: _Shard, state: int, kind: str) -> np.ndarray:
         """One shard's (rows, D) tokens of `kind` at `state`, memory-mapped (patch: rows x patches)."""
         per = self.patches if kind == "patch" else 1
-        mm = self._array(shard, _array_name(state, kind), "<f4", ((shard.stop - shard.start) * per, self.width))
-        return mm[: shard.rows * per]
+        return self._array(shard, _array_name(state, kind))[: shard.rows * per]
 
     def tokens(self, state: int, kind: str) -> np.ndarray:
         """(rows, D) float32 tokens of `kind` ('cls', 'mean' or 'patch': rows = images x patches, image-major) at
@@ -323,17 +359,20 @@ class FeatureStore:
         self._check(state, kind)
         return Column(self, state, kind)
 
-    def _per_image(self, name: str, dtype: str, width: int | None) -> np.ndarray:
-        parts = []
-        for s in self.shards:
-            if s.rows:
-                shape = (s.stop - s.start,) if width is None else (s.stop - s.start, width)
-                parts.append(self._array(s, name, dtype, shape)[: s.rows])
-        return np.concatenate(parts) if parts else np.zeros((0,) if width is None else (0, width), dtype)
+    def per_image(self, name: str) -> np.ndarray:
+        """A per-image array of every stored image (rows, ...): 'index', 'pooled', 'predicted', and where the store
+        keeps them the dataset analyses' EXTRAS."""
+        if f"{name}.npy" not in _shapes(self.manifest, 0):
+            raise StoreError(f"{self.path}: holds no {name!r} per image")
+        parts = [self._array(s, f"{name}.npy")[: s.rows] for s in self.shards if s.rows]
+        if not parts:
+            shape, dtype = _shapes(self.manifest, 0)[f"{name}.npy"]
+            return np.zeros(shape, dtype)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def image_index(self) -> np.ndarray:
         """(rows,) int64: the position in manifest["images"] of each stored image."""
-        index = self._per_image("index.npy", "<i8", None)
+        index = self.per_image("index")
         if index.size and (index.min() < 0 or index.max() >= len(self.manifest["images"])):
             raise StoreError(f"{self.path}: an index.npy names images the manifest does not hold")
         return np.asarray(index)
@@ -353,10 +392,10 @@ class FeatureStore:
         return [images[i]["path"] for i in self.image_index()]
 
     def pooled(self) -> np.ndarray:
-        return self._per_image("pooled.npy", "<f4", int(self.manifest["pooled_width"]))
+        return self.per_image("pooled")
 
     def predicted(self) -> np.ndarray:
-        return self._per_image("predicted.npy", "<i8", None)
+        return self.per_image("predicted")
 
     @property
     def skipped(self) -> list[str]:
@@ -399,19 +438,25 @@ def image_ids(source: D.DatasetSource) -> list[str]:
     return ids
 
 
-def _recipe(loaded: LoadedModel, states: Sequence[int], kinds: Sequence[str]) -> dict[str, Any]:
+def _recipe(loaded: LoadedModel, states: Sequence[int], kinds: Sequence[str], patches: int, seed: int,
+            distance: bool) -> dict[str, Any]:
     """The manifest's fields that decide the features: another store with other values is another store."""
     layout = loaded.model.layout(loaded.preprocessing.size)
+    cfg = loaded.config
     return {"format": FORMAT, "version": VERSION,
             "model": {"hash": D.model_hash(loaded), "name": type(loaded.model).__name__},
             "preprocessing": D.dataset_preprocessing(loaded).to_dict(), "states": list(states), "kinds": list(kinds),
-            "width": loaded.config.embed_dim, "pooled_width": loaded.config.pooled_dim or loaded.config.embed_dim,
-            "patches": layout.num_patches, "grid": list(layout.grid)}
+            "width": cfg.embed_dim, "pooled_width": cfg.pooled_dim or cfg.embed_dim, "patches": layout.num_patches,
+            "grid": list(layout.grid), "depth": cfg.depth, "prefix_tokens": layout.num_prefix_tokens,
+            "sample": {"patches": min(patches, layout.num_patches), "seed": seed},
+            "distance": {"blocks": cfg.depth, "heads": cfg.num_heads} if distance else None}
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     said = {"model": "the model (weights hash {} here, {} asked)", "preprocessing": "the preprocessing ({} here, {} "
-            "asked)", "states": "the token states ({} here, {} asked)", "kinds": "the token kinds ({} here, {} asked)"}
+            "asked)", "states": "the token states ({} here, {} asked)", "kinds": "the token kinds ({} here, {} asked)",
+            "sample": "the sampled patch tokens ({} here, {} asked)",
+            "distance": "the attention distances ({} here, {} asked)"}
     out = []
     for key, value in new.items():
         if old.get(key) != value:
@@ -435,11 +480,10 @@ def default_kinds(loaded: LoadedModel) -> tuple[str, ...]:
     return ("cls", "mean") if D.readout_states(loaded) else ("mean",)
 
 
-def _plan(path: Path, loaded: LoadedModel, source: D.DatasetSource, ids: list[str], states: Sequence[int],
-          kinds: Sequence[str], world: int) -> tuple[dict[str, Any], list[int]]:
+def _plan(path: Path, recipe: dict[str, Any], source: D.DatasetSource, ids: list[str], world: int
+          ) -> tuple[dict[str, Any], list[int]]:
     """The manifest to write (the old one with the new images appended as `world` new shards) and the positions
     (into manifest['shards']) of the shards still to fill. StoreError when the folder holds another store."""
-    recipe = _recipe(loaded, states, kinds)
     if (path / MANIFEST).exists() or (path / MANIFEST).is_symlink():
         where = str(path / MANIFEST)
         manifest = check_manifest(_read_json(path / MANIFEST, MAX_MANIFEST_BYTES, "store manifest"), where)
@@ -470,59 +514,61 @@ def _plan(path: Path, loaded: LoadedModel, source: D.DatasetSource, ids: list[st
     return check_manifest(manifest, str(path / MANIFEST)), todo
 
 
+def patch_sample(image_id: str, patches: int, k: int, seed: int) -> np.ndarray:
+    """(k,) which of an image's `patches` tokens are sampled: drawn from its id and the seed, so that an image keeps
+    its sample whatever the images beside it, in any shard or process."""
+    return np.random.default_rng([seed, int(image_id[:15], 16)]).choice(patches, k, replace=False)
+
+
 def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: LoadedModel,
           source: D.DatasetSource, where: dict[str, int], batch_size: int, job: Job) -> None:
     """Extract the shard's images not yet written into its preallocated arrays, recording progress per batch."""
     folder = path / shard["name"]
     folder.mkdir(parents=True, exist_ok=True)
-    capacity, width, per = shard["stop"] - shard["start"], manifest["width"], manifest["patches"]
     status = _status(path, shard)
     mode = "r+" if status["next"] > shard["start"] else "w+"
-    states, kinds = manifest["states"], manifest["kinds"]
-    shapes: dict[str, tuple[tuple[int, ...], str]] = {
-        "index.npy": ((capacity,), "<i8"), "predicted.npy": ((capacity,), "<i8"),
-        "pooled.npy": ((capacity, manifest["pooled_width"]), "<f4")}
-    for s in states:
-        for k in kinds:
-            shapes[_array_name(s, k)] = ((capacity * (per if k == "patch" else 1), width), "<f4")
+    shapes = _shapes(manifest, shard["stop"] - shard["start"])
     if mode == "r+":  # resumed: the arrays must be what this shard's record says they are
         for name, (shape, dtype) in shapes.items():
             _map(folder / name, np.dtype(dtype), shape)
     maps = {name: np.lib.format.open_memmap(folder / name, mode=mode, dtype=dtype, shape=shape)
             for name, (shape, dtype) in shapes.items()}
     positions = np.arange(status["next"], shard["stop"])  # manifest positions still to extract
-    missing = [manifest["images"][i]["path"] for i in positions if manifest["images"][i]["id"] not in where]
+    images = manifest["images"]
+    missing = [images[i]["path"] for i in positions if images[i]["id"] not in where]
     if missing:
         raise StoreError(f"--store {shown(str(path))}: shard {shard['name']} is unfinished and needs "
                          f"{len(missing):,} images these data do not hold (the first: {shown(missing[0])}); resume "
                          "with the same --data and --limit")
-    order = np.asarray([where[manifest["images"][i]["id"]] for i in positions], np.int64)  # source indices
+    order = np.asarray([where[images[i]["id"]] for i in positions], np.int64)  # source indices
     position_of = dict(zip(order.tolist(), positions.tolist(), strict=True))
+    k = manifest["sample"]["patches"] if manifest["sample"] else 0
+    sample = np.stack([patch_sample(images[i]["id"], manifest["patches"], k, manifest["sample"]["seed"])
+                       for i in positions]) if k and len(positions) else np.zeros((len(positions), k), np.int64)
+    sample_of = dict(zip(order.tolist(), sample, strict=True))
     rows, skipped = status["rows"], list(status["skipped"])
-    p = loaded.model.layout(loaded.preprocessing.size).num_prefix_tokens
+    patch_states = tuple(manifest["states"]) if "patch" in manifest["kinds"] else ()
     done = 0
+    D._keep_heap_small()
     for kept, pixels, bad in D._batches(source, loaded, batch_size, job, order):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
-            b = len(kept)
-            with torch.inference_mode():
-                out = loaded.model.forward_intermediates(pixels.to(loaded.device),
-                                                         capture=("embedded", "hidden_states", "pre_logits"))
-            hidden = [out["embedded"]] + out["hidden_states"]  # depth + 1 of (B, T, D)
-            for s in states:
-                tokens = hidden[s].float()
-                for k in kinds:
-                    value = tokens[:, 0] if k == "cls" else tokens[:, p:].mean(1) if k == "mean" else \
-                        tokens[:, p:].reshape(-1, width)  # patch: (B * N, D), image-major
-                    m = per if k == "patch" else 1
-                    maps[_array_name(s, k)][rows * m:(rows + b) * m] = value.cpu().numpy()
-            maps["pooled.npy"][rows:rows + b] = out["pre_logits"].float().cpu().numpy()
-            maps["predicted.npy"][rows:rows + b] = (out["logits"].argmax(-1).cpu().numpy() if loaded.config.num_classes
-                                                    else -1)
+            b, per = len(kept), manifest["patches"]
+            picked = np.stack([sample_of[i] for i in kept]) if k else np.zeros((b, 0), np.int64)
+            arrays = D.batch_arrays(loaded, pixels, picked, distance=manifest["distance"] is not None,
+                                    patch_states=patch_states)
+            for state in manifest["states"]:
+                for kind in manifest["kinds"]:
+                    m = per if kind == "patch" else 1
+                    value = arrays[f"patch_{state}"] if kind == "patch" else arrays[kind][:, state]
+                    maps[_array_name(state, kind)][rows * m:(rows + b) * m] = value
+            for name in ("pooled", "predicted", *EXTRAS):
+                if f"{name}.npy" in maps:
+                    maps[f"{name}.npy"][rows:rows + b] = picked if name == "patch_index" else arrays[name]
             maps["index.npy"][rows:rows + b] = [position_of[i] for i in kept]
             rows += b
-            del out, hidden
+            del arrays
         for mm in maps.values():
             mm.flush()
         _write_json(folder / SHARD_STATUS, {"next": int(positions[done - 1]) + 1 if done else status["next"],
@@ -532,12 +578,15 @@ def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: L
 
 
 def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, *, states: Sequence[int] | None = None,
-                kinds: Sequence[str] | None = None, batch_size: int = 64, job: Job | None = None) -> FeatureStore:
+                kinds: Sequence[str] | None = None, batch_size: int = 64, patches: int = D.PATCHES_PER_IMAGE,
+                seed: int = 0, distance: bool = False, job: Job | None = None) -> FeatureStore:
     """Embed the images of `source` not yet in the store folder `path` (created), resuming unfinished shards:
     `states` (default: the store's, else every token state 0..depth) x `kinds` (default: the store's, else
     `default_kinds`). Under torchrun each rank
     extracts and writes its own shards (rank 0 alone writes the manifest); every rank returns the store once all
-    are done. StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
+    are done. Every image also keeps what the dataset analyses read (explore.dataset.Features: `patches` sampled
+    patch tokens per state, drawn from the image's id and `seed`, token norms, with `distance` the mean attention
+    distance per head). StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
     import torch.distributed as dist
 
     path = Path(path)
@@ -562,7 +611,8 @@ def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, 
     plan: list[Any] = [None]
     if rank == 0:
         try:
-            manifest, todo = _plan(path, loaded, source, ids, states, kinds, world)
+            recipe = _recipe(loaded, states, kinds, patches, seed, distance)
+            manifest, todo = _plan(path, recipe, source, ids, world)
             path.mkdir(parents=True, exist_ok=True)
             _write_json(path / MANIFEST, manifest)
             plan = [(manifest, todo)]
@@ -591,7 +641,9 @@ def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, 
             raise StoreError(f"embedding into the store failed on {sum(map(bool, failures))} of {world} processes: "
                              f"{next(f for f in failures if f)}")
     job.progress(1.0, "features")
-    return FeatureStore.open(path)
+    store = FeatureStore.open(path)
+    store.embedded = sum(manifest["shards"][n]["stop"] - manifest["shards"][n]["start"] for n in todo)
+    return store
 
 
 def write_arrays(path: str | Path, tokens: dict[tuple[int, str], np.ndarray], *, labels: np.ndarray,
@@ -610,7 +662,8 @@ def write_arrays(path: str | Path, tokens: dict[tuple[int, str], np.ndarray], *,
     rows = zip(paths, labels, split, strict=True)
     manifest = {"format": FORMAT, "version": VERSION, "model": {"hash": f"arrays:{name}", "name": name},
                 "preprocessing": {}, "states": states, "kinds": kinds, "width": width, "pooled_width": width,
-                "patches": grid[0] * grid[1], "grid": list(grid),
+                "patches": grid[0] * grid[1], "grid": list(grid), "depth": max(states), "prefix_tokens": 0,
+                "sample": None, "distance": None,
                 "data": {"name": name, "label_names": list(label_names)},
                 "images": [{"id": hashlib.blake2b(f"{name}/{i}".encode(), digest_size=16).hexdigest(), "path": p,
                             "label": int(lab), "split": int(s)} for i, (p, lab, s) in enumerate(rows)],
