@@ -105,8 +105,10 @@ def test_cka_of_a_model_with_itself_and_with_another(hf_dir: Path, tmp_path: Pat
     assert header == "state," + ",".join(map(str, range(depth + 1)))
     assert table.shape == (depth + 1, depth + 2) and table[:, 0].tolist() == list(range(depth + 1))
     np.testing.assert_allclose(np.diag(table[:, 1:]), 1.0)
-    with np.load(next((tmp_path / "cache").glob("*.npz"))) as npz:
-        assert table[1, 3] == pytest.approx(C.cka(npz["mean_1"], npz["mean_2"]))
+    from vit_explorer.explore.store import FeatureStore
+
+    cached = FeatureStore.open(next((tmp_path / "cache").iterdir()))  # the cache is a feature store
+    assert table[1, 3] == pytest.approx(C.cka(cached.tokens(1, "mean"), cached.tokens(2, "mean")))
     assert (out / "cka.png").is_file()
     out2 = tmp_path / "cka2"
     other = str(BUNDLED["classroom-patchify"])

@@ -82,7 +82,10 @@ def test_two_processes_fill_and_then_read_the_cache(model_and_data: tuple[Path, 
            "probe", str(model), "--data", str(data), "--batch-size", "4"]
     first = subprocess.run([*run, "--out", str(tmp_path / "a")], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
-    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1  # one file, written by rank 0
+    from vit_explorer.explore.store import FeatureStore
+
+    (folder,) = (tmp_path / "cache").iterdir()  # one feature store, a shard written by each rank
+    assert [s.name for s in FeatureStore.open(folder).shards] == ["r0-00000", "r1-00001"]
     again = subprocess.run([*run, "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert '"from_cache": true' in (tmp_path / "b" / "summary.json").read_text()

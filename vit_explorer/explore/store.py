@@ -92,7 +92,7 @@ def _dict(value: Any, where: str, keys: Sequence[str]) -> dict[str, Any]:
 def check_manifest(data: Any, where: str) -> dict[str, Any]:
     """The manifest, its schema and sizes checked (StoreError naming `where` and the field otherwise)."""
     m = _dict(data, where, ("format", "version", "model", "preprocessing", "states", "kinds", "width", "pooled_width",
-                            "patches", "grid", "depth", "prefix_tokens", "sample", "distance", "data", "images",
+                            "patches", "grid", "depth", "prefix_names", "sample", "distance", "data", "images",
                             "shards"))
     if m["format"] != FORMAT:
         raise StoreError(f"{where}: not a vit-explorer feature store (format {shown(repr(m['format']))})")
@@ -112,7 +112,7 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
     _int(m["pooled_width"], f"{where}: pooled_width", 1, MAX_WIDTH)
     if any(st > _int(m["depth"], f"{where}: depth", 0, MAX_STATES) for st in states):
         raise StoreError(f"{where}: states must lie in 0..depth")
-    _int(m["prefix_tokens"], f"{where}: prefix_tokens", 0, MAX_PATCHES)
+    [_text(n, f"{where}: prefix_names") for n in _list(m["prefix_names"], f"{where}: prefix_names", MAX_PATCHES)]
     if m["sample"] is not None:
         sample = _dict(m["sample"], f"{where}: sample", ("patches", "seed"))
         _int(sample["patches"], f"{where}: sample.patches", 0, MAX_PATCHES)
@@ -219,7 +219,7 @@ def _shapes(m: dict[str, Any], capacity: int) -> dict[str, tuple[tuple[int, ...]
         out.update({"patches.npy": ((capacity, states, k, width), "<f2"), "patch_index.npy": ((capacity, k), "<i4"),
                     "norm_mean.npy": ((capacity, states), "<f4"), "norm_max.npy": ((capacity, states), "<f4"),
                     "norm_argmax.npy": ((capacity, states), "<i4"),
-                    "prefix_norms.npy": ((capacity, states, m["prefix_tokens"]), "<f4")})
+                    "prefix_norms.npy": ((capacity, states, len(m["prefix_names"])), "<f4")})
     if m["distance"] is not None:
         out["distance.npy"] = ((capacity, m["distance"]["blocks"], m["distance"]["heads"]), "<f4")
     return out
@@ -417,6 +417,38 @@ class Column:
         return self.store.rows(np.arange(self.shape[0])[rows], self.state, self.kind)
 
 
+def features(store: FeatureStore, source: D.DatasetSource, ids: list[str] | None = None) -> D.Features:
+    """The dataset analyses' Features of the images of `source` (`ids`: their image_ids) that the store holds, in
+    the source's order; the unreadable ones left out and named. StoreError for a store that does not keep them
+    (every state's mean, the sampled patches and norms)."""
+    m = store.manifest
+    if m["sample"] is None or m["states"] != list(range(m["depth"] + 1)) or "mean" not in m["kinds"]:
+        raise StoreError(f"{store.path}: keeps not every state's tokens and samples; the dataset analyses need them")
+    ids = image_ids(source) if ids is None else ids
+    row_of = {m["images"][position]["id"]: row for row, position in enumerate(store.image_index())}
+    kept = [i for i, image_id in enumerate(ids) if image_id in row_of]
+    said: dict[str, str] = {}  # id -> why it was skipped
+    written = set(store.image_index().tolist())
+    for shard in store.shards:
+        missing = [p for p in range(shard.start, shard.next) if p not in written]
+        said.update({m["images"][p]["id"]: message for p, message in zip(missing, shard.skipped, strict=False)})
+    skipped = [said[image_id] for image_id in ids if image_id in said]
+    if not kept:
+        first = skipped[0] if skipped else "the dataset is empty"
+        raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
+    rows = np.asarray([row_of[ids[i]] for i in kept])
+    per = {name: store.per_image(name)[rows] for name in ("pooled", "predicted", *EXTRAS[:-1])}
+    states = store.states
+    return D.Features(
+        source=source.subset(np.asarray(kept)), depth=m["depth"],
+        cls={s: store.rows(rows, s, "cls") for s in states} if "cls" in m["kinds"] else {},
+        mean={s: store.rows(rows, s, "mean") for s in states}, pooled=per["pooled"],
+        predicted=per["predicted"].astype(np.int64), patches=per["patches"], patch_index=per["patch_index"],
+        grid=(m["grid"][0], m["grid"][1]), norm_mean=per["norm_mean"], norm_max=per["norm_max"],
+        norm_argmax=per["norm_argmax"], prefix_norms=per["prefix_norms"], prefix_names=tuple(m["prefix_names"]),
+        distance=store.per_image("distance")[rows] if m["distance"] is not None else None, skipped=skipped)
+
+
 # ---------------------------------------------------------------------------------------------- writing
 def image_ids(source: D.DatasetSource) -> list[str]:
     """A stable id per image: a content hash of its path and its bytes (file bytes, or the pixels of a built-in or
@@ -447,7 +479,7 @@ def _recipe(loaded: LoadedModel, states: Sequence[int], kinds: Sequence[str], pa
             "model": {"hash": D.model_hash(loaded), "name": type(loaded.model).__name__},
             "preprocessing": D.dataset_preprocessing(loaded).to_dict(), "states": list(states), "kinds": list(kinds),
             "width": cfg.embed_dim, "pooled_width": cfg.pooled_dim or cfg.embed_dim, "patches": layout.num_patches,
-            "grid": list(layout.grid), "depth": cfg.depth, "prefix_tokens": layout.num_prefix_tokens,
+            "grid": list(layout.grid), "depth": cfg.depth, "prefix_names": list(layout.prefix_names),
             "sample": {"patches": min(patches, layout.num_patches), "seed": seed},
             "distance": {"blocks": cfg.depth, "heads": cfg.num_heads} if distance else None}
 
@@ -662,7 +694,7 @@ def write_arrays(path: str | Path, tokens: dict[tuple[int, str], np.ndarray], *,
     rows = zip(paths, labels, split, strict=True)
     manifest = {"format": FORMAT, "version": VERSION, "model": {"hash": f"arrays:{name}", "name": name},
                 "preprocessing": {}, "states": states, "kinds": kinds, "width": width, "pooled_width": width,
-                "patches": grid[0] * grid[1], "grid": list(grid), "depth": max(states), "prefix_tokens": 0,
+                "patches": grid[0] * grid[1], "grid": list(grid), "depth": max(states), "prefix_names": [],
                 "sample": None, "distance": None,
                 "data": {"name": name, "label_names": list(label_names)},
                 "images": [{"id": hashlib.blake2b(f"{name}/{i}".encode(), digest_size=16).hexdigest(), "path": p,
