@@ -145,7 +145,8 @@ def test_cache_reopens_without_extracting_and_embeds_a_changed_file(tmp_path: Pa
     other_weights = copy.deepcopy(loaded)
     with torch.no_grad():
         next(other_weights.model.parameters()).view(-1)[0] += 1e-3  # one weight changed
-    assert D.cache_folder(other_weights, cache, patches=4, distance=True, seed=0).name != changed.key
+    assert D.cache_folder(other_weights, cache, D.open_source(str(root)), patches=4, distance=True,
+                          seed=0).name != changed.key
 
 
 def test_the_cache_equals_extraction_and_refuses_a_damaged_store(tmp_path: Path, loaded) -> None:

@@ -440,12 +440,15 @@ def model_hash(loaded: LoadedModel) -> str:
     return h.hexdigest()
 
 
-def cache_folder(loaded: LoadedModel, cache: Path, *, patches: int, distance: bool, seed: int) -> Path:
-    """The feature store in the cache folder for these weights, preprocessing and samples (explore.store): the
-    images in it are known by content, so a changed or added file is embedded and the rest read back."""
+def cache_folder(loaded: LoadedModel, cache: Path, source: DatasetSource, *, patches: int, distance: bool,
+                 seed: int) -> Path:
+    """The feature store in the cache folder for these weights, preprocessing, samples and class names
+    (explore.store): the images in it are known by content, so a changed or added file is embedded and the rest
+    read back."""
     h = hashlib.blake2b(digest_size=20)
     recipe = json.dumps(dataset_preprocessing(loaded).to_dict(), sort_keys=True)
-    for part in (str(CACHE_VERSION), model_hash(loaded), recipe, str(patches), str(distance), str(seed)):
+    for part in (str(CACHE_VERSION), model_hash(loaded), recipe, str(patches), str(distance), str(seed),
+                 json.dumps(source.label_names)):
         h.update(part.encode())
         h.update(b"\0")
     return cache / h.hexdigest()
@@ -460,7 +463,7 @@ def _from_store(loaded: LoadedModel, source: DatasetSource, cache: Path, *, batc
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     _check_features(loaded, source, patches)
-    folder = cache_folder(loaded, cache, patches=patches, distance=distance, seed=seed)
+    folder = cache_folder(loaded, cache, source, patches=patches, distance=distance, seed=seed)
     ids = store.image_ids(source)
     held = store.write_store(loaded, source, folder, states=range(loaded.config.depth + 1),
                              kinds=store.default_kinds(loaded), batch_size=batch_size, patches=patches, seed=seed,
