@@ -275,3 +275,15 @@ def test_a_store_of_arrays_reads_back(tmp_path: Path) -> None:
         store.tokens(5, "cls")
     with pytest.raises(S.StoreError, match="no token state 4"):
         store.tokens(4, "mean")
+
+
+def test_the_apps_nearest_images_are_the_cosine_top_k() -> None:
+    from vit_explorer.explore.features import nearest
+
+    rng = np.random.default_rng(3)
+    query, others = rng.normal(size=16), [rng.normal(size=16) for _ in range(9)]
+    cos = [float(query @ o / np.linalg.norm(query) / np.linalg.norm(o)) for o in others]
+    figure = nearest(query, others, [f"img{i}" for i in range(9)], k=4)
+    order = np.argsort(cos)[::-1][:4]
+    assert list(figure.labels) == [f"img{i}" for i in order]
+    np.testing.assert_allclose(figure.values, np.asarray(cos)[order], atol=1e-6)
