@@ -287,3 +287,21 @@ def test_the_apps_nearest_images_are_the_cosine_top_k() -> None:
     order = np.argsort(cos)[::-1][:4]
     assert list(figure.labels) == [f"img{i}" for i in order]
     np.testing.assert_allclose(figure.values, np.asarray(cos)[order], atol=1e-6)
+
+
+def test_a_second_writer_waits_for_the_first(loaded, source, tmp_path: Path) -> None:
+    """Two runs filling one store (one cache) take turns: the second waits on the lock, then finds nothing to do."""
+    import fcntl
+
+    path = tmp_path / "s"
+    path.mkdir()
+    holder = os.open(path / S.LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    done: list[S.FeatureStore] = []
+    writer = threading.Thread(target=lambda: done.append(S.write_store(loaded, source, path, batch_size=16)))
+    writer.start()
+    writer.join(1.0)
+    assert writer.is_alive() and not (path / S.MANIFEST).exists()  # waiting, nothing written
+    os.close(holder)
+    writer.join(60)
+    assert done and len(done[0]) == len(source)

@@ -808,7 +808,7 @@ analysis_case("dataset", "store-flags-without-store",
               lambda kit: dataset(kit, "embed", "shapes", "--limit", "8", "--store-states", "1"), ["--store"])
 analysis_case("dataset", "store-is-a-file", lambda kit: (kit.root / "f").write_text("x") and  # noqa: B018
               dataset(kit, "probe", "shapes", "--limit", "8", "--store", str(kit.root / "f")),
-              ["--store", "not a feature store"])
+              ["--store", "not a folder"])
 analysis_case("dataset", "store-manifest-not-json",
               lambda kit: ((kit.root / "s").mkdir(), (kit.root / "s" / "manifest.json").write_text("[")) and
               dataset(kit, "cka", "shapes", "--limit", "8", "--store", str(kit.root / "s")),

@@ -22,8 +22,10 @@ with `np.load(..., allow_pickle=False, mmap_mode='r')`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +47,7 @@ VERSION = 1
 KINDS = ("cls", "mean", "patch")
 MANIFEST = "manifest.json"
 SHARD_STATUS = "shard.json"
+LOCK = ".writing.lock"  # flocked by the process writing the store
 MAX_MANIFEST_BYTES = 512 * 2**20  # 1,000,000 images take about 150 MiB of manifest
 MAX_STATUS_BYTES = 64 * 2**20
 MAX_IMAGES = 50_000_000
@@ -526,7 +529,7 @@ def _plan(path: Path, recipe: dict[str, Any], source: D.DatasetSource, ids: list
             raise StoreError(f"--store {shown(str(path))}: holds images of the classes "
                              f"{shown(', '.join(manifest['data']['label_names']))}, these have "
                              f"{shown(', '.join(source.label_names))}; use another folder")
-    elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+    elif path.exists() and (not path.is_dir() or any(p.name != LOCK for p in path.iterdir())):
         raise StoreError(f"--store {shown(str(path))}: not empty and not a feature store; choose a new folder")
     else:
         manifest = {**recipe, "data": {"name": source.name, "label_names": list(source.label_names)}, "images": [],
@@ -609,6 +612,29 @@ def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: L
     _write_json(folder / SHARD_STATUS, {"next": shard["stop"], "rows": rows, "skipped": skipped})
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an flock on the store's lock file, waiting while another process writes the store (two runs filling one
+    cache); the OS frees it when its holder dies."""
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"--store {shown(str(path))}: not a folder; choose a new folder")
+    try:
+        import fcntl
+    except ImportError:  # no flock here (Windows): one writer at a time is the user's care
+        yield
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as error:
+        raise StoreError(f"{path / LOCK}: cannot open the store's lock file ({error.strerror or error})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, *, states: Sequence[int] | None = None,
                 kinds: Sequence[str] | None = None, batch_size: int = 64, patches: int = D.PATCHES_PER_IMAGE,
                 seed: int = 0, distance: bool = False, job: Job | None = None) -> FeatureStore:
@@ -640,42 +666,44 @@ def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, 
     job = job or Job()
     rank, world = D.rank_and_world()
     ids = image_ids(source)
-    plan: list[Any] = [None]
-    if rank == 0:
+    with contextlib.ExitStack() as lock:
+        plan: list[Any] = [None]
+        if rank == 0:
+            try:
+                lock.enter_context(_locked(path))  # held until every rank is done
+                recipe = _recipe(loaded, states, kinds, patches, seed, distance)
+                manifest, todo = _plan(path, recipe, source, ids, world)
+                path.mkdir(parents=True, exist_ok=True)
+                _write_json(path / MANIFEST, manifest)
+                plan = [(manifest, todo)]
+            except Exception as error:  # noqa: BLE001 - every rank must hear of it, or the others wait for ever
+                plan = [describe(error)]
+        if world > 1:
+            dist.broadcast_object_list(plan, src=0)
+        if isinstance(plan[0], str):
+            raise StoreError(plan[0])
+        manifest, todo = plan[0]
+        where = {image_id: i for i, image_id in enumerate(ids)}
+        mine = [manifest["shards"][n] for k, n in enumerate(todo) if k % world == rank]
+        failure = ""
         try:
-            recipe = _recipe(loaded, states, kinds, patches, seed, distance)
-            manifest, todo = _plan(path, recipe, source, ids, world)
-            path.mkdir(parents=True, exist_ok=True)
-            _write_json(path / MANIFEST, manifest)
-            plan = [(manifest, todo)]
-        except Exception as error:  # noqa: BLE001 - every rank must hear of it, or the others wait for ever
-            plan = [describe(error)]
-    if world > 1:
-        dist.broadcast_object_list(plan, src=0)
-    if isinstance(plan[0], str):
-        raise StoreError(plan[0])
-    manifest, todo = plan[0]
-    where = {image_id: i for i, image_id in enumerate(ids)}
-    mine = [manifest["shards"][n] for k, n in enumerate(todo) if k % world == rank]
-    failure = ""
-    try:
-        for k, shard in enumerate(mine):
-            _fill(path, manifest, shard, loaded, source, where, batch_size,
-                  job.part(k / len(mine), (k + 1) / len(mine)) if rank == 0 else Job(None, job.cancel))
-    except Exception as error:  # noqa: BLE001 - gathered below: a rank that stops alone would hang the rest
-        if world == 1:
-            raise
-        failure = f"rank {rank}: {describe(error)}"
-    if world > 1:
-        failures: list[str] = [""] * world
-        dist.all_gather_object(failures, failure)
-        if any(failures):
-            raise StoreError(f"embedding into the store failed on {sum(map(bool, failures))} of {world} processes: "
-                             f"{next(f for f in failures if f)}")
-    job.progress(1.0, "features")
-    store = FeatureStore.open(path)
-    store.embedded = sum(manifest["shards"][n]["stop"] - manifest["shards"][n]["start"] for n in todo)
-    return store
+            for k, shard in enumerate(mine):
+                _fill(path, manifest, shard, loaded, source, where, batch_size,
+                      job.part(k / len(mine), (k + 1) / len(mine)) if rank == 0 else Job(None, job.cancel))
+        except Exception as error:  # noqa: BLE001 - gathered below: a rank that stops alone would hang the rest
+            if world == 1:
+                raise
+            failure = f"rank {rank}: {describe(error)}"
+        if world > 1:
+            failures: list[str] = [""] * world
+            dist.all_gather_object(failures, failure)
+            if any(failures):
+                raise StoreError(f"embedding into the store failed on {sum(map(bool, failures))} of {world} processes: "
+                                 f"{next(f for f in failures if f)}")
+        job.progress(1.0, "features")
+        store = FeatureStore.open(path)
+        store.embedded = sum(manifest["shards"][n]["stop"] - manifest["shards"][n]["start"] for n in todo)
+        return store
 
 
 def write_arrays(path: str | Path, tokens: dict[tuple[int, str], np.ndarray], *, labels: np.ndarray,
