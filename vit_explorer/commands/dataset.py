@@ -133,14 +133,15 @@ def _listed(text: str | None, flag: str, kind: type) -> list[Any] | None:
     return values
 
 
-def _store(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, folder: str, what: str,
-           kinds: list[str] | None = None) -> S.FeatureStore | None:
+def _store(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, folder: str, what: str
+           ) -> S.FeatureStore | None:
     """The feature store `folder` holding the images of `source` (embedded where it lacks them); None on the ranks
     other than 0 under torchrun, which write their shards and nothing else."""
     rank = D.rank_and_world()[0]
     with tqdm_job(what, total=len(source), unit="image", disable=rank != 0) as job:
         store = S.write_store(loaded, source, Path(folder).expanduser(), states=args.store_states,
-                              kinds=kinds or args.store_tokens, batch_size=args.batch_size, job=job)
+                              kinds=args.store_tokens, batch_size=args.batch_size,
+                              distance=True if getattr(args, "attention_distance", False) else None, job=job)
     if rank != 0:
         return None
     for message in store.skipped[:20]:

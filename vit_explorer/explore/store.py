@@ -2,12 +2,15 @@
 
 Layout of a store folder:
 
-    STORE/manifest.json            what the store holds (schema below), written by rank 0
+    STORE/manifest.json            what the store holds (check_manifest), written by rank 0
+    STORE/.writing.lock            flocked by the process writing the store
     STORE/<shard>/shard.json       how far the shard got: {"next": image position, "rows": images written, "skipped"}
     STORE/<shard>/index.npy        (capacity,) int64: the image position (into manifest "images") of each row
     STORE/<shard>/pooled.npy       (capacity, D') float32: what the head reads
     STORE/<shard>/predicted.npy    (capacity,) int64: the model's class (-1 without a classifier)
     STORE/<shard>/s<state>_<kind>.npy   float32: cls / mean (capacity, D), patch (capacity * patches, D)
+    STORE/<shard>/patches.npy, patch_index.npy, norm_mean.npy, norm_max.npy, norm_argmax.npy, prefix_norms.npy
+                                   (and distance.npy): what explore.dataset.Features reads, every state (EXTRAS)
 
 A shard is a run of consecutive images written by one process (one rank under torchrun); its files are allocated
 for all its images at once and filled in order, and shard.json is rewritten after each batch is flushed, so an
@@ -636,22 +639,27 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, *, states: Sequence[int] | None = None,
-                kinds: Sequence[str] | None = None, batch_size: int = 64, patches: int = D.PATCHES_PER_IMAGE,
-                seed: int = 0, distance: bool = False, job: Job | None = None) -> FeatureStore:
+                kinds: Sequence[str] | None = None, batch_size: int = 64, patches: int | None = None,
+                seed: int | None = None, distance: bool | None = None, job: Job | None = None) -> FeatureStore:
     """Embed the images of `source` not yet in the store folder `path` (created), resuming unfinished shards:
     `states` (default: the store's, else every token state 0..depth) x `kinds` (default: the store's, else
-    `default_kinds`). Under torchrun each rank
-    extracts and writes its own shards (rank 0 alone writes the manifest); every rank returns the store once all
-    are done. Every image also keeps what the dataset analyses read (explore.dataset.Features: `patches` sampled
-    patch tokens per state, drawn from the image's id and `seed`, token norms, with `distance` the mean attention
-    distance per head). StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
+    `default_kinds`). Under torchrun each rank extracts and writes its own shards (rank 0 alone writes the
+    manifest); every rank returns the store once all are done. Every image also keeps what the dataset analyses
+    read (explore.dataset.Features: `patches` sampled patch tokens per state, drawn from the image's id and `seed`,
+    token norms, with `distance` the mean attention distance per head; None: the store's, else 4, 0 and False).
+    StoreError when `path` holds a store of another model, preprocessing, states or kinds."""
     import torch.distributed as dist
 
     path = Path(path)
     depth = loaded.config.depth
-    if (states is None or kinds is None) and (path / MANIFEST).is_file():  # the store's own, where not asked
-        held = FeatureStore.open(path)
-        states, kinds = held.states if states is None else states, held.kinds if kinds is None else kinds
+    if None in (states, kinds, patches, seed, distance) and (path / MANIFEST).is_file():  # the store's own
+        m = FeatureStore.open(path).manifest
+        states, kinds = m["states"] if states is None else states, m["kinds"] if kinds is None else kinds
+        sample = m["sample"] or {"patches": D.PATCHES_PER_IMAGE, "seed": 0}
+        patches, seed = sample["patches"] if patches is None else patches, sample["seed"] if seed is None else seed
+        distance = m["distance"] is not None if distance is None else distance
+    patches = D.PATCHES_PER_IMAGE if patches is None else patches
+    seed, distance = seed or 0, bool(distance)
     states = list(range(depth + 1)) if states is None else sorted({int(s) for s in states})
     kinds = list(default_kinds(loaded) if kinds is None else dict.fromkeys(kinds))
     if bad := [s for s in states if not 0 <= s <= depth]:
