@@ -157,6 +157,8 @@ def test_the_cache_equals_extraction_and_refuses_a_damaged_store(tmp_path: Path,
         np.testing.assert_allclose(cached.mean[state], direct.mean[state], atol=1e-6, rtol=0)
         np.testing.assert_allclose(cached.cls[state], direct.cls[state], atol=1e-6, rtol=0)
     np.testing.assert_allclose(cached.norm_max, direct.norm_max, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(cached.patch_index, direct.patch_index)  # one sample per image, whichever path
+    np.testing.assert_allclose(cached.patches.astype(np.float32), direct.patches.astype(np.float32), atol=1e-2)
     np.testing.assert_array_equal(cached.predicted, direct.predicted)
     manifest = tmp_path / "cache" / cached.key / "manifest.json"
     manifest.write_text('{"format": "vit-explorer-store", "version": 1}')

@@ -77,7 +77,7 @@ def test_the_store_holds_the_models_tokens(loaded, source, stored, features) -> 
     np.testing.assert_array_equal(np.concatenate(batches), stored.tokens(2, "patch"))
     reopened = S.FeatureStore.open(stored.path)
     assert reopened.manifest == stored.manifest and reopened.manifest["model"]["hash"] == D.model_hash(loaded)
-    assert [x["id"] for x in reopened.manifest["images"]] == S.image_ids(source)
+    assert [x["id"] for x in reopened.manifest["images"]] == D.image_ids(source)
 
 
 def test_streamed_probes_equal_the_in_memory_ones(stored, features) -> None:

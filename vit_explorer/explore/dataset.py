@@ -304,13 +304,37 @@ def dataset_preprocessing(loaded: LoadedModel) -> Preprocess:
     return loaded.preprocessing.with_size(loaded.preprocessing.size)
 
 
-def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.ndarray:
-    """(n, k) which patch tokens are kept per image: drawn for all n images at once, so that a shard of them
-    (torchrun) keeps the same patches as one process does."""
+def image_ids(source: DatasetSource) -> list[str]:
+    """A stable id per image: a content hash of its path and its bytes (file bytes, or the pixels of a built-in or
+    CIFAR set); an unreadable file hashes as missing (extraction then skips it)."""
+    ids = []
+    for i, rel in enumerate(source.paths):
+        h = hashlib.blake2b(rel.encode(), digest_size=16)
+        if source.pixels is not None:
+            h.update(source.pixels[i].contiguous().numpy().tobytes())
+        else:
+            assert source.root is not None
+            try:
+                with (source.root / rel).open("rb") as f:
+                    while block := f.read(1 << 20):
+                        h.update(block)
+            except OSError as error:
+                h.update(f"unreadable: {error.strerror}".encode())
+        ids.append(h.hexdigest())
+    return ids
+
+
+def patch_sample(image_id: str, patches: int, k: int, seed: int) -> np.ndarray:
+    """(k,) which of an image's `patches` tokens are sampled: drawn from its id and the seed, so that an image keeps
+    its sample whatever the images beside it, in any shard or process."""
+    return np.random.default_rng([seed, int(image_id[:15], 16)]).choice(patches, k, replace=False)
+
+
+def _patch_sample(loaded: LoadedModel, ids: list[str], patches: int, seed: int) -> np.ndarray:
+    """(n, k) which patch tokens are kept per image (`patch_sample` of each id)."""
     n_patch = loaded.model.layout(loaded.preprocessing.size).num_patches
     k = min(patches, n_patch)
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.choice(n_patch, k, replace=False) for _ in range(n)]) if n else np.zeros((0, k), np.int64)
+    return np.stack([patch_sample(i, n_patch, k, seed) for i in ids]) if ids else np.zeros((0, k), np.int64)
 
 
 def batch_arrays(loaded: LoadedModel, pixels: torch.Tensor, patch_index: np.ndarray, *, distance: bool = False,
@@ -407,7 +431,7 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     _check_features(loaded, source, patches)
-    patch_index = _patch_sample(loaded, len(source), patches, seed)
+    patch_index = _patch_sample(loaded, image_ids(source), patches, seed)
     part = _extract_part(loaded, source, np.arange(len(source)), patch_index, batch_size=batch_size,
                          distance=distance, job=job or Job())
     return _assemble(loaded, source, [part], patch_index)
@@ -464,7 +488,7 @@ def _from_store(loaded: LoadedModel, source: DatasetSource, cache: Path, *, batc
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     _check_features(loaded, source, patches)
     folder = cache_folder(loaded, cache, source, patches=patches, distance=distance, seed=seed)
-    ids = store.image_ids(source)
+    ids = image_ids(source)
     held = store.write_store(loaded, source, folder, states=range(loaded.config.depth + 1),
                              kinds=store.default_kinds(loaded), batch_size=batch_size, patches=patches, seed=seed,
                              distance=distance, job=job)
@@ -523,7 +547,7 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     _check_features(loaded, source, patches)  # every rank, before any extracts: all refuse together
     n = len(source)
-    patch_index = _patch_sample(loaded, n, patches, seed)  # the same draw on every rank
+    patch_index = _patch_sample(loaded, image_ids(source), patches, seed)  # the same draw on every rank
     mine = shard(n, rank, world)
 
     def report(share: float, what: str) -> None:  # rank 0's shard is the longest: scaled, it reaches n last

@@ -430,7 +430,7 @@ def features(store: FeatureStore, source: D.DatasetSource, ids: list[str] | None
     m = store.manifest
     if m["sample"] is None or m["states"] != list(range(m["depth"] + 1)) or "mean" not in m["kinds"]:
         raise StoreError(f"{store.path}: keeps not every state's tokens and samples; the dataset analyses need them")
-    ids = image_ids(source) if ids is None else ids
+    ids = D.image_ids(source) if ids is None else ids
     row_of = {m["images"][position]["id"]: row for row, position in enumerate(store.image_index())}
     kept = [i for i, image_id in enumerate(ids) if image_id in row_of]
     said: dict[str, str] = {}  # id -> why it was skipped
@@ -456,26 +456,6 @@ def features(store: FeatureStore, source: D.DatasetSource, ids: list[str] | None
 
 
 # ---------------------------------------------------------------------------------------------- writing
-def image_ids(source: D.DatasetSource) -> list[str]:
-    """A stable id per image: a content hash of its path and its bytes (file bytes, or the pixels of a built-in or
-    CIFAR set); an unreadable file hashes as missing (extraction then skips it)."""
-    ids = []
-    for i, rel in enumerate(source.paths):
-        h = hashlib.blake2b(rel.encode(), digest_size=16)
-        if source.pixels is not None:
-            h.update(source.pixels[i].contiguous().numpy().tobytes())
-        else:
-            assert source.root is not None
-            try:
-                with (source.root / rel).open("rb") as f:
-                    while block := f.read(1 << 20):
-                        h.update(block)
-            except OSError as error:
-                h.update(f"unreadable: {error.strerror}".encode())
-        ids.append(h.hexdigest())
-    return ids
-
-
 def _recipe(loaded: LoadedModel, states: Sequence[int], kinds: Sequence[str], patches: int, seed: int,
             distance: bool) -> dict[str, Any]:
     """The manifest's fields that decide the features: another store with other values is another store."""
@@ -552,12 +532,6 @@ def _plan(path: Path, recipe: dict[str, Any], source: D.DatasetSource, ids: list
     return check_manifest(manifest, str(path / MANIFEST)), todo
 
 
-def patch_sample(image_id: str, patches: int, k: int, seed: int) -> np.ndarray:
-    """(k,) which of an image's `patches` tokens are sampled: drawn from its id and the seed, so that an image keeps
-    its sample whatever the images beside it, in any shard or process."""
-    return np.random.default_rng([seed, int(image_id[:15], 16)]).choice(patches, k, replace=False)
-
-
 def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: LoadedModel,
           source: D.DatasetSource, where: dict[str, int], batch_size: int, job: Job) -> None:
     """Extract the shard's images not yet written into its preallocated arrays, recording progress per batch."""
@@ -581,7 +555,7 @@ def _fill(path: Path, manifest: dict[str, Any], shard: dict[str, Any], loaded: L
     order = np.asarray([where[images[i]["id"]] for i in positions], np.int64)  # source indices
     position_of = dict(zip(order.tolist(), positions.tolist(), strict=True))
     k = manifest["sample"]["patches"] if manifest["sample"] else 0
-    sample = np.stack([patch_sample(images[i]["id"], manifest["patches"], k, manifest["sample"]["seed"])
+    sample = np.stack([D.patch_sample(images[i]["id"], manifest["patches"], k, manifest["sample"]["seed"])
                        for i in positions]) if k and len(positions) else np.zeros((len(positions), k), np.int64)
     sample_of = dict(zip(order.tolist(), sample, strict=True))
     rows, skipped = status["rows"], list(status["skipped"])
@@ -673,7 +647,7 @@ def write_store(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, 
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     job = job or Job()
     rank, world = D.rank_and_world()
-    ids = image_ids(source)
+    ids = D.image_ids(source)
     with contextlib.ExitStack() as lock:
         plan: list[Any] = [None]
         if rank == 0:
