@@ -145,12 +145,14 @@ def test_the_store_commands(hf_dir: Path, data_dir: Path, tmp_path: Path, capsys
     assert held.tokens(2, "patch").shape == (24 * 16, 32)
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["images"] == 24 and summary["store"]["images"] == 24 and summary["skipped"] == 1
+    assert summary["store"]["embedded"] == 25 and not summary["from_cache"]  # the broken file counts as done
     assert rows(tmp_path / "e" / "images.csv")[0]["path"] == "blue/0.png"
     assert main(["probe", str(hf_dir), *common, "--out", str(tmp_path / "p"), "--val-fraction", "0.25"]) == 0
     assert "ridge" in capsys.readouterr().err
     table = rows(tmp_path / "p" / "probe.csv")
     assert [(r["state"], r["tokens"]) for r in table] == [(str(s), t) for t in ("cls", "mean") for s in range(3)]
     probe = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert probe["from_cache"] and probe["store"]["embedded"] == 0  # the store held every image
     assert probe["linear"]["model"].startswith("StandardScaler + ridge") and "exact" in probe["knn"]["index"]
     assert main(["cka", str(hf_dir), *common, "--out", str(tmp_path / "c"), "--tokens", "mean"]) == 0
     table = np.loadtxt(tmp_path / "c" / "cka.csv", delimiter=",", skiprows=1)

@@ -157,9 +157,11 @@ def _store_summary(args: argparse.Namespace, store: S.FeatureStore, loaded: Load
             "train": int((split == 0).sum()), "validation": int((split == 1).sum()),
             "classes": store.manifest["data"]["label_names"], "depth": loaded.config.depth,
             "states": len(store.states), "tokens": store.kinds, "seed": args.seed, "limit": args.limit,
-            "val_fraction": args.val_fraction, "preprocessing": loaded.preprocessing.to_dict(), "from_cache": False,
+            "val_fraction": args.val_fraction, "preprocessing": loaded.preprocessing.to_dict(),
+            "from_cache": store.embedded == 0,
             "notes": [], "store": {"path": str(store.path), "states": store.states, "kinds": store.kinds,
-                                   "shards": len(store.shards), "images": len(store)}}
+                                   "shards": len(store.shards), "images": len(store),
+                                   "embedded": store.embedded}}
 
 
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
