@@ -229,6 +229,13 @@ def edit_manifest(path: Path, change) -> None:
     (lambda m: m.update(images=m["images"][:-1]), "stop"),
     (lambda m: m.pop("model"), "missing model"),
     (lambda m: m.update(grid=[3, 3]), "grid"),
+    (lambda m: m.update(grid=["a" * 100, 10**9]), "grid"),
+    (lambda m: m.update(depth=-1), "depth"),
+    (lambda m: m.update(sample={"patches": "4", "seed": 0}), "sample.patches"),
+    (lambda m: m.update(prefix_names=[1]), "prefix_names"),
+    (lambda m: m.update(images=[7]), "images"),
+    (lambda m: m.update(kinds=[["cls"]]), "kinds"),
+    (lambda m: m.update(states=[0, True]), "states"),
 ])
 def test_hostile_manifests_are_refused(stored, tmp_path: Path, change, message) -> None:
     path = copy_store(stored, tmp_path / "s")

@@ -110,7 +110,7 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
     _text(model["name"], f"{where}: model.name")
     _dict(m["preprocessing"], f"{where}: preprocessing", ())
     states = [_int(s, f"{where}: states", 0, MAX_STATES) for s in _list(m["states"], f"{where}: states", MAX_STATES)]
-    kinds = _list(m["kinds"], f"{where}: kinds", len(KINDS))
+    kinds = [_text(k, f"{where}: kinds") for k in _list(m["kinds"], f"{where}: kinds", len(KINDS))]
     if not states or len(set(states)) != len(states) or not kinds or len(set(kinds)) != len(kinds) \
             or any(k not in KINDS for k in kinds):
         raise StoreError(f"{where}: states must be distinct state numbers and kinds distinct names among {KINDS}")
@@ -128,10 +128,9 @@ def check_manifest(data: Any, where: str) -> dict[str, Any]:
         _int(distance["blocks"], f"{where}: distance.blocks", 1, MAX_STATES)
         _int(distance["heads"], f"{where}: distance.heads", 1, MAX_WIDTH)
     _int(m["patches"], f"{where}: patches", 1, MAX_PATCHES)
-    grid = _list(m["grid"], f"{where}: grid", 2)
-    if len(grid) != 2 or grid[0] * grid[1] != m["patches"]:
+    grid = [_int(g, f"{where}: grid", 1, MAX_PATCHES) for g in _list(m["grid"], f"{where}: grid", 2)]
+    if len(grid) != 2 or grid[0] * grid[1] != m["patches"]:  # numbers first: "a" * 10**9 is a string
         raise StoreError(f"{where}: grid must be [rows, cols] with rows x cols = patches")
-    [_int(g, f"{where}: grid", 1, MAX_PATCHES) for g in grid]
     data_ = _dict(m["data"], f"{where}: data", ("name", "label_names"))
     _text(data_["name"], f"{where}: data.name")
     [_text(n, f"{where}: data.label_names") for n in _list(data_["label_names"], f"{where}: label_names", 10**6)]
