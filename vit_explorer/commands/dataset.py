@@ -144,8 +144,8 @@ def _store(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespac
                               distance=True if getattr(args, "attention_distance", False) else None, job=job)
     if rank != 0:
         return None
-    for message in store.skipped[:20]:
-        print(f"vit-explorer: warning: skipped {message}", file=sys.stderr)
+    for message in store.skipped[:20]:  # read from the store's files: bounded, one line
+        print(f"vit-explorer: warning: skipped {shown(message)}", file=sys.stderr)
     if store.skipped:
         print(f"vit-explorer: warning: {len(store.skipped)} images in the store could not be read", file=sys.stderr)
     return store
@@ -173,8 +173,8 @@ def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Names
                                      cache=cache, job=job)
     if features is None:
         return None
-    for message in features.skipped[:20]:
-        print(f"vit-explorer: warning: skipped {message}", file=sys.stderr)
+    for message in features.skipped[:20]:  # from the cache's store files too: bounded, one line
+        print(f"vit-explorer: warning: skipped {shown(message)}", file=sys.stderr)
     if features.skipped:
         print(f"vit-explorer: warning: skipped {len(features.skipped)} of {len(source)} images that cannot be read",
               file=sys.stderr)
