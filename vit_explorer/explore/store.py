@@ -442,7 +442,7 @@ def features(store: FeatureStore, source: D.DatasetSource, ids: list[str] | None
         first = skipped[0] if skipped else "the dataset is empty"
         raise ValueError(f"{source.name}: none of the {len(source)} images can be read (the first: {first})")
     rows = np.asarray([row_of[ids[i]] for i in kept])
-    per = {name: store.per_image(name)[rows] for name in ("pooled", "predicted", *EXTRAS[:-1])}
+    per = {name: store.per_image(name)[rows] for name in ("pooled", "predicted", *EXTRAS) if name != "distance"}
     states = store.states
     return D.Features(
         source=source.subset(np.asarray(kept)), depth=m["depth"],
