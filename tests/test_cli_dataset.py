@@ -105,8 +105,10 @@ def test_cka_of_a_model_with_itself_and_with_another(hf_dir: Path, tmp_path: Pat
     assert header == "state," + ",".join(map(str, range(depth + 1)))
     assert table.shape == (depth + 1, depth + 2) and table[:, 0].tolist() == list(range(depth + 1))
     np.testing.assert_allclose(np.diag(table[:, 1:]), 1.0)
-    with np.load(next((tmp_path / "cache").glob("*.npz"))) as npz:
-        assert table[1, 3] == pytest.approx(C.cka(npz["mean_1"], npz["mean_2"]))
+    from vit_explorer.explore.store import FeatureStore
+
+    cached = FeatureStore.open(next((tmp_path / "cache").iterdir()))  # the cache is a feature store
+    assert table[1, 3] == pytest.approx(C.cka(cached.tokens(1, "mean"), cached.tokens(2, "mean")))
     assert (out / "cka.png").is_file()
     out2 = tmp_path / "cka2"
     other = str(BUNDLED["classroom-patchify"])
@@ -128,3 +130,33 @@ def test_errors_are_one_line(hf_dir: Path, tmp_path: Path, capsys: pytest.Captur
     assert "no labels" in capsys.readouterr().err
     assert main(["cka", str(hf_dir), "--data", "shapes", "--out", str(tmp_path / "o"), "--minibatch", "2"]) == 2
     assert "--minibatch" in capsys.readouterr().err
+
+
+def test_the_store_commands(hf_dir: Path, data_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """embed --store fills a store (the broken file skipped once), probe and cka --store read it: the same CSV
+    layouts, the ridge probe named, CKA equal to the exact CKA of the stored tokens."""
+    from vit_explorer.explore.store import FeatureStore
+
+    store = tmp_path / "store"
+    common = ["--data", str(data_dir), "--store", str(store), "--batch-size", "5"]
+    assert main(["embed", str(hf_dir), *common, "--out", str(tmp_path / "e"), "--store-tokens", "cls,mean,patch"]) == 0
+    held = FeatureStore.open(store)
+    assert len(held) == 24 and held.kinds == ["cls", "mean", "patch"] and held.states == [0, 1, 2]
+    assert held.tokens(2, "patch").shape == (24 * 16, 32)
+    summary = json.loads((tmp_path / "e" / "summary.json").read_text())
+    assert summary["images"] == 24 and summary["store"]["images"] == 24 and summary["skipped"] == 1
+    assert summary["store"]["embedded"] == 25 and not summary["from_cache"]  # the broken file counts as done
+    assert rows(tmp_path / "e" / "images.csv")[0]["path"] == "blue/0.png"
+    assert main(["probe", str(hf_dir), *common, "--out", str(tmp_path / "p"), "--val-fraction", "0.25"]) == 0
+    assert "ridge" in capsys.readouterr().err
+    table = rows(tmp_path / "p" / "probe.csv")
+    assert [(r["state"], r["tokens"]) for r in table] == [(str(s), t) for t in ("cls", "mean") for s in range(3)]
+    probe = json.loads((tmp_path / "p" / "summary.json").read_text())
+    assert probe["from_cache"] and probe["store"]["embedded"] == 0  # the store held every image
+    assert probe["linear"]["model"].startswith("StandardScaler + ridge") and "exact" in probe["knn"]["index"]
+    assert main(["cka", str(hf_dir), *common, "--out", str(tmp_path / "c"), "--tokens", "mean"]) == 0
+    table = np.loadtxt(tmp_path / "c" / "cka.csv", delimiter=",", skiprows=1)
+    assert table[1, 3] == pytest.approx(C.cka(held.tokens(1, "mean"), held.tokens(2, "mean")))
+    assert main(["embed", str(hf_dir), "--data", str(data_dir), "--out", str(tmp_path / "o"),
+                 "--store-tokens", "cls"]) == 2
+    assert "give --store" in capsys.readouterr().err

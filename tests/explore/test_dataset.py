@@ -18,6 +18,7 @@ from vit_explorer.analysis import probes as P
 from vit_explorer.errors import Cancelled
 from vit_explorer.explore import dataset as D
 from vit_explorer.explore import dataset_analysis as A
+from vit_explorer.explore import store as S
 from vit_explorer.explore.build import build_loaded
 from vit_explorer.jobs import Job
 from vit_explorer.models import preset
@@ -113,50 +114,56 @@ def test_progress_and_cancel(loaded) -> None:
         D.extract(loaded, src, batch_size=8, job=Job(stop_after_first, cancel))
 
 
-def test_cache_reopens_without_extracting_and_recomputes_a_changed_file(tmp_path: Path, loaded, monkeypatch) -> None:
+def test_cache_reopens_without_extracting_and_embeds_a_changed_file(tmp_path: Path, loaded, monkeypatch) -> None:
+    """The cache is a feature store per model and recipe: a second run extracts nothing, a changed file is embedded
+    (known by its content), the others read back."""
     root = write_images(tmp_path / "d", {"a": 4, "b": 4})
     cache = tmp_path / "cache"
     first = D.features_for(loaded, D.open_source(str(root)), cache=cache, distance=True)
-    assert not first.from_cache and len(list(cache.glob("*.npz"))) == 1
+    assert not first.from_cache and [p.name for p in cache.iterdir()] == [first.key]
+    assert (cache / first.key / "manifest.json").is_file()
 
     def no_extract(*args, **kwargs):
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(D, "extract", no_extract)
+    monkeypatch.setattr(D, "batch_arrays", no_extract)
     again = D.features_for(loaded, D.open_source(str(root)), cache=cache, distance=True)
     assert again.from_cache and again.key == first.key
     for state in first.states:
         np.testing.assert_array_equal(again.mean[state], first.mean[state])
         np.testing.assert_array_equal(again.cls[state], first.cls[state])
-    np.testing.assert_array_equal(again.distance, first.distance)
+    for name in ("distance", "patches", "patch_index", "norm_mean", "prefix_norms", "pooled", "predicted"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(first, name))
     assert again.source.paths == first.source.paths and again.source.label_names == ["a", "b"]
     monkeypatch.undo()
     Image.new("RGB", (20, 24), (255, 0, 0)).save(root / "a" / "001.png")  # same name, other pixels
     changed = D.features_for(loaded, D.open_source(str(root)), cache=cache, distance=True)
-    assert not changed.from_cache and changed.key != first.key
+    assert not changed.from_cache and changed.key == first.key
     assert not np.array_equal(changed.mean[1][1], first.mean[1][1])
+    np.testing.assert_array_equal(changed.mean[1][[0, 2, 3]], first.mean[1][[0, 2, 3]])
+    assert len(S.FeatureStore.open(cache / first.key)) == 9  # the changed file joined; the old one stays
     other_weights = copy.deepcopy(loaded)
     with torch.no_grad():
         next(other_weights.model.parameters()).view(-1)[0] += 1e-3  # one weight changed
-    assert D.cache_key(other_weights, D.open_source(str(root)), patches=4, distance=True, seed=0) != changed.key
+    assert D.cache_folder(other_weights, cache, D.open_source(str(root)), patches=4, distance=True,
+                          seed=0).name != changed.key
 
 
-def test_cache_files_are_read_safely(tmp_path: Path, loaded) -> None:
-    path = tmp_path / "bad.npz"
-    np.savez(path, meta=np.array([{"a": 1}], dtype=object))  # an object array needs unpickling
-    with pytest.raises(ValueError, match="bad.npz"):
-        D.load_features(path)
-    path.write_bytes(b"PK\x03\x04 not really a zip")
-    with pytest.raises(ValueError, match="not a readable feature cache"):
-        D.load_features(path)
-    good = tmp_path / "good.npz"
-    D.save_features(D.extract(loaded, D.open_source("shapes", limit=12)), good)
-    with np.load(good) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    arrays["mean_1"] = arrays["mean_1"][:5]  # lengths that disagree
-    np.savez(good, **arrays)
-    with pytest.raises(ValueError, match="damaged"):
-        D.load_features(good)
+def test_the_cache_equals_extraction_and_refuses_a_damaged_store(tmp_path: Path, loaded) -> None:
+    src = D.open_source("shapes", limit=12)
+    cached = D.features_for(loaded, src, cache=tmp_path / "cache", batch_size=5)
+    direct = D.extract(loaded, src, batch_size=5)
+    for state in direct.states:
+        np.testing.assert_allclose(cached.mean[state], direct.mean[state], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(cached.cls[state], direct.cls[state], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(cached.norm_max, direct.norm_max, atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(cached.patch_index, direct.patch_index)  # one sample per image, whichever path
+    np.testing.assert_allclose(cached.patches.astype(np.float32), direct.patches.astype(np.float32), atol=1e-2)
+    np.testing.assert_array_equal(cached.predicted, direct.predicted)
+    manifest = tmp_path / "cache" / cached.key / "manifest.json"
+    manifest.write_text('{"format": "vit-explorer-store", "version": 1}')
+    with pytest.raises(ValueError, match=f"{manifest}: missing"):
+        D.features_for(loaded, src, cache=tmp_path / "cache")
 
 
 def test_probe_curves_and_cka_equal_the_pure_functions(loaded) -> None:

@@ -82,8 +82,41 @@ def test_two_processes_fill_and_then_read_the_cache(model_and_data: tuple[Path, 
            "probe", str(model), "--data", str(data), "--batch-size", "4"]
     first = subprocess.run([*run, "--out", str(tmp_path / "a")], env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
-    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1  # one file, written by rank 0
+    from vit_explorer.explore.store import FeatureStore
+
+    (folder,) = (tmp_path / "cache").iterdir()  # one feature store, a shard written by each rank
+    assert [s.name for s in FeatureStore.open(folder).shards] == ["r0-00000", "r1-00001"]
     again = subprocess.run([*run, "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert '"from_cache": true' in (tmp_path / "b" / "summary.json").read_text()
     assert (tmp_path / "a" / "probe.csv").read_text() == (tmp_path / "b" / "probe.csv").read_text()
+
+
+@pytest.mark.slow
+def test_two_processes_write_their_shards_of_the_one_process_store(model_and_data: tuple[Path, Path],
+                                                                  tmp_path: Path) -> None:
+    """embed --store under torchrun: each rank writes its own shard; the store holds one process's arrays."""
+    from vit_explorer.explore.store import FeatureStore
+
+    model, data = model_and_data
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "QT_QPA_PLATFORM": "offscreen",
+           "VIT_EXPLORER_CACHE": str(tmp_path / "cache")}
+    args = ["-m", "vit_explorer", "embed", str(model), "--data", str(data), "--batch-size", "3",
+            "--store-tokens", "cls,mean,patch"]
+    one = subprocess.run([sys.executable, *args, "--store", str(tmp_path / "one"), "--out", str(tmp_path / "o1")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args,
+                          "--store", str(tmp_path / "two"), "--out", str(tmp_path / "o2")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    assert two.stdout.count("wrote the feature store") == 1  # only rank 0 reports
+    a, b = FeatureStore.open(tmp_path / "one"), FeatureStore.open(tmp_path / "two")
+    assert len(a.shards) == 1 and [s.name for s in b.shards] == ["r0-00000", "r1-00001"]
+    assert len(a) == 15 and a.paths() == b.paths() and a.skipped == b.skipped and len(a.skipped) == 1
+    np.testing.assert_array_equal(a.labels(), b.labels())
+    np.testing.assert_array_equal(a.predicted(), b.predicted())
+    for state in a.states:
+        for kind in a.kinds:
+            np.testing.assert_allclose(b.tokens(state, kind), a.tokens(state, kind), atol=1e-6, rtol=0)
+    assert (tmp_path / "o1" / "images.csv").read_text() == (tmp_path / "o2" / "images.csv").read_text()

@@ -809,6 +809,32 @@ analysis_case("dataset", "cka-second-model-missing",
               lambda kit: ["cka", _native(kit), str(kit.root / "nope"), "--data", "shapes", "--limit", "20", "--out",
                            str(kit.root / "out"), "--no-cache"], ["nope"])
 
+# the feature store's flags and a hostile store folder
+for name, extra, fragments in (
+        ("store-tokens-unknown", ["--store-tokens", "evil"], ["--store-tokens", "evil"]),
+        ("store-states-out-of-range", ["--store-states", "99"], ["--store-states", "99"]),
+        ("store-states-not-numbers", ["--store-states", "1,x"], ["--store-states"]),
+        ("store-tokens-cls-twice-empty", ["--store-tokens", ","], ["--store-tokens"])):
+    analysis_case("dataset", name, lambda kit, e=extra: dataset(kit, "embed", "shapes", "--limit", "8", "--store",
+                                                                str(kit.root / "store"), *e), fragments)
+analysis_case("dataset", "store-flags-without-store",
+              lambda kit: dataset(kit, "embed", "shapes", "--limit", "8", "--store-states", "1"), ["--store"])
+analysis_case("dataset", "store-is-a-file", lambda kit: (kit.root / "f").write_text("x") and  # noqa: B018
+              dataset(kit, "probe", "shapes", "--limit", "8", "--store", str(kit.root / "f")),
+              ["--store", "not a folder"])
+analysis_case("dataset", "store-manifest-not-json",
+              lambda kit: ((kit.root / "s").mkdir(), (kit.root / "s" / "manifest.json").write_text("[")) and
+              dataset(kit, "cka", "shapes", "--limit", "8", "--store", str(kit.root / "s")),
+              ["manifest.json", "JSON"])
+analysis_case("dataset", "store-manifest-huge-width",
+              lambda kit: ((kit.root / "s").mkdir(), (kit.root / "s" / "manifest.json").write_text(
+                  '{"format": "vit-explorer-store", "version": 1, "model": {"hash": "", "name": ""}, '
+                  '"preprocessing": {}, "states": [0], "kinds": ["mean"], "width": 1e400, "pooled_width": 1, '
+                  '"patches": 1, "grid": [1, 1], "depth": 0, "prefix_names": [], "sample": null, "distance": null, '
+                  '"data": {"name": "", "label_names": []}, "images": [], "shards": []}')) and
+              dataset(kit, "embed", "shapes", "--limit", "8", "--store", str(kit.root / "s")),
+              ["manifest.json", "width"])
+
 
 def counts() -> Counter[str]:
     return Counter(case.category for case in CASES)

@@ -22,12 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..analysis import knn as K
 from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..checkpoints.arguments import add_model_arguments, load_options
 from ..checkpoints.files import write_atomic
 from ..explore import dataset as D
 from ..explore import dataset_analysis as A
+from ..explore import store as S
+from ..explore import store_analysis as SA
 from ..explore.attention import distance_figure
 from ..explore.figures import Figure, json_number
 from ..jobs import tqdm_job
@@ -42,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("source", help="hub id, folder or checkpoint file")
     if command == "cka":
         parser.add_argument("source_b", nargs="?", help="a second model to compare with (same images)")
+        parser.add_argument("--store-b", default=None, help="with --store and a second model: its feature store")
     parser.add_argument("--data", required=True,
                         help="an image folder (one sub-folder per class, or flat and unlabelled; train/ and val/ "
                              "sub-folders are the split), a built-in set (shapes, where) or a CIFAR folder")
@@ -55,6 +59,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--cache", default=None,
                         help=f"feature cache folder (default {D.default_cache()}; VIT_EXPLORER_CACHE sets it)")
     parser.add_argument("--no-cache", action="store_true", help="always extract, never read or write the cache")
+    parser.add_argument("--store", default=None,
+                        help="a feature store folder: embed writes the tokens there (new images appended, an "
+                             "interrupted run resumed; under torchrun each process its shards); probe and cka embed "
+                             "what it lacks, then read it streaming, in bounded memory")
+    parser.add_argument("--store-tokens", default=None,
+                        help="token kinds the store keeps, from cls, mean, patch (default cls,mean; mean alone without "
+                             "a [CLS]); patch keeps every patch token of every chosen state")
+    parser.add_argument("--store-states", default=None,
+                        help="token states the store keeps, e.g. 0,6,12 (default all: 0 the embedded input, i the "
+                             "output of block i - 1)")
     if command == "embed":
         parser.add_argument("--projection", choices=A.PROJECTIONS, default="pca",
                             help="2-D projection drawn (default pca; tsne and umap are seeded)")
@@ -92,9 +106,62 @@ def _check(args: argparse.Namespace) -> None:
         if not MIN_THRESHOLD <= args.threshold <= MAX_THRESHOLD:  # NaN too
             raise ValueError(f"argument --threshold: the RBF bandwidth as a fraction of the median distance, from "
                              f"{MIN_THRESHOLD:g} to {MAX_THRESHOLD:g}; got {args.threshold:g}")
+    if (args.store_tokens or args.store_states) and not args.store:
+        raise ValueError("argument --store-tokens/--store-states: they say what a feature store keeps; give --store")
+    if args.command == "cka" and args.source_b and args.store and not args.store_b:
+        raise ValueError("argument --store-b: with --store, the second model's features go into a store of their own")
+    if args.command == "cka" and args.store_b and not (args.store and args.source_b):
+        raise ValueError("argument --store-b: the second model's store; give a second model and --store")
+    if args.store:
+        args.store_tokens = _listed(args.store_tokens, "--store-tokens", str)
+        args.store_states = _listed(args.store_states, "--store-states", int)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"argument --out: {out} exists and is not a folder; choose a folder")
+
+
+def _listed(text: str | None, flag: str, kind: type) -> list[Any] | None:
+    """A comma-separated flag's values (None: the default; 'all' for the states)."""
+    if text is None or (kind is int and text.strip() == "all"):
+        return None
+    try:
+        values = [kind(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"argument {flag}: a comma-separated list, got {shown(text)}") from None
+    if not values:
+        raise ValueError(f"argument {flag}: give at least one value")
+    return values
+
+
+def _store(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, folder: str, what: str
+           ) -> S.FeatureStore | None:
+    """The feature store `folder` holding the images of `source` (embedded where it lacks them); None on the ranks
+    other than 0 under torchrun, which write their shards and nothing else."""
+    rank = D.rank_and_world()[0]
+    with tqdm_job(what, total=len(source), unit="image", disable=rank != 0) as job:
+        store = S.write_store(loaded, source, Path(folder).expanduser(), states=args.store_states,
+                              kinds=args.store_tokens, batch_size=args.batch_size,
+                              distance=True if getattr(args, "attention_distance", False) else None, job=job)
+    if rank != 0:
+        return None
+    for message in store.skipped[:20]:  # read from the store's files: bounded, one line
+        print(f"vit-explorer: warning: skipped {shown(message)}", file=sys.stderr)
+    if store.skipped:
+        print(f"vit-explorer: warning: {len(store.skipped)} images in the store could not be read", file=sys.stderr)
+    return store
+
+
+def _store_summary(args: argparse.Namespace, store: S.FeatureStore, loaded: LoadedModel) -> dict[str, Any]:
+    split = store.split()
+    return {"source": args.source, "data": args.data, "images": len(store), "skipped": len(store.skipped),
+            "train": int((split == 0).sum()), "validation": int((split == 1).sum()),
+            "classes": store.manifest["data"]["label_names"], "depth": loaded.config.depth,
+            "states": len(store.states), "tokens": store.kinds, "seed": args.seed, "limit": args.limit,
+            "val_fraction": args.val_fraction, "preprocessing": loaded.preprocessing.to_dict(),
+            "from_cache": store.embedded == 0,
+            "notes": [], "store": {"path": str(store.path), "states": store.states, "kinds": store.kinds,
+                                   "shards": len(store.shards), "images": len(store),
+                                   "embedded": store.embedded}}
 
 
 def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Namespace, what: str,
@@ -106,8 +173,8 @@ def _features(loaded: LoadedModel, source: D.DatasetSource, args: argparse.Names
                                      cache=cache, job=job)
     if features is None:
         return None
-    for message in features.skipped[:20]:
-        print(f"vit-explorer: warning: skipped {message}", file=sys.stderr)
+    for message in features.skipped[:20]:  # from the cache's store files too: bounded, one line
+        print(f"vit-explorer: warning: skipped {shown(message)}", file=sys.stderr)
     if features.skipped:
         print(f"vit-explorer: warning: skipped {len(features.skipped)} of {len(source)} images that cannot be read",
               file=sys.stderr)
@@ -200,7 +267,42 @@ def _check_source(args: argparse.Namespace, source: D.DatasetSource) -> None:
                          "pca or more images")
 
 
+def _embed_store(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path,
+                 render: Render) -> int:
+    """embed --store: the tokens go into the store; --out gets images.csv, the projection and summary.json."""
+    store = _store(loaded, source, args, args.store, "embed")
+    if store is None:
+        return 0
+    names = store.manifest["data"]["label_names"]
+    labels, split, predicted = store.labels(), store.split(), store.predicted()
+    figures: dict[str, tuple[Figure, tuple[int, int]]] = {}
+    kinds = [k for k in ("cls", "mean") if k in store.kinds]
+    if kinds and len(store) >= 3:  # the projector of the last state stored, streamed for PCA
+        last = max(store.states)
+        points = SA.pca(store, last, kinds[0]) if args.projection == "pca" else \
+            A.project(np.asarray(store.tokens(last, kinds[0])), args.projection, seed=args.seed)
+        write_csv(out / "projection.csv", ["index", "x", "y"],
+                  [[i, float(x), float(y)] for i, (x, y) in enumerate(points)])
+        groups = [names[lab] for lab in labels] if names and (labels >= 0).all() else None
+        kind = "[CLS]" if kinds[0] == "cls" else "mean of the patch tokens"
+        figures["projection.png"] = (A.projection_figure(points, groups, f"{args.projection.upper()} of the {kind} "
+                                                                         f"at state {last} ({len(store):,} images)"),
+                                     (900, 800))
+    write_csv(out / "images.csv", ["index", "path", "label", "label_name", "split", "predicted"],
+              [[i, p, int(lab), names[lab] if 0 <= lab < len(names) else "", int(s), int(pred)]
+               for i, (p, lab, s, pred) in enumerate(zip(store.paths(), labels, split, predicted, strict=True))])
+    summary = _store_summary(args, store, loaded)
+    summary["figures"] = _figures(out, render, figures)
+    summary["projection"] = args.projection
+    _write_json(out / "summary.json", summary)
+    print(f"wrote the feature store {store.path} ({len(store):,} images, {len(store.states)} states, "
+          f"{', '.join(store.kinds)}; {len(store.shards)} shard(s)), images.csv and {len(figures)} figures to {out}")
+    return 0
+
+
 def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
+    if args.store:
+        return _embed_store(args, loaded, source, out, render)
     f = _features(loaded, source, args, "embed", distance=args.attention_distance)
     if f is None:
         return 0
@@ -249,14 +351,31 @@ def _embed(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
 
 
 def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource, out: Path, render: Render) -> int:
-    f = _features(loaded, source, args, "probe")
-    if f is None:
-        return 0
-    curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
-    if curves[0].linear_model != P.LOGISTIC:
-        print(f"vit-explorer probe: note: the linear probe is a {curves[0].linear_model}: logistic regression on "
-              f"{len(f.source.label_names):,} classes would take minutes (above {P.MAX_LOGISTIC_WORK:,} training "
-              "images x features x classes)", file=sys.stderr)
+    if args.store:
+        store = _store(loaded, source, args, args.store, "probe")
+        if store is None:
+            return 0
+        kinds = [k for k in ("cls", "mean") if k in store.kinds]
+        if not kinds:
+            raise S.StoreError(f"--store {shown(args.store)}: holds no cls or mean tokens for the probes (it holds "
+                               f"{', '.join(store.kinds)}); use another store")
+        curves = [SA.probe_curves(store, kind, seed=args.seed) for kind in kinds]
+        summary = _store_summary(args, store, loaded)
+        print("vit-explorer probe: note: over a feature store the linear probe is the streamed closed-form "
+              f"{P.RIDGE}", file=sys.stderr)
+    else:
+        f = _features(loaded, source, args, "probe")
+        if f is None:
+            return 0
+        curves = [A.probe_curves(f, kind, seed=args.seed) for kind in (["cls"] if f.cls else []) + ["mean"]]
+        summary = _summary(args, f, loaded)
+        if curves[0].linear_model != P.LOGISTIC:
+            print(f"vit-explorer probe: note: the linear probe is a {curves[0].linear_model}: logistic regression on "
+                  f"{len(f.source.label_names):,} classes would take minutes (above {P.MAX_LOGISTIC_WORK:,} training "
+                  "images x features x classes)", file=sys.stderr)
+    if curves[0].knn_method not in (K.FLAT, K.BRUTE):
+        print(f"vit-explorer probe: note: the k-NN probe's neighbours come from an approximate index: "
+              f"{curves[0].knn_method}", file=sys.stderr)
     rows = [[int(s), c.tokens, json_number(k), json_number(lin)]
             for c in curves for s, k, lin in zip(c.states, c.knn, c.linear, strict=True)]
     write_csv(out / "probe.csv", ["state", "tokens", "knn", "linear"], rows)
@@ -265,11 +384,10 @@ def _probe(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSourc
     write_csv(out / "confusion.csv", ["true", *names],
                [[names[i], *map(int, row)] for i, row in enumerate(best.confusion)])
     figures: dict[str, tuple[Figure, tuple[int, int]]] = {
-        "probe.png": (A.probe_figure(curves, f.depth), (900, 600)),
+        "probe.png": (A.probe_figure(curves, loaded.config.depth), (900, 600)),
         "confusion.png": (A.confusion_figure(best), (800, 750)),
     }
-    summary = _summary(args, f, loaded)
-    summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine"},
+    summary.update(knn={"k": 20, "temperature": 0.07, "metric": "cosine", "index": best.knn_method},
                    linear={"model": best.linear_model},
                    best={"tokens": best.tokens, "state": best.best_state,
                          "linear": json_number(best.linear[list(best.states).index(best.best_state)])},
@@ -286,35 +404,47 @@ def _cka(args: argparse.Namespace, loaded: LoadedModel, source: D.DatasetSource,
     from ..checkpoints import load
 
     loaded_b = load(args.source_b, **load_options(args)) if args.source_b else None  # before any work
-    fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
-    fb = None if loaded_b is None else _features(loaded_b, source, args, "cka: model B")
-    if fa is None:
-        return 0
-    if fb is not None and fa.source.paths != fb.source.paths:
-        keep = sorted(set(fa.source.paths) & set(fb.source.paths))
-        raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
-                         "both); fix or remove the unreadable ones")
-    tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
-    for name, features in (("A", fa), ("B", fb)) if fb is not None else (("", fa),):
-        if still := A.constant_states(features, tokens):
-            model = f" of model {name}" if name else ""
-            print(f"vit-explorer cka: warning: state{'s' if len(still) > 1 else ''} {', '.join(map(str, still))}"
-                  f"{model} do{'es' if len(still) == 1 else ''} not vary over the {len(features):,} images (the same "
-                  "features for each: identical images or a collapsed model); CKA with a constant state is 0 by "
-                  "convention", file=sys.stderr)
-    matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
-                          minibatch=args.minibatch)
-    minibatch = args.minibatch or (A.MINIBATCH if len(fa) > A.EXACT_CKA_IMAGES else None)
-    write_csv(out / "cka.csv", ["state", *map(str, range(matrix.shape[1]))],
-               [[i, *(float(v) for v in row)] for i, row in enumerate(matrix)])
+    if args.store:
+        sa = _store(loaded, source, args, args.store, "cka: model A" if args.source_b else "cka")
+        sb = None if loaded_b is None else _store(loaded_b, source, args, args.store_b, "cka: model B")
+        if sa is None:
+            return 0
+        tokens = args.tokens or ("cls" if "cls" in sa.kinds and (sb is None or "cls" in sb.kinds) else "mean")
+        matrix = SA.cka(sa, sb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
+                        minibatch=args.minibatch)
+        images, states_a, states_b = len(sa), sa.states, (sb or sa).states
+        summary = _store_summary(args, sa, loaded)
+    else:
+        fa = _features(loaded, source, args, "cka: model A" if args.source_b else "cka")
+        fb = None if loaded_b is None else _features(loaded_b, source, args, "cka: model B")
+        if fa is None:
+            return 0
+        if fb is not None and fa.source.paths != fb.source.paths:
+            keep = sorted(set(fa.source.paths) & set(fb.source.paths))
+            raise ValueError(f"the two models could read different images ({len(fa)} and {len(fb)}; {len(keep)} in "
+                             "both); fix or remove the unreadable ones")
+        tokens = args.tokens or ("cls" if fa.cls and (fb is None or fb.cls) else "mean")
+        for name, features in (("A", fa), ("B", fb)) if fb is not None else (("", fa),):
+            if still := A.constant_states(features, tokens):
+                model = f" of model {name}" if name else ""
+                print(f"vit-explorer cka: warning: state{'s' if len(still) > 1 else ''} {', '.join(map(str, still))}"
+                      f"{model} do{'es' if len(still) == 1 else ''} not vary over the {len(features):,} images (the "
+                      "same features for each: identical images or a collapsed model); CKA with a constant state is "
+                      "0 by convention", file=sys.stderr)
+        matrix = A.cka_states(fa, fb, tokens, kernel=args.kernel, threshold=args.threshold, debiased=args.debiased,
+                              minibatch=args.minibatch)
+        images, states_a, states_b = len(fa), list(fa.states), list((fb or fa).states)
+        summary = _summary(args, fa, loaded)
+    minibatch = args.minibatch or (A.MINIBATCH if images > A.EXACT_CKA_IMAGES else None)
+    write_csv(out / "cka.csv", ["state", *map(str, states_b)],
+              [[state, *(float(v) for v in row)] for state, row in zip(states_a, matrix, strict=True)])
     what = f"{args.kernel} CKA{' (debiased)' if args.debiased and not minibatch else ''}"
     if minibatch:
         what = f"minibatch {args.kernel} CKA ({minibatch} images per batch)"
     title = (f"{what} of the {'[CLS]' if tokens == 'cls' else 'mean patch token'}: "
-             + (f"{args.source} states (rows) x {args.source_b} states" if fb else "state x state")
+             + (f"{args.source} states (rows) x {args.source_b} states" if args.source_b else "state x state")
              + " (0 = input)")
     figures: dict[str, tuple[Figure, tuple[int, int]]] = {"cka.png": (A.cka_figure(matrix, title), (850, 800))}
-    summary = _summary(args, fa, loaded)
     summary.update(source_b=args.source_b, tokens_compared=tokens, kernel=args.kernel, debiased=args.debiased,
                    threshold=args.threshold if args.kernel == "rbf" else None, minibatch=minibatch,
                    diagonal=[float(matrix[i, i]) for i in range(min(matrix.shape))],

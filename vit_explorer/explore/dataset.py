@@ -11,8 +11,9 @@ Features per token state i = 0..depth (0 the embedded input, i the output of blo
 `explore.forward.Needs` counts them): the readout token ([CLS], where the state holds one: not CaiT's
 self-attention states, not GAP models), the mean of the patch tokens, a few sampled patch tokens (with
 their positions), token-norm statistics; once per image the model's own pooled output and its
-prediction; on request the mean attention distance per block and head. They are cached on disk under
-a key made of content hashes of the weights, the data and the preprocessing.
+prediction; on request the mean attention distance per block and head. They are cached on disk in a feature
+store (explore.store) per hash of the weights and the preprocessing, whose images are known by a content hash: a
+changed or added file is embedded, the others are read back.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import os
 import queue
 import sys
 import threading
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,6 @@ from PIL import Image
 
 from ..analysis.attention import attention_distance
 from ..checkpoints import LoadedModel, Preprocess
-from ..checkpoints.files import open_regular, write_atomic
 from ..data import cifar, folder, synthetic
 from ..data.images import IMAGE_EXTENSIONS, ImageError, open_image
 from ..errors import describe
@@ -48,8 +47,7 @@ from . import budget
 BUILTIN_IMAGES = 2000  # images drawn from a built-in set when no --limit is given
 BUILTIN_SIDE = 64  # pixels per side a built-in set is drawn at (the model's preprocessing resizes them)
 PATCHES_PER_IMAGE = 4  # sampled patch tokens kept per image and state (for the patch projector)
-MAX_CACHE_BYTES = 16 * 2**30  # a feature cache file larger than this is not read
-CACHE_VERSION = 1  # changes whenever what a cache file holds changes
+CACHE_VERSION = 2  # changes whenever what the cache holds changes (2: a feature store per model and recipe)
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
 
 
@@ -306,65 +304,99 @@ def dataset_preprocessing(loaded: LoadedModel) -> Preprocess:
     return loaded.preprocessing.with_size(loaded.preprocessing.size)
 
 
-def _patch_sample(loaded: LoadedModel, n: int, patches: int, seed: int) -> np.ndarray:
-    """(n, k) which patch tokens are kept per image: drawn for all n images at once, so that a shard of them
-    (torchrun) keeps the same patches as one process does."""
+def image_ids(source: DatasetSource) -> list[str]:
+    """A stable id per image: a content hash of its path and its bytes (file bytes, or the pixels of a built-in or
+    CIFAR set); an unreadable file hashes as missing (extraction then skips it)."""
+    ids = []
+    for i, rel in enumerate(source.paths):
+        h = hashlib.blake2b(rel.encode(), digest_size=16)
+        if source.pixels is not None:
+            h.update(source.pixels[i].contiguous().numpy().tobytes())
+        else:
+            assert source.root is not None
+            try:
+                with (source.root / rel).open("rb") as f:
+                    while block := f.read(1 << 20):
+                        h.update(block)
+            except OSError as error:
+                h.update(f"unreadable: {error.strerror}".encode())
+        ids.append(h.hexdigest())
+    return ids
+
+
+def patch_sample(image_id: str, patches: int, k: int, seed: int) -> np.ndarray:
+    """(k,) which of an image's `patches` tokens are sampled: drawn from its id and the seed, so that an image keeps
+    its sample whatever the images beside it, in any shard or process."""
+    return np.random.default_rng([seed, int(image_id[:15], 16)]).choice(patches, k, replace=False)
+
+
+def _patch_sample(loaded: LoadedModel, ids: list[str], patches: int, seed: int) -> np.ndarray:
+    """(n, k) which patch tokens are kept per image (`patch_sample` of each id)."""
     n_patch = loaded.model.layout(loaded.preprocessing.size).num_patches
     k = min(patches, n_patch)
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.choice(n_patch, k, replace=False) for _ in range(n)]) if n else np.zeros((0, k), np.int64)
+    return np.stack([patch_sample(i, n_patch, k, seed) for i in ids]) if ids else np.zeros((0, k), np.int64)
+
+
+def batch_arrays(loaded: LoadedModel, pixels: torch.Tensor, patch_index: np.ndarray, *, distance: bool = False,
+                 patch_states: tuple[int, ...] = ()) -> dict[str, np.ndarray]:
+    """One batch's features (see the module doc) from one forward pass of pixels (B, 3, H, W): per image (B, S, ...)
+    arrays 'mean', 'patches' (the patch tokens `patch_index` (B, k) names, float16), 'norm_mean', 'norm_max',
+    'norm_argmax', 'prefix_norms', 'cls' where every state holds a [CLS]; 'pooled' (B, D'), 'predicted' (B,); with
+    `distance` the mean attention distance (B, blocks, heads); and for each state in `patch_states` every patch
+    token, 'patch_<state>' (B * N, D) image-major."""
+    model, cfg = loaded.model, loaded.config
+    device = loaded.device
+    layout = model.layout(loaded.preprocessing.size)
+    p = layout.num_prefix_tokens
+    distances: list[np.ndarray] = []
+
+    def hook(probs: torch.Tensor, site: object) -> None:  # probs: (B, heads, T, T), at each block's pattern
+        distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
+                         .cpu().numpy())  # (B, heads)
+
+    hooks = [(f"blocks.{i}.attn.hook_pattern", hook) for i in range(cfg.depth)] if distance else []
+    with torch.inference_mode(), model.hooks(hooks):
+        out = model.forward_intermediates(pixels.to(device), capture=("embedded", "hidden_states", "pre_logits"))
+    idx = torch.from_numpy(patch_index).to(device)[:, :, None]  # (B, k, 1)
+    per_state: dict[str, list[torch.Tensor]] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for state, hidden in enumerate([out["embedded"]] + out["hidden_states"]):  # depth + 1 of (B, T, D), in turn
+        tokens = hidden.float()
+        patch_tokens = tokens[:, p:]  # (B, N, D)
+        norms = patch_tokens.norm(dim=-1)  # (B, N)
+        reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
+                   "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
+                   "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
+                   "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
+        if readout_states(loaded):
+            reduced["cls"] = tokens[:, 0]  # (B, D)
+        for name, value in reduced.items():
+            per_state.setdefault(name, []).append(value)
+        if state in patch_states:
+            arrays[f"patch_{state}"] = patch_tokens.reshape(-1, tokens.shape[-1]).cpu().numpy()
+    batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
+    batch["pooled"] = out["pre_logits"].float()  # (B, D')
+    batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(pixels),), -1)
+    arrays.update({name: value.cpu().numpy() for name, value in batch.items()})
+    if distance:
+        arrays["distance"] = np.stack(distances, axis=1)  # (B, blocks, heads)
+    return arrays
 
 
 def _extract_part(loaded: LoadedModel, source: DatasetSource, indices: np.ndarray, patch_index: np.ndarray, *,
                   batch_size: int, distance: bool, job: Job) -> _Part:
     """The features of the images `indices` of `source` (see `extract`); the job hears of each batch."""
     _keep_heap_small()
-    model, cfg = loaded.model, loaded.config
-    device = loaded.device
-    layout = model.layout(loaded.preprocessing.size)
-    p = layout.num_prefix_tokens
-    has_cls = readout_states(loaded)
     parts: dict[str, list[np.ndarray]] = {}
     kept_all: list[int] = []
     skipped: list[str] = []
-    distances: list[np.ndarray] = []
     done = 0
-
-    def hook(probs: torch.Tensor, site: object) -> None:  # probs: (B, heads, T, T), at each block's pattern
-        distances.append(torch.stack([attention_distance(probs[b:b + 1], layout) for b in range(probs.shape[0])])
-                         .cpu().numpy())  # (B, heads)
-
     for kept, pixels, bad in _batches(source, loaded, batch_size, job, indices):
         skipped += bad
         done += len(kept) + len(bad)
         if pixels is not None:
-            distances.clear()
-            hooks = [(f"blocks.{i}.attn.hook_pattern", hook) for i in range(cfg.depth)] if distance else []
-            with torch.inference_mode(), model.hooks(hooks):
-                out = model.forward_intermediates(pixels.to(device),
-                                                  capture=("embedded", "hidden_states", "pre_logits"))
-            idx = torch.from_numpy(patch_index[kept]).to(device)[:, :, None]  # (B, k, 1)
-            per_state: dict[str, list[torch.Tensor]] = {}
-            for state in [out["embedded"]] + out["hidden_states"]:  # depth + 1 of (B, T, D), one at a time
-                tokens = state.float()
-                patch_tokens = tokens[:, p:]  # (B, N, D)
-                norms = patch_tokens.norm(dim=-1)  # (B, N)
-                reduced = {"mean": patch_tokens.mean(dim=1),  # (B, D)
-                           "patches": torch.gather(patch_tokens, 1, idx.expand(-1, -1, tokens.shape[-1])).half(),
-                           "norm_mean": norms.mean(-1), "norm_max": norms.max(-1).values,
-                           "norm_argmax": norms.argmax(-1).int(), "prefix_norms": tokens[:, :p].norm(dim=-1)}
-                if has_cls:
-                    reduced["cls"] = tokens[:, 0]  # (B, D)
-                for name, value in reduced.items():
-                    per_state.setdefault(name, []).append(value)
-            batch = {name: torch.stack(values, dim=1) for name, values in per_state.items()}  # (B, S, ...)
-            batch["pooled"] = out["pre_logits"].float()  # (B, D')
-            batch["predicted"] = out["logits"].argmax(-1) if cfg.num_classes else torch.full((len(kept),), -1)
-            for name, value in batch.items():
-                parts.setdefault(name, []).append(value.cpu().numpy())
-            del out, per_state, batch  # the hidden states must not outlive their batch into the next forward pass
-            if distance:
-                parts.setdefault("distance", []).append(np.stack(distances, axis=1))  # (B, blocks, heads)
+            for name, value in batch_arrays(loaded, pixels, patch_index[kept], distance=distance).items():
+                parts.setdefault(name, []).append(value)
             kept_all += kept
         job.progress(done / len(indices), "features")
     return _Part(kept_all, {name: np.concatenate(values) for name, values in parts.items()}, skipped)
@@ -399,7 +431,7 @@ def extract(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64,
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
     _check_features(loaded, source, patches)
-    patch_index = _patch_sample(loaded, len(source), patches, seed)
+    patch_index = _patch_sample(loaded, image_ids(source), patches, seed)
     part = _extract_part(loaded, source, np.arange(len(source)), patch_index, batch_size=batch_size,
                          distance=distance, job=job or Job())
     return _assemble(loaded, source, [part], patch_index)
@@ -432,129 +464,52 @@ def model_hash(loaded: LoadedModel) -> str:
     return h.hexdigest()
 
 
-def data_hash(source: DatasetSource) -> str:
-    """A content hash of the images kept (file bytes, or the pixels of a built-in or CIFAR set), their paths,
-    labels and split: a changed, added or removed file changes it."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps([source.paths, source.label_names], default=str).encode())
-    h.update(source.labels.tobytes())
-    h.update(source.split.tobytes())
-    if source.pixels is not None:
-        h.update(source.pixels.contiguous().numpy().tobytes())
-    else:
-        assert source.root is not None
-        for rel in source.paths:
-            try:
-                with (source.root / rel).open("rb") as f:
-                    while block := f.read(1 << 20):
-                        h.update(block)
-            except OSError as error:  # hashed as missing: extraction reports it as unreadable
-                h.update(f"unreadable {rel}: {error.strerror}".encode())
-    return h.hexdigest()
-
-
-def cache_key(loaded: LoadedModel, source: DatasetSource, *, patches: int, distance: bool, seed: int) -> str:
+def cache_folder(loaded: LoadedModel, cache: Path, source: DatasetSource, *, patches: int, distance: bool,
+                 seed: int) -> Path:
+    """The feature store in the cache folder for these weights, preprocessing, samples and class names
+    (explore.store): the images in it are known by content, so a changed or added file is embedded and the rest
+    read back."""
     h = hashlib.blake2b(digest_size=20)
     recipe = json.dumps(dataset_preprocessing(loaded).to_dict(), sort_keys=True)
-    for part in (str(CACHE_VERSION), model_hash(loaded), data_hash(source), recipe, str(patches), str(distance),
-                 str(seed)):
+    for part in (str(CACHE_VERSION), model_hash(loaded), recipe, str(patches), str(distance), str(seed),
+                 json.dumps(source.label_names)):
         h.update(part.encode())
         h.update(b"\0")
-    return h.hexdigest()
+    return cache / h.hexdigest()
 
 
-_ARRAYS = ("pooled", "predicted", "patches", "patch_index", "norm_mean", "norm_max", "norm_argmax", "prefix_norms")
+def _from_store(loaded: LoadedModel, source: DatasetSource, cache: Path, *, batch_size: int, distance: bool,
+                seed: int, patches: int, job: Job | None) -> Features | None:
+    """The features of `source` from the cache's feature store, embedding into it the images it lacks first (under
+    torchrun every rank writes its shards); None on the ranks other than 0."""
+    from . import store  # the store extracts through this module
 
-
-def save_features(features: Features, path: Path) -> None:
-    """Write the features (and which images they are) as one uncompressed NPZ, atomically."""
-    src = features.source
-    arrays: dict[str, np.ndarray] = {name: getattr(features, name) for name in _ARRAYS}
-    arrays.update({f"cls_{i}": v for i, v in features.cls.items()})
-    arrays.update({f"mean_{i}": v for i, v in features.mean.items()})
-    if features.distance is not None:
-        arrays["distance"] = features.distance
-    meta = {"version": CACHE_VERSION, "depth": features.depth, "grid": list(features.grid), "name": src.name,
-            "root": None if src.root is None else str(src.root), "prefix_names": list(features.prefix_names),
-            "label_names": src.label_names, "skipped": features.skipped, "notes": src.notes}
-    arrays.update(paths=np.asarray(src.paths, dtype=str), labels=src.labels, split=src.split,
-                  meta=np.asarray(json.dumps(meta)))
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-
-    write_atomic(path, write)
-
-
-def load_features(path: Path, source: DatasetSource | None = None) -> Features:
-    """Read features written by save_features: a bounded regular file, its members' sizes checked before they are
-    read, no pickles; ValueError naming the file for anything else. `source` (the same images) gives the pixels
-    of an in-memory set back."""
-    with open_regular(path, MAX_CACHE_BYTES, "feature cache", ValueError) as f:
-        try:
-            with zipfile.ZipFile(f) as zf:
-                total = sum(info.file_size for info in zf.infolist())
-            if total <= MAX_CACHE_BYTES:
-                f.seek(0)
-                with np.load(f, allow_pickle=False) as npz:  # an object array (a pickle) is refused
-                    data = {name: npz[name] for name in npz.files}
-        except (zipfile.BadZipFile, OSError, EOFError, KeyError, ValueError) as error:
-            raise ValueError(f"{path}: not a readable feature cache ({error}); delete it to recompute") from None
-        if total > MAX_CACHE_BYTES:
-            raise ValueError(f"{path}: unpacks to {total:,} bytes, more than a feature cache may hold; delete it")
-    try:
-        meta = json.loads(str(data.pop("meta")))
-        if meta.get("version") != CACHE_VERSION:
-            raise ValueError(f"{path}: a feature cache of another version; delete it to recompute")
-        depth, n = int(meta["depth"]), int(data["labels"].shape[0])
-        src = DatasetSource(str(meta["name"]), None if meta["root"] is None else Path(meta["root"]),
-                            [str(p) for p in data["paths"]], data["labels"].astype(np.int64),
-                            [str(x) for x in meta["label_names"]], data["split"].astype(np.int8),
-                            None if source is None else source.pixels, [str(x) for x in meta["notes"]])
-        features = Features(
-            source=src, depth=depth, cls={i: data[f"cls_{i}"] for i in range(depth + 1) if f"cls_{i}" in data},
-            mean={i: data[f"mean_{i}"] for i in range(depth + 1)},
-            **{name: data[name] for name in _ARRAYS}, grid=(int(meta["grid"][0]), int(meta["grid"][1])),
-            prefix_names=tuple(str(x) for x in meta["prefix_names"]), distance=data.get("distance"),
-            skipped=[str(x) for x in meta["skipped"]])
-    except (KeyError, TypeError, ValueError, IndexError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: a damaged feature cache ({error}); delete it to recompute") from None
-    arrays = [features.pooled, *features.mean.values(), *features.cls.values(), features.patches]
-    if len(src.paths) != n or any(a.shape[0] != n for a in arrays):
-        raise ValueError(f"{path}: a damaged feature cache (arrays of different lengths); delete it to recompute")
-    if source is not None and source.pixels is not None:
-        keep = {p: i for i, p in enumerate(source.paths)}
-        src.pixels = source.pixels[[keep[p] for p in src.paths]]
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    _check_features(loaded, source, patches)
+    folder = cache_folder(loaded, cache, source, patches=patches, distance=distance, seed=seed)
+    ids = image_ids(source)
+    held = store.write_store(loaded, source, folder, states=range(loaded.config.depth + 1),
+                             kinds=store.default_kinds(loaded), batch_size=batch_size, patches=patches, seed=seed,
+                             distance=distance, job=job)
+    if rank_and_world()[0] != 0:
+        return None
+    features = store.features(held, source, ids)
+    features.key, features.from_cache = folder.name, held.embedded == 0
     return features
-
-
-def _cached(loaded: LoadedModel, source: DatasetSource, cache: Path | None, *, patches: int, distance: bool,
-            seed: int) -> tuple[Path | None, str]:
-    """(the cache file for these weights, images and preprocessing, its key); (None, '') without a cache."""
-    if cache is None:
-        return None, ""
-    key = cache_key(loaded, source, patches=patches, distance=distance, seed=seed)
-    return cache / f"{key}.npz", key
 
 
 def features_for(loaded: LoadedModel, source: DatasetSource, *, batch_size: int = 64, distance: bool = False,
                  seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
                  job: Job | None = None) -> Features:
-    """The features of `source`, from the cache folder `cache` when it holds them for these weights, images and
-    preprocessing (None: no cache), else extracted and stored there."""
-    path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed)
-    if path is not None and path.is_file():
-        features = load_features(path, source)
-        features.key, features.from_cache = key, True
-        if job is not None:
-            job.progress(1.0, "features (cached)")
-        return features
-    features = extract(loaded, source, batch_size=batch_size, patches=patches, distance=distance, seed=seed,
-                       job=job)
-    if path is not None:
-        save_features(features, path)
-        features.key = key
+    """The features of `source`: with a cache folder `cache`, from its feature store for these weights and
+    preprocessing (images it lacks are embedded into it first, `from_cache` says whether none were); with None,
+    extracted in memory."""
+    if cache is None:
+        return extract(loaded, source, batch_size=batch_size, patches=patches, distance=distance, seed=seed, job=job)
+    features = _from_store(loaded, source, cache, batch_size=batch_size, distance=distance, seed=seed,
+                           patches=patches, job=job)
+    assert features is not None  # one process: rank 0
     return features
 
 
@@ -576,26 +531,23 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
                     seed: int = 0, patches: int = PATCHES_PER_IMAGE, cache: Path | None = None,
                     job: Job | None = None) -> Features | None:
     """`features_for` under torchrun (as `train` runs): each rank extracts its shard of the images on its own
-    device and rank 0 gathers them in the source's order, reads and writes the cache and returns the features;
-    the other ranks return None. The job hears of rank 0's progress only. In one process: `features_for`."""
+    device, into its shards of the cache's feature store (or, without a cache, gathered by rank 0 in the source's
+    order); rank 0 returns the features, the other ranks None. The job hears of rank 0's progress only. In one
+    process: `features_for`."""
     import torch.distributed as dist
 
     rank, world = rank_and_world()
     if world == 1:
         return features_for(loaded, source, batch_size=batch_size, distance=distance, seed=seed, patches=patches,
                             cache=cache, job=job)
+    if cache is not None:  # each rank writes its shards of the cache's store
+        return _from_store(loaded, source, cache, batch_size=batch_size, distance=distance, seed=seed,
+                           patches=patches, job=job if rank == 0 else None)
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
-    path, key = _cached(loaded, source, cache, patches=patches, distance=distance, seed=seed) if rank == 0 \
-        else (None, "")
-    hit = [path is not None and path.is_file()]
-    dist.broadcast_object_list(hit, src=0)  # every rank must know whether to extract
-    if hit[0]:
-        return features_for(loaded, source, cache=cache, patches=patches, distance=distance, seed=seed,
-                            job=job) if rank == 0 else None
     _check_features(loaded, source, patches)  # every rank, before any extracts: all refuse together
     n = len(source)
-    patch_index = _patch_sample(loaded, n, patches, seed)  # the same draw on every rank
+    patch_index = _patch_sample(loaded, image_ids(source), patches, seed)  # the same draw on every rank
     mine = shard(n, rank, world)
 
     def report(share: float, what: str) -> None:  # rank 0's shard is the longest: scaled, it reaches n last
@@ -615,8 +567,4 @@ def features_across(loaded: LoadedModel, source: DatasetSource, *, batch_size: i
     failed = [g for g in gathered if isinstance(g, str)]
     if failed:
         raise ValueError(f"feature extraction failed on {len(failed)} of {world} processes: {failed[0]}")
-    features = _assemble(loaded, source, [g for g in gathered if isinstance(g, _Part)], patch_index)
-    if path is not None:
-        save_features(features, path)
-        features.key = key
-    return features
+    return _assemble(loaded, source, [g for g in gathered if isinstance(g, _Part)], patch_index)

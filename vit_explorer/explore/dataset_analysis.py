@@ -4,12 +4,15 @@ cell, 2-D projections, the mean attention distance over the dataset and token-no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..analysis import cka as C
+from ..analysis import knn as K
 from ..analysis import probes as P
 from ..checkpoints import LoadedModel
 from ..jobs import Job
@@ -27,6 +30,15 @@ MIN_CKA_IMAGES = 4  # below, CKA says nothing: two images give 1.0 for any featu
 SPREAD = 1e-6  # features whose spread is this small relative to their size are the same for every image
 
 
+class Rows(Protocol):
+    """Features (N, D) read by rows: an array, or a feature store's column."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def __getitem__(self, rows: Any) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class ProbeCurves:
     tokens: str  # 'cls' or 'mean'
@@ -39,6 +51,7 @@ class ProbeCurves:
     confusion: np.ndarray  # (C, C) true x predicted counts at the best state
     label_names: list[str]
     linear_model: str = P.LOGISTIC  # which linear probe was fitted (P.RIDGE above P.MAX_LOGISTIC_WORK)
+    knn_method: str = ""  # which neighbour search the k-NN probe ran (analysis.knn.method_for)
 
     def _repr_png_(self) -> bytes:
         """Inline in Jupyter: accuracy over the token states and the confusion at the best one."""
@@ -82,7 +95,7 @@ def probe_curves(features: Features, tokens: str = "cls", *, seed: int = 0, knn:
     width = by_state[int(states[0])].shape[1]
     model = P.linear_model(len(train), width, int(np.unique(labels[train]).size))
     return ProbeCurves(tokens, states, knn_acc, lin_acc, int(states[best]), val, preds[best],
-                       P.confusion(labels[val], preds[best], len(names)), names, model)
+                       P.confusion(labels[val], preds[best], len(names)), names, model, K.method_for(len(train)))
 
 
 def _paired(a: Features, b: Features | None) -> None:
@@ -116,9 +129,17 @@ def cka_states(a: Features, b: Features | None = None, tokens: str = "cls", *, k
                          f"features); it needs at least {MIN_CKA_IMAGES} (use more images or a larger --limit)")
     xs = [v for _, v in sorted(a.tokens(tokens).items())]
     ys = None if b is None else [v for _, v in sorted(b.tokens(tokens_b or tokens).items())]
+    return cka_arrays(xs, ys, kernel=kernel, threshold=threshold, debiased=debiased, minibatch=minibatch)
+
+
+def cka_arrays(xs: Sequence[Rows], ys: Sequence[Rows] | None = None, *, kernel: str = "linear",
+               threshold: float = 0.5, debiased: bool = False, minibatch: int | None = None) -> np.ndarray:
+    """`cka_states` over features (N, D) per state given as arrays or anything that gives rows by index (a feature
+    store's columns): minibatch CKA reads one batch of rows of each at a time."""
     n = xs[0].shape[0]
-    if minibatch is None and n <= EXACT_CKA_IMAGES:
-        return C.cka_matrix(xs, ys, kernel, threshold=threshold, debiased=debiased)
+    if minibatch is None and n <= EXACT_CKA_IMAGES:  # every row at once (x[:]: an array's view, a column read)
+        return C.cka_matrix([x[:] for x in xs], None if ys is None else [y[:] for y in ys], kernel,
+                            threshold=threshold, debiased=debiased)
     size = minibatch or MINIBATCH
     if size < 4:
         raise ValueError(f"--minibatch must be at least 4 images (the unbiased HSIC needs more than 3), got {size}")
@@ -128,6 +149,7 @@ def cka_states(a: Features, b: Features | None = None, tokens: str = "cls", *, k
         rows = order[start:start + size]
         if len(rows) < 4:  # a last batch too small for the unbiased estimator is left out
             break
+        rows = np.sort(rows)  # read in order (a memory map reads forward); a Gram matrix's order does not matter
         acc.update([x[rows] for x in xs], None if ys is None else [y[rows] for y in ys])
     return acc.result()
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..analysis import knn
 from ..data.images import sample_images
 from .figures import BarsFigure, ImagesFigure, LinesFigure, MapsFigure, state_ticks
 from .forward import STATE_AXIS, ForwardResult
@@ -260,13 +261,11 @@ def _outline(rgb: np.ndarray, grid: tuple[int, int], patch: tuple[int, int]) -> 
 
 
 def nearest(features: np.ndarray, others: Sequence[np.ndarray], names: Sequence[str], k: int = 5) -> BarsFigure:
-    """The k images whose pooled features are most like `features` (cosine), most alike first."""
-    query = torch.as_tensor(features).float()
-    sims = [float(F.cosine_similarity(query, torch.as_tensor(o).float(), dim=0)) for o in others]
-    order = np.argsort(sims)[::-1][:k]
-    return BarsFigure("Nearest images by pooled features (cosine similarity)", tuple(names[i] for i in order),
-                      np.asarray([sims[i] for i in order]), xlabel="cosine similarity", value_format="{:.3f}",
-                      value_range=(-1.0, 1.0))
+    """The k images whose pooled features are most like `features` (cosine, analysis.knn), most alike first."""
+    found = knn.search(np.stack([np.asarray(o, dtype=np.float32).reshape(-1) for o in others]),
+                       np.asarray(features, dtype=np.float32).reshape(1, -1), k)
+    return BarsFigure("Nearest images by pooled features (cosine similarity)", tuple(names[i] for i in found.index[0]),
+                      found.similarity[0], xlabel="cosine similarity", value_format="{:.3f}", value_range=(-1.0, 1.0))
 
 
 def embedding_figure(result: ForwardResult, k: int = 8) -> BarsFigure:
