@@ -79,6 +79,7 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
     _check(args)
     source = D.open_source(args.data, limit=args.limit, seed=args.seed)
     loaded = load(args.source, **load_options(args))
+    E.check_state(loaded, args.state)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tqdm_job("sae", total=100) as job:
@@ -124,11 +125,13 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
 
 def _ground_truth(loaded: Any, source: D.DatasetSource, kept: list[int], args: argparse.Namespace, sae: S.SAE,
                   x: np.ndarray, job: Any) -> tuple[list[str], dict[str, np.ndarray]]:
-    targets = E.factors(loaded, source, kept, args.tokens, seed=args.seed)
+    rows = E.sample(len(x), seed=args.seed)
+    targets = {k: v[rows] for k, v in E.factors(loaded, source, kept, args.tokens, seed=args.seed).items()}
     job.progress(0.92, "baselines")
-    dictionaries = {"sae": E.codes(sae, x), **E.baselines(x, sae.width, seed=args.seed)}
+    sampled = x[rows]
+    dictionaries = {"sae": E.codes(sae, sampled), **E.baselines(sampled, sae.width, seed=args.seed)}
     job.progress(0.95, "ground truth")
-    return list(targets), E.ground_truth(dictionaries, targets, seed=args.seed)
+    return list(targets), E.ground_truth(dictionaries, targets)
 
 
 def _plot(log: E.Training, out: Path, render: Render) -> None:

@@ -41,7 +41,7 @@ def _token_slice(loaded: LoadedModel, kind: str) -> slice:
     return slice(p, None)
 
 
-def _check_state(loaded: LoadedModel, state: int) -> None:
+def check_state(loaded: LoadedModel, state: int) -> None:
     depth = loaded.config.depth
     if not 0 <= state <= depth:
         raise ValueError(f"argument --state: must be 0..{depth} (0 the embedded input, {depth} the last block's "
@@ -52,7 +52,7 @@ def tokens(loaded: LoadedModel, source: D.DatasetSource, state: int, kind: str, 
            job: Job | None = None) -> tuple[np.ndarray, list[int]]:
     """(tokens (images, t, d) float32 of one state and kind, the indices of the images kept)."""
     job = job or Job()
-    _check_state(loaded, state)
+    check_state(loaded, state)
     keep = _token_slice(loaded, kind)
     site = S.state_site(state)
     out, kept = [], []
@@ -274,22 +274,23 @@ def average_precision(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 def baselines(x: np.ndarray, m: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Dictionary scores (n, m) of the same size as the SAE: PCA (the first m/2 components, each as + and -
-    projection; at most 2d) and k-means (m centroids, score = minus the squared distance)."""
+    projection; at most 2d) and k-means (m centroids, fewer for fewer tokens, score = minus the squared distance)."""
     from sklearn.cluster import MiniBatchKMeans
     from sklearn.decomposition import PCA
 
-    pca = PCA(n_components=min(m // 2 or 1, x.shape[1]), random_state=seed).fit(x)
+    pca = PCA(n_components=min(m // 2 or 1, *x.shape), random_state=seed).fit(x)
     p = pca.transform(x)
-    km = MiniBatchKMeans(n_clusters=m, random_state=seed, n_init=1, batch_size=4096).fit(x)
+    km = MiniBatchKMeans(n_clusters=min(m, len(x)), random_state=seed, n_init=1, batch_size=4096).fit(x)
     d2 = (x ** 2).sum(1)[:, None] - 2 * x @ km.cluster_centers_.T + (km.cluster_centers_ ** 2).sum(1)[None]
     return {"pca": np.concatenate([p, -p], axis=1).astype(np.float32), "kmeans": (-d2).astype(np.float32)}
 
 
-def ground_truth(dictionaries: dict[str, np.ndarray], targets: dict[str, np.ndarray], *, limit: int = 50_000,
-                 seed: int = 0) -> dict[str, np.ndarray]:
-    """Per dictionary (name -> scores (n, m)), AP (factors, features) of each feature at each factor, on a seeded
-    sample of at most `limit` tokens."""
-    n = len(next(iter(targets.values())))
-    rows = np.sort(np.random.default_rng(seed).permutation(n)[:limit])
-    t = np.stack([v[rows] for v in targets.values()], axis=1)  # (n', f)
-    return {name: average_precision(scores[rows], t) for name, scores in dictionaries.items()}
+def sample(n: int, limit: int = 50_000, seed: int = 0) -> np.ndarray:
+    """Sorted indices of a seeded sample of at most `limit` of n tokens (what the ground truth is scored on)."""
+    return np.sort(np.random.default_rng(seed).permutation(n)[:limit])
+
+
+def ground_truth(dictionaries: dict[str, np.ndarray], targets: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per dictionary (name -> scores (n, m)), AP (factors, features) of each feature at each factor (n,)."""
+    t = np.stack(list(targets.values()), axis=1)  # (n, f)
+    return {name: average_precision(scores, t) for name, scores in dictionaries.items()}
