@@ -64,7 +64,7 @@ def test_sae_cls_tokens_on_a_folder_free_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("flags", "message"), [
     (["--state", "99"], "--state"),
     (["--k", "0"], "--k"),
-    (["--kind", "relu"], "--kind"),
+    (["--expansion", "0"], "--expansion"),
 ])
 def test_bad_flags_are_one_line_errors(flags, message, tmp_path: Path, capsys) -> None:
     base = ["sae", MODEL, "--data", "shapes", "--limit", "8", "--state", "1", "--out", str(tmp_path / "o")]
