@@ -36,13 +36,13 @@ def test_sae_output_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with open(out / "features.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["feature"]) for r in rows] == list(range(2 * d))
-    assert set(rows[0]) == {"feature", "frequency", "best_factor", "ap"}
+    assert set(rows[0]) == {"feature", "frequency", "effect", "best_factor", "ap"}
     assert all(0 <= float(r["ap"]) <= 1 and r["best_factor"] for r in rows)
     assert sum(float(r["frequency"]) for r in rows) == pytest.approx(metrics["l0"], rel=1e-5)
-    assert "object" in metrics["ground_truth"] and set(metrics["ground_truth"]["object"]) == {"sae", "pca", "kmeans"}
+    assert "object" in metrics["ground_truth"] and set(metrics["ground_truth"]["object"]) == {"sae", "pca", "kmeans", "prevalence"}
     with open(out / "curves.csv") as f:
         assert len(list(csv.DictReader(f))) == 12
-    assert (out / "curves.png").stat().st_size > 1000
+    assert (out / "curves.png").stat().st_size > 1000 and (out / "feature_maps.png").stat().st_size > 1000
     # resume: 12 more steps continue the same run
     assert main(["sae", MODEL, *FLAGS, "--steps", "12", "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err

@@ -66,3 +66,21 @@ def test_baselines_have_the_sae_width() -> None:
     x = np.random.default_rng(0).standard_normal((400, 6)).astype(np.float32)
     b = E.baselines(x, 8)
     assert b["pca"].shape == (400, 8) and b["kmeans"].shape == (400, 8)
+
+
+def test_browser_pieces() -> None:
+    grid = (2, 3)
+    z = np.zeros((2 * 6, 4), np.float32)  # two images of 2x3 patches, four features
+    z[7, 1], z[2, 1], z[7, 3] = 2.0, 1.0, 0.5
+    assert E.top_tokens(z, 1).tolist() == [7, 2] and E.top_tokens(z, 0).size == 0
+    assert E.features_at(z, 1, 1, grid) == [(1, 2.0), (3, 0.5)]
+    assert E.feature_map(z, 1, 1, grid)[0, 1] == 2.0 and E.feature_map(z, 0, 1, grid)[0, 2] == 1.0
+    assert E.order(np.array([0.1, 0.5, 0.0, 0.2])).tolist() == [1, 3, 0, 2]
+    assert E.order(np.zeros(3), np.array([1.0, 3.0, 2.0]), by="effect").tolist() == [1, 2, 0]
+    source = D.open_source("shapes", limit=2)
+    tiles = E.crops(source, [0, 1], np.array([7, 2]), grid)
+    side = source.pixels.shape[-1]
+    assert tiles.shape[0] == 2 and tiles.dtype == np.uint8 and tiles.shape[1] == round(3 * side / 2)
+    picture = np.asarray(source.image(1))
+    assert np.array_equal(tiles[0][: side // 2 * 2, : round(side / 3) * 2], picture[: side // 2 * 2, :  # row 0..1
+                                                                                      round(side / 3) * 2])

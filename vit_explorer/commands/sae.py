@@ -3,8 +3,12 @@
 
 `--out DIR` holds sae.safetensors (W_enc (d, m), b_enc (m), W_dec (m, d), b_dec (d)), metrics.json (kind, k, state,
 tokens, fvu, l0, dead_fraction, logit_recovered, and more: the cross-entropies, the ground truth's best AP per factor
-for the SAE, PCA and k-means on built-in data), features.csv (feature, frequency, and on built-in data best_factor,
-ap), curves.csv, curves.png and l0.png (loss, FVU and L0 per step), and checkpoint.pt (what --resume reads).
+for the SAE, PCA and k-means on built-in data), features.csv (feature, frequency, effect, and on built-in data
+best_factor, ap), curves.csv, curves.png and l0.png (loss, FVU and L0 per step), and for patch tokens the feature
+browser's figures (feature_F.png: the top-activating patches of the features that move the prediction most;
+feature_maps.png; their
+histograms.png), and checkpoint.pt (what --resume reads). features.csv's `effect`: the mean L1 change of the
+probabilities when the feature is ablated (on 32 images).
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from ..explore.figures import LinesFigure
 from ..jobs import tqdm_job
 from . import Render
 from .dataset import write_csv
+
+BROWSE = 500  # images whose patches the feature browser's figures draw from
+EFFECT_IMAGES = 32  # images each feature is ablated on to rank features by how much they move the prediction
+SHOWN = 8  # features drawn under --out
 
 
 def add_arguments(p: argparse.ArgumentParser, name: str = "sae") -> None:
@@ -95,6 +103,11 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         ce = E.logit_recovered(loaded, source.subset(np.asarray(kept)), sae, args.state, args.tokens,
                                job=job.part(0.8, 0.9, "logit recovered"))
         truth = _ground_truth(loaded, source, kept, args, sae, x, job) if source.name in synthetic.VARIANTS else None
+        job.progress(0.97, "features' effects")
+        browse = source.subset(np.asarray(kept[:BROWSE]))
+        pixels = next(p for _, p, _ in D._batches(browse, loaded, EFFECT_IMAGES, job.part(0.97, 0.98),
+                                                  np.arange(len(browse))) if p is not None)
+        effect = E.effects(loaded, pixels.to(loaded.device, loaded.dtype), sae, args.state, np.arange(sae.width))
     weights = {k: v.detach().cpu().contiguous() for k, v in sae.state_dict().items() if k != "threshold"}
     write_atomic(out / "sae.safetensors", lambda tmp: save_file(weights, tmp))
     frequency = stats.pop("frequency")
@@ -102,14 +115,24 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
                                **{k: float(v) for k, v in stats.items()}, **ce, "width": sae.width, "steps": log.step,
                                "images": len(kept), "token_count": len(x), "source": str(args.source),
                                "data": source.name}
-    header, rows = ["feature", "frequency"], [[f, float(frequency[f])] for f in range(sae.width)]
+    header = ["feature", "frequency", "effect"]
+    rows = [[f, float(frequency[f]), float(effect[f])] for f in range(sae.width)]
+    labels: dict[int, str] = {}
     if truth is not None:
-        names, ap = truth
+        names, ap, prevalence = truth
         best = ap["sae"].argmax(0)
         header += ["best_factor", "ap"]
         rows = [r + [names[best[f]], float(ap["sae"][best[f], f])] for f, r in enumerate(rows)]
-        metrics["ground_truth"] = {n: {d: float(a[i].max()) for d, a in ap.items()} for i, n in enumerate(names)}
+        labels = {f: f"best: {names[best[f]]}, AP {ap['sae'][best[f], f]:.2f}" for f in range(sae.width)}
+        metrics["ground_truth"] = {n: {"prevalence": prevalence[i], **{d: float(a[i].max()) for d, a in ap.items()}}
+                                   for i, n in enumerate(names)}
     write_csv(out / "features.csv", header, rows)
+    if args.tokens == "patch":
+        grid = loaded.model.layout().grid
+        z = E.codes(sae, x3[:BROWSE].reshape(-1, x3.shape[-1]))
+        shown = E.order(frequency, effect, by="effect")[:SHOWN]
+        for name, (figure, size) in E.browser_figures(source, kept[:BROWSE], z, grid, shown, labels).items():
+            render(figure, out / name, size)
     write_csv(out / "curves.csv", ["step", "loss", "fvu", "l0"],
               [[i + 1, a, b, c] for i, (a, b, c) in enumerate(zip(log.loss, log.fvu, log.l0, strict=True))])
     _plot(log, out, render)
@@ -119,19 +142,21 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
           f"logit recovered {metrics['logit_recovered']}")
     if truth is not None:
         for name, row in metrics["ground_truth"].items():
-            print(f"{name:28s} AP sae {row['sae']:.3f}  pca {row['pca']:.3f}  kmeans {row['kmeans']:.3f}")
+            print(f"{name:28s} AP sae {row['sae']:.3f}  pca {row['pca']:.3f}  kmeans {row['kmeans']:.3f}  "
+                  f"(prevalence {row['prevalence']:.3f})")
     return 0
 
 
 def _ground_truth(loaded: Any, source: D.DatasetSource, kept: list[int], args: argparse.Namespace, sae: S.SAE,
-                  x: np.ndarray, job: Any) -> tuple[list[str], dict[str, np.ndarray]]:
+                  x: np.ndarray, job: Any) -> tuple[list[str], dict[str, np.ndarray], list[float]]:
     rows = E.sample(len(x), seed=args.seed)
     targets = {k: v[rows] for k, v in E.factors(loaded, source, kept, args.tokens, seed=args.seed).items()}
+    prevalence = [float(v.mean()) for v in targets.values()]
     job.progress(0.92, "baselines")
     sampled = x[rows]
     dictionaries = {"sae": E.codes(sae, sampled), **E.baselines(sampled, sae.width, seed=args.seed)}
     job.progress(0.95, "ground truth")
-    return list(targets), E.ground_truth(dictionaries, targets)
+    return list(targets), E.ground_truth(dictionaries, targets), prevalence
 
 
 def _plot(log: E.Training, out: Path, render: Render) -> None:

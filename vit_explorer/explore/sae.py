@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -294,3 +295,93 @@ def ground_truth(dictionaries: dict[str, np.ndarray], targets: dict[str, np.ndar
     """Per dictionary (name -> scores (n, m)), AP (factors, features) of each feature at each factor (n,)."""
     t = np.stack(list(targets.values()), axis=1)  # (n, f)
     return {name: average_precision(scores, t) for name, scores in dictionaries.items()}
+
+
+# the feature browser's figures (drawn by the app's compositions, in the app and under --out)
+
+CROP = 1  # patches of context on each side of a top-activating patch
+
+
+def top_tokens(z: np.ndarray, feature: int, count: int = 16) -> np.ndarray:
+    """Indices (<= count,) of the tokens where a feature is largest among codes z (n, m), where it fires at all."""
+    column = z[:, feature]
+    order = np.argsort(-column, kind="stable")[:count]
+    return order[column[order] > 0]
+
+
+def crops(source: D.DatasetSource, kept: list[int], tokens: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """Image crops (k, h, w, 3) uint8 around patch tokens (flat indices over images x patches), with CROP patches
+    of context, from the images as stored (scaled to the patch grid)."""
+    gh, gw = grid
+    out = []
+    for token in tokens:
+        image, cell = divmod(int(token), gh * gw)
+        row, col = divmod(cell, gw)
+        picture = np.asarray(source.image(kept[image]).convert("RGB"))
+        ph, pw = picture.shape[0] / gh, picture.shape[1] / gw
+        r0, r1 = max(0, row - CROP), min(gh, row + CROP + 1)
+        c0, c1 = max(0, col - CROP), min(gw, col + CROP + 1)
+        part = picture[round(r0 * ph):round(r1 * ph), round(c0 * pw):round(c1 * pw)]
+        side = round((2 * CROP + 1) * ph), round((2 * CROP + 1) * pw)
+        tile = np.zeros((*side, 3), np.uint8)
+        tile[:part.shape[0], :part.shape[1]] = part
+        out.append(tile)
+    return np.stack(out) if out else np.zeros((0, 1, 1, 3), np.uint8)
+
+
+def order(frequency: np.ndarray, effect: np.ndarray | None = None, by: str = "frequency") -> np.ndarray:
+    """Features, most frequent (or most moving the prediction) first; dead features last."""
+    key = frequency if by == "frequency" or effect is None else effect
+    return np.argsort(-key, kind="stable")
+
+
+@torch.no_grad()
+def effects(loaded: LoadedModel, pixels: torch.Tensor, sae: S.SAE, state: int, features: np.ndarray) -> np.ndarray:
+    """How much ablating each feature moves the prediction: the mean L1 change of the probabilities (features,)
+    on a batch of images (B, 3, H, W)."""
+    site = S.state_site(state)
+    clean = loaded.model(pixels).float().softmax(-1)
+    out = []
+    for f in features:
+        moved = loaded.model.run_with_hooks(pixels, fwd_hooks=[(site, S.steer(sae, int(f), 0.0))]).float()
+        out.append(float((moved.softmax(-1) - clean).abs().sum(-1).mean()))
+    return np.asarray(out)
+
+
+def feature_map(z: np.ndarray, image: int, feature: int, grid: tuple[int, int]) -> np.ndarray:
+    """A feature's activation (gh, gw) over one image's patches, from patch codes z (images * patches, m)."""
+    n = grid[0] * grid[1]
+    return z[image * n:(image + 1) * n, feature].reshape(grid)
+
+
+def features_at(z: np.ndarray, image: int, patch: int, grid: tuple[int, int], count: int = 10
+                ) -> list[tuple[int, float]]:
+    """(feature, activation) of the features active at one patch of one image, largest first (a click's list)."""
+    row = z[image * grid[0] * grid[1] + patch]
+    active = np.flatnonzero(row > 0)
+    return [(int(f), float(row[f])) for f in active[np.argsort(-row[active], kind="stable")][:count]]
+
+
+def browser_figures(source: D.DatasetSource, kept: list[int], z: np.ndarray, grid: tuple[int, int],
+                    features: np.ndarray, labels: dict[int, str], *, image: int = 0) -> dict[str, tuple[Any, tuple[int,
+                                                                                                               int]]]:
+    """name -> (figure, size): per feature its top-activating patches; the features' maps on one image; their
+    activation histograms."""
+    from .figures import LinesFigure, MapsFigure, TilesFigure
+
+    out: dict[str, tuple[Any, tuple[int, int]]] = {}
+    for f in features:
+        tiles = crops(source, kept, top_tokens(z, int(f)), grid)
+        if len(tiles):
+            out[f"feature_{int(f)}.png"] = (TilesFigure(f"Feature {int(f)}: top-activating patches "
+                                                        f"({labels.get(int(f), '')})", tiles, columns=8), (900, 500))
+    picture = np.asarray(source.image(kept[image]).convert("RGB"))
+    maps = np.stack([feature_map(z, image, int(f), grid) for f in features])
+    out["feature_maps.png"] = (MapsFigure("Features on one image", maps, tuple(f"feature {int(f)}" for f in features),
+                                          picture, grid, colorbar_label="activation", scale="each"), (1100, 700))
+    edges = np.linspace(0, max(float(z[:, features].max()), 1e-6), 31)
+    centres = (edges[:-1] + edges[1:]) / 2
+    out["histograms.png"] = (LinesFigure("Activation histograms (active tokens only)", centres,
+                                         {f"feature {int(f)}": np.histogram(z[:, f][z[:, f] > 0], edges)[0]
+                                          .astype(float) for f in features}, "activation", "tokens"), (900, 500))
+    return out
