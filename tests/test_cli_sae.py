@@ -39,7 +39,7 @@ def test_sae_output_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert set(rows[0]) == {"feature", "frequency", "effect", "best_factor", "ap"}
     assert all(0 <= float(r["ap"]) <= 1 and r["best_factor"] for r in rows)
     assert sum(float(r["frequency"]) for r in rows) == pytest.approx(metrics["l0"], rel=1e-5)
-    assert "object" in metrics["ground_truth"] and set(metrics["ground_truth"]["object"]) == {"sae", "pca", "kmeans", "prevalence"}
+    assert set(metrics["ground_truth"]["object"]) == {"sae", "pca", "kmeans", "prevalence"}
     with open(out / "curves.csv") as f:
         assert len(list(csv.DictReader(f))) == 12
     assert (out / "curves.png").stat().st_size > 1000 and (out / "feature_maps.png").stat().st_size > 1000
