@@ -58,8 +58,8 @@ def test_resume_continues_the_same_run(tmp_path) -> None:
     assert log2.step == 10 and np.allclose(log2.loss, log.loss, atol=1e-6)
     for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
-    m = E.measure(resumed, x)
-    assert m["l0"] <= 3 and m["frequency"].shape == (16,)
+    m, frequency = E.measure(resumed, x)
+    assert m["l0"] <= 3 and frequency.shape == (16,) and frequency.sum() == pytest.approx(m["l0"])
 
 
 def test_baselines_have_the_sae_width() -> None:

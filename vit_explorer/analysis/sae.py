@@ -11,7 +11,8 @@ loss. Steering edits a state through its hook site so that a feature set to its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -23,6 +24,8 @@ EPS = 1e-8  # added to a decoder row's norm (overcomplete's normalize_l2)
 
 class SAE(nn.Module):
     """A sparse autoencoder of width m over d-dimensional tokens."""
+
+    threshold: torch.Tensor  # () BatchTopK's running threshold, NaN until the first training batch
 
     def __init__(self, d: int, m: int, k: int, kind: str = "topk") -> None:
         super().__init__()
@@ -94,7 +97,7 @@ def train(sae: SAE, batches: Iterable[torch.Tensor], optimiser: torch.optim.Opti
     for x in batches:
         optimiser.zero_grad()
         loss = sae.loss(x)
-        loss.backward()
+        torch.autograd.backward(loss)
         optimiser.step()
         yield float(loss.detach())
     sae.normalise_decoder()
@@ -105,7 +108,7 @@ def fvu(x: torch.Tensor, x_hat: torch.Tensor) -> float:
     return float((x - x_hat).square().sum() / (x - x.mean(dim=0)).square().sum().clamp_min(1e-12))
 
 
-def steer(sae: SAE, feature: int, value: float | None):  # noqa: ANN201 - a HookFn
+def steer(sae: SAE, feature: int, value: float | None) -> Callable[[torch.Tensor, Any], torch.Tensor]:
     """A forward hook that sets a feature's code to `value` at every token (None: its own value, 0 ablates),
     keeping the SAE's error: x + (z'_f - z_f) W_dec[f]. Where nothing changes, x is returned untouched."""
 

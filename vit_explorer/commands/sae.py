@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         sae = S.SAE(d, args.expansion * d, args.k, args.kind)
         log = E.fit(sae, x, steps=steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                     device=loaded.device, checkpoint=out / "checkpoint.pt", job=job.part(0.2, 0.8, "training"))
-        stats = E.measure(sae, x)
+        stats, frequency = E.measure(sae, x)
         ce = E.logit_recovered(loaded, source.subset(np.asarray(kept)), sae, args.state, args.tokens,
                                job=job.part(0.8, 0.9, "logit recovered"))
         truth = _ground_truth(loaded, source, kept, args, sae, x, job) if source.name in synthetic.VARIANTS else None
@@ -110,7 +110,6 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         effect = E.effects(loaded, pixels.to(loaded.device, loaded.dtype), sae, args.state, np.arange(sae.width))
     weights = {k: v.detach().cpu().contiguous() for k, v in sae.state_dict().items() if k != "threshold"}
     write_atomic(out / "sae.safetensors", lambda tmp: save_file(weights, tmp))
-    frequency = stats.pop("frequency")
     metrics: dict[str, Any] = {"kind": args.kind, "k": args.k, "state": args.state, "tokens": args.tokens,
                                **{k: float(v) for k, v in stats.items()}, **ce, "width": sae.width, "steps": log.step,
                                "images": len(kept), "token_count": len(x), "source": str(args.source),

@@ -120,7 +120,7 @@ def fit(sae: S.SAE, x: np.ndarray, *, steps: int, batch_size: int = 1024, lr: fl
         batch = batch.to(device)
         optimiser.zero_grad()
         loss = sae.loss(batch)
-        loss.backward()
+        torch.autograd.backward(loss)
         optimiser.step()
         with torch.no_grad():
             z, x_hat = sae(batch)
@@ -146,8 +146,8 @@ def codes(sae: S.SAE, x: np.ndarray, batch_size: int = 8192) -> np.ndarray:
 
 
 @torch.no_grad()
-def measure(sae: S.SAE, x: np.ndarray, batch_size: int = 8192) -> dict[str, float | np.ndarray]:
-    """fvu, l0 (mean active features per token), dead_fraction (never active on x) and frequency (m,)."""
+def measure(sae: S.SAE, x: np.ndarray, batch_size: int = 8192) -> tuple[dict[str, float], np.ndarray]:
+    """({fvu, l0 (mean active features per token), dead_fraction (never active on x)}, frequency (m,))."""
     device = sae.W_enc.device
     err = var = 0.0
     active = np.zeros(sae.width)
@@ -162,8 +162,7 @@ def measure(sae: S.SAE, x: np.ndarray, batch_size: int = 8192) -> dict[str, floa
         active += on.sum(0).cpu().numpy()
         l0 += float(on.sum())
     frequency = active / len(x)
-    return {"fvu": err / max(var, 1e-12), "l0": l0 / len(x), "dead_fraction": float((active == 0).mean()),
-            "frequency": frequency}
+    return {"fvu": err / max(var, 1e-12), "l0": l0 / len(x), "dead_fraction": float((active == 0).mean())}, frequency
 
 
 def _replace(sae: S.SAE, keep: slice, how: str) -> Callable[[torch.Tensor, object], torch.Tensor]:
