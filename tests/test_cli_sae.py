@@ -42,7 +42,7 @@ def test_sae_output_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert set(metrics["ground_truth"]["object"]) == {"sae", "pca", "kmeans", "prevalence"}
     with open(out / "curves.csv") as f:
         assert len(list(csv.DictReader(f))) == 12
-    assert (out / "curves.png").stat().st_size > 1000 and (out / "feature_maps.png").stat().st_size > 1000
+    assert all((out / n).stat().st_size > 1000 for n in ("curves.png", "feature_maps.png", "steering.png"))
     # resume: 12 more steps continue the same run
     assert main(["sae", MODEL, *FLAGS, "--steps", "12", "--out", str(out)]) == 2
     assert "--resume" in capsys.readouterr().err

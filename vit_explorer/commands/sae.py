@@ -4,9 +4,9 @@
 `--out DIR` holds sae.safetensors (W_enc (d, m), b_enc (m), W_dec (m, d), b_dec (d)), metrics.json (kind, k, state,
 tokens, fvu, l0, dead_fraction, logit_recovered, and more: the cross-entropies, the ground truth's best AP per factor
 for the SAE, PCA and k-means on built-in data), features.csv (feature, frequency, effect, and on built-in data
-best_factor, ap), curves.csv, curves.png and l0.png (loss, FVU and L0 per step), and for patch tokens the feature
-browser's figures (feature_F.png: the top-activating patches of the features that move the prediction most;
-feature_maps.png; their
+best_factor, ap), curves.csv, curves.png and l0.png (loss, FVU and L0 per step), steering.png (one image's prediction
+with the feature that moves predictions most ablated), for patch tokens the feature browser's figures
+(feature_F.png: the top-activating patches of the features that move the prediction most; feature_maps.png; their
 histograms.png), and checkpoint.pt (what --resume reads). features.csv's `effect`: the mean L1 change of the
 probabilities when the feature is ablated (on 32 images).
 """
@@ -126,12 +126,14 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         metrics["ground_truth"] = {n: {"prevalence": prevalence[i], **{d: float(a[i].max()) for d, a in ap.items()}}
                                    for i, n in enumerate(names)}
     write_csv(out / "features.csv", header, rows)
+    shown = E.order(frequency, effect, by="effect")[:SHOWN]
     if args.tokens == "patch":
         grid = loaded.model.layout().grid
         z = E.codes(sae, x3[:BROWSE].reshape(-1, x3.shape[-1]))
-        shown = E.order(frequency, effect, by="effect")[:SHOWN]
         for name, (figure, size) in E.browser_figures(source, kept[:BROWSE], z, grid, shown, labels).items():
             render(figure, out / name, size)
+    render(E.steering_figure(loaded, pixels[:1].to(loaded.device, loaded.dtype), sae, args.state, int(shown[0]), 0.0),
+           out / "steering.png", (900, 500))
     write_csv(out / "curves.csv", ["step", "loss", "fvu", "l0"],
               [[i + 1, a, b, c] for i, (a, b, c) in enumerate(zip(log.loss, log.fvu, log.l0, strict=True))])
     _plot(log, out, render)

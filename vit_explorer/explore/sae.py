@@ -384,3 +384,20 @@ def browser_figures(source: D.DatasetSource, kept: list[int], z: np.ndarray, gri
                                          {f"feature {int(f)}": np.histogram(z[:, f][z[:, f] > 0], edges)[0]
                                           .astype(float) for f in features}, "activation", "tokens"), (900, 500))
     return out
+
+
+@torch.no_grad()
+def steering_figure(loaded: LoadedModel, pixels: torch.Tensor, sae: S.SAE, state: int, feature: int,
+                    value: float) -> Any:
+    """The prediction of one image (1, 3, H, W) with a feature set to `value` at every token (0 ablates), the clean
+    prediction marked on its bars."""
+    from .figures import BarsFigure
+
+    site = S.state_site(state)
+    clean = loaded.model(pixels).float().softmax(-1)[0].cpu().numpy()
+    moved = loaded.model.run_with_hooks(pixels, fwd_hooks=[(site, S.steer(sae, feature, value))])
+    steered = moved.float().softmax(-1)[0].cpu().numpy()
+    top = np.argsort(-np.maximum(clean, steered), kind="stable")[:10]
+    return BarsFigure(f"Steering: feature {feature} set to {value:g} at state {state} (bars), clean (markers)",
+                      tuple(loaded.label(int(i)) for i in top), steered[top], "probability",
+                      markers={"clean": clean[top]}, value_range=(0.0, 1.0))
