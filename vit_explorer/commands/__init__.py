@@ -45,5 +45,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "dataset", draws=True),
     Command("registers", "high-norm (outlier) tokens per state over a dataset, the MLP neurons that write them, "
             "attention entropy", "registers", draws=True),
+    Command("sae", "train a sparse autoencoder on one token state (weights, metrics, features, curves)", "sae",
+            draws=True),
     Command("export-lesson", "write a lesson as one web page that runs its models in the browser, offline", "lesson"),
 )}

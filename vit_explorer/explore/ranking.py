@@ -33,6 +33,8 @@ AUCS: dict[str, Callable[[rel.Faithfulness], float]] = {
     "insertion": lambda f: f.insertion_auc,
     "positive": lambda f: f.positive_auc,
     "negative": lambda f: f.negative_auc,
+    "road_morf": lambda f: f.road_morf_auc,
+    "road_lerf": lambda f: f.road_lerf_auc,
 }
 LOCALISATION = ("pointing", "iou")  # on images whose object masks are known
 RANK_BY = ("negative", "positive")  # a method's place: mean negative AUC - mean positive AUC, largest first
