@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject
 
+from vit_explorer.gui import figures
+
 from .conftest import wait_result
 
 
@@ -42,3 +44,28 @@ def test_a_slow_pass_still_says_computing(qtbot, window) -> None:
     qtbot.waitUntil(lambda: note.full_text == "computing…", timeout=2000)
     note.show_busy(False)
     assert note.full_text == "" and not note.isVisible()
+
+
+def test_a_mask_click_draws_the_picture_once_and_the_mask_once(qtbot, window, monkeypatch) -> None:
+    panel = window.image_panel
+    calls = {"picture": 0, "mask": 0}
+    set_image, draw_cells = panel.canvas.setImage, figures.draw_masked_cells
+
+    def counted_image(*args, **kwargs):
+        calls["picture"] += 1
+        return set_image(*args, **kwargs)
+
+    def counted_cells(view, *args, **kwargs):
+        calls["mask"] += view is panel.view  # the other views draw the hatches over their maps too
+        return draw_cells(view, *args, **kwargs)
+
+    monkeypatch.setattr(panel.canvas, "setImage", counted_image)
+    monkeypatch.setattr(figures, "draw_masked_cells", counted_cells)
+    window.session.toggle_patch(1, 1)
+    wait_result(qtbot, window.session)
+    qtbot.wait(50)
+    assert calls == {"picture": 0, "mask": 1}  # the hatches at the click; its pass changes neither
+    assert panel._hatches  # the masked patch is drawn
+    window.session.toggle_patch(1, 1)
+    wait_result(qtbot, window.session)
+    assert calls == {"picture": 0, "mask": 2}
