@@ -69,3 +69,13 @@ def test_a_mask_click_draws_the_picture_once_and_the_mask_once(qtbot, window, mo
     window.session.toggle_patch(1, 1)
     wait_result(qtbot, window.session)
     assert calls == {"picture": 0, "mask": 2}
+
+
+def test_the_photo_under_a_map_is_painted_from_its_cache(qtbot, window) -> None:
+    """A click changes the map, not the photo under it: the photo is not rescaled at every repaint."""
+    from PySide6.QtWidgets import QGraphicsItem
+
+    window.docks["Attention"].raise_()
+    view = window.views["Attention"]
+    qtbot.waitUntil(lambda: view._drawn is not None and bool(view._drawn.photos), timeout=20000)
+    assert all(photo.cacheMode() == QGraphicsItem.CacheMode.DeviceCoordinateCache for photo in view._drawn.photos)
