@@ -28,7 +28,7 @@ from ..analysis.components import (
 from ..checkpoints import LoadedModel
 from ..jobs import Job
 from ..models import TokenLayout
-from .figures import BarsFigure, MapsFigure, json_number
+from .figures import BarsFigure, MapsFigure, dimmed, json_number
 from .forward import Inputs, check_inputs, pixels_for
 
 CORRUPTIONS = ("mask", "image", "heads")  # what the corrupted run changes: [MASK] painted, another image, heads off
@@ -308,5 +308,5 @@ def sweep_figure(result: Sweep, layout: TokenLayout, display: np.ndarray | None)
     finite = np.abs(effects[np.isfinite(effects)])
     top = max(SWEEP_LEVEL, float(finite.max()) if finite.size else 0.0)
     return MapsFigure(f"{result.component} patched at one position: effect (1 = clean)", maps, tuple(titles),
-                      display, layout.grid, colorbar_label="normalised effect", cmap="CET-D1", levels=(-top, top),
-                      opacity=0.8)
+                      dimmed(display), layout.grid, colorbar_label="normalised effect", cmap="CET-D1",
+                      levels=(-top, top), opacity=0.8)

@@ -176,6 +176,18 @@ class ImagesFigure(Inline):
 Figure = MapsFigure | SimilarityFigure | BarsFigure | LinesFigure | ScatterFigure | TilesFigure | ImagesFigure
 
 
+DIMMED = 0.4  # the brightness an image keeps under a map that must read over it (a diverging sweep)
+
+
+def dimmed(image: np.ndarray | None, keep: float = DIMMED) -> np.ndarray | None:
+    """(H, W, 3) uint8 -> the same image in grey at `keep` of its brightness: a map drawn over it stays readable
+    (a diverging map's pale middle over a full-colour photo washes out)."""
+    if image is None:
+        return None
+    grey = np.asarray(image, np.float32)[..., :3] @ np.asarray([0.299, 0.587, 0.114], np.float32)  # (H, W)
+    return np.repeat((grey * keep).round().clip(0, 255).astype(np.uint8)[..., None], 3, axis=2)
+
+
 def finite_levels(values: np.ndarray, levels: tuple[float, float] | None = None) -> tuple[float, float]:
     """`levels` if given, else the finite range of the values (a flat or empty map gets a unit range)."""
     if levels is not None:

@@ -308,6 +308,8 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
     h, w = rgb.shape[:2]
     plot = _image_plot(layout, title)
     photo = pg.ImageItem(rgb.astype(np.uint8), levels=(0, 255))
+    # painted once at screen resolution and reused: a click that changes only the map over it costs no rescale of it
+    photo.setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
     plot.addItem(photo)
     heat = None
     if overlay is not None:

@@ -142,6 +142,8 @@ class ImagePanel(SessionWidget):
         self.mask_item = pg.ImageItem()  # the query patch, highlighted
         self.view.addItem(self.mask_item)
         self._hatches: list[QGraphicsItem] = []  # masked patches, drawn as the figures draw them
+        self._shown: tuple[object, ...] | None = None  # the (model, image, size) whose picture the canvas holds
+        self._marked: tuple[object, ...] | None = None  # the (patch, mask, query) the hatches and highlight show
         self.grid_item = pg.PlotCurveItem(pen=pg.mkPen((255, 255, 255, 110), width=1), connect="pairs")
         self.view.addItem(self.grid_item)
         for item in (self.mask_item, self.grid_item):
@@ -403,6 +405,14 @@ class ImagePanel(SessionWidget):
             box.setValue(value)
 
     def _result(self, result: ForwardResult) -> None:
+        inputs = result.inputs
+        shown = (inputs.model_id, inputs.image_id, inputs.size)
+        if shown != self._shown:  # a mask click or a head toggle: the same picture, nothing to draw again
+            self._shown = shown
+            self._draw_picture(result)
+        self._draw_mask()
+
+    def _draw_picture(self, result: ForwardResult) -> None:
         self.canvas.setImage(result.display, autoLevels=False, levels=(0, 255))
         h, w = result.display.shape[:2]
         p = result.layout.patch_size
@@ -415,13 +425,16 @@ class ImagePanel(SessionWidget):
             ys += [y, y]
         self.grid_item.setData(np.asarray(xs, float), np.asarray(ys, float))
         self.view.setRange(xRange=(0, w), yRange=(0, h), padding=0.01)
-        self._draw_mask()
 
     def _draw_mask(self) -> None:
         if self.session.loaded is None:
             return
         p = self.session.loaded.config.patch_size
         gh, gw = self.session.mask.shape
+        marked = (p, self.session.mask.tobytes(), self.session.mask.shape, self.session.query)
+        if marked == self._marked:  # drawn already (at the click, before its pass): no repaint
+            return
+        self._marked = marked
         for item in self._hatches:
             self.view.removeItem(item)
         before = set(self.view.addedItems)

@@ -38,6 +38,7 @@ Table = tuple[list[str], Sequence[Sequence[Any]]]  # header, rows
 T = TypeVar("T")
 EXPORT_FOLDER_KEY = "export_folder"
 EXPORT_SCALES = (1, 2, 3)  # PNG sizes offered, as multiples of the figure's size on screen
+BUSY_NOTE_MS = 300  # a pass shorter than this shows no "computing…": the note would re-lay the view out twice
 
 
 class Note(QLabel):
@@ -51,11 +52,23 @@ class Note(QLabel):
         self.setVisible(False)
         self.full_text = ""
         self.compact = False
+        self._busy = QTimer(self)
+        self._busy.setSingleShot(True)
+        self._busy.timeout.connect(lambda: self.setText("computing…"))
 
     def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
         self.full_text = elide(text, MAX_TEXT)  # a note may quote what was typed or a file's text: bounded
         self._show()
         self.setVisible(bool(text))
+
+    def show_busy(self, busy: bool) -> None:
+        """Say "computing…" once a pass has run for BUSY_NOTE_MS; a quick click's pass changes no layout."""
+        if busy:
+            self._busy.start(BUSY_NOTE_MS)
+            return
+        self._busy.stop()
+        if self.full_text == "computing…":
+            self.setText("")
 
     def set_compact(self, compact: bool) -> None:
         self.compact = compact

@@ -46,7 +46,7 @@ class PredictionView(View):
         self.change = Note()  # how the masks and heads changed the prediction
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
-        self.listen(session.busy, lambda busy: self.note.setText("computing…" if busy else ""))
+        self.listen(session.busy, self.note.show_busy)
         self.redraw()
 
     def picture(self) -> QWidget:
