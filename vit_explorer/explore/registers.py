@@ -325,8 +325,8 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
     out: dict[str, tuple[Figure, tuple[int, int]]] = {
         "outlier_share.png": (LinesFigure("High-norm patch tokens per state (an untrained model has none)", x,
                                           {"outlier share": d.outlier_share}, "after block", "share of patches",
-                                          state_ticks(states)), (900, 500)),
-        "norms.png": (LinesFigure("Patch-token norms per state (prefix tokens and registers beside them)", x,
+                                          state_ticks(states), y_range=(0.0, 1.0)), (900, 500)),
+        "norms.png": (LinesFigure("Patch-token norms per state (random weights: max near the median)", x,
                                   {"max": d.norms.max(axis=(0, 2)), "median": median,
                                    **{f"[{n.upper()}]": d.prefix_norms[:, :, i].mean(axis=0)
                                       for i, n in enumerate(d.prefix_names[:6])}},
@@ -337,13 +337,14 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
                                     "|activation|", state_ticks(states)), (900, 500))}
     if d.positional_share is not None:
         out["positional.png"] = (LinesFigure("Positional artifact: patch-token variance the mean per grid cell "
-                                             "explains", x, {"share": d.positional_share}, "after block",
-                                             "share of variance", state_ticks(states)), (900, 500))
+                                             "explains (random weights: near 0)", x, {"share": d.positional_share},
+                                             "after block", "share of variance", state_ticks(states),
+                                             y_range=(0.0, 1.0)), (900, 500))
     neurons = d.neurons(top)
     if neurons:
         s = d.outlier_state or 0
         out["neurons.png"] = (BarsFigure(f"Register neurons: mean |activation| at the outliers of state "
-                                         f"{d.detect_state} (they appear at state {s})",
+                                         f"{d.detect_state} (they appear at state {s}; random: none)",
                                          tuple(f"block {b} unit {u}" for b, u, _ in neurons),
                                          np.asarray([v for *_, v in neurons]), "mean activation", "{:.2f}"),
                               (900, 600))

@@ -556,11 +556,13 @@ def _legend(columns: int = 1) -> pg.LegendItem:
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
                title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None,
-               x_ticks: Sequence[tuple[float, str]] = (), legend: bool = True) -> pg.PlotItem:
+               x_ticks: Sequence[tuple[float, str]] = (), legend: bool = True,
+               y_range: tuple[float, float] | None = None) -> pg.PlotItem:
     """One line per named series over the same x, with a legend in a row below the plot (curves added later
     with a name join it: it is the plot's `legend`). integer_x: ticks on whole numbers only (x counts layers
     or steps); None decides from x (say True for curves that start empty). x_ticks: fixed (value, label) ticks.
-    legend=False: none (a figure of several plots with one legend for all, the Training view's)."""
+    legend=False: none (a figure of several plots with one legend for all, the Training view's). y_range: a fixed
+    y axis (a share: (0, 1)); None fits the data."""
     xs = np.asarray(x, dtype=np.float64)
     # the plot, and under it its legend: a legend over the data area hides curves
     cell = layout.addLayout() if legend else layout
@@ -578,6 +580,9 @@ def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[st
                   symbol=SYMBOLS[i % len(SYMBOLS)] if markers else None, symbolSize=8,
                   symbolBrush=colour, symbolPen=None)
     plot.showGrid(x=True, y=True, alpha=0.25)
+    if y_range is not None:
+        plot.setYRange(*y_range, padding=0.02)
+        plot.getViewBox().enableAutoRange(axis="y", enable=False)
     return plot
 
 
@@ -812,7 +817,7 @@ def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
         return BarsPlot(layout, figure)
     if isinstance(figure, LinesFigure):
         return draw_lines(layout, figure.x, figure.series, title=figure.title, xlabel=figure.xlabel,
-                          ylabel=figure.ylabel, x_ticks=figure.x_ticks)
+                          ylabel=figure.ylabel, x_ticks=figure.x_ticks, y_range=figure.y_range)
     if isinstance(figure, ScatterFigure):
         return draw_scatter(layout, figure.x, figure.y, groups=figure.groups, title=figure.title,
                             xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter,
