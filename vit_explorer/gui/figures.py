@@ -394,6 +394,19 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     return plot, image
 
 
+def draw_attention_thumbnail(layout: pg.GraphicsLayout, grid: np.ndarray, *, title: str,
+                             cmap: str = "viridis") -> tuple[pg.PlotItem, pg.ImageItem]:
+    """A small attention map over the patch grid (gh, gw), scaled to its own range (the Training view's [CLS]
+    thumbnail; a flat map is uniform attention, an untrained model's)."""
+    plot = _image_plot(layout, title)
+    image = pg.ImageItem(np.asarray(grid, dtype=np.float32))
+    image.setColorMap(_colormap(cmap))
+    plot.addItem(image)
+    for axis in ("bottom", "left"):
+        plot.getAxis(axis).setTicks([[], []])
+    return plot, image
+
+
 def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7, note: str = ""
                    ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """K small RGB images (K, h, w, 3) in a mosaic; each tile is min-max scaled on its own, as in
