@@ -31,11 +31,11 @@ def test_the_toggle_equals_the_cli_and_off_restores(qtbot, window, tiny_checkpoi
     logits = torch.tensor(json.loads(capsys.readouterr().out)["logits"])
     np.testing.assert_allclose(view.shifted.probs, logits.softmax(-1).numpy(), rtol=1e-5, atol=1e-7)
     assert not np.allclose(view.shifted.probs, original_probs)  # the register changes the prediction
-    assert "Test-time registers" in view.change.text()
+    assert view.change.text().startswith("With 1 test-time register (1:3, 0:5)")
     header, rows = view.table()
     assert header[-1] == "prob_test_time_registers"
     np.testing.assert_allclose([r[-1] for r in rows], view.shifted.probs[[r[0] for r in rows]], rtol=1e-6)
-    assert view._beside is not None  # the shifted bars and both norms beside the original's
+    assert view._beside is not None and list(view.figure.markers) == ["test-time registers"]  # beside each bar
 
     view.registers.setChecked(False)
     assert view.shifted is None and view._beside is None

@@ -356,16 +356,17 @@ def shifted(inputs: Any, neurons: Sequence[tuple[int, int]], *, mode: str = "zer
 
 
 def shifted_figures(result: Any, s: Shifted, top_k: int) -> tuple[BarsFigure, LinesFigure]:
-    """The shifted model's top classes (ranked as the original's, so the bars sit beside the original's) with the
-    original's as markers, and the largest patch norm per state of both: registers take the outliers' norm away (a
-    random model has none to take)."""
+    """The original's top classes as bars with the shifted model's probabilities as markers beside each bar, and
+    the largest patch norm per state of both: registers take the outliers' norm away (a random model has none to
+    take)."""
     from .prediction import prediction_figure, top_classes
 
     order = top_classes(result, top_k)
     base = prediction_figure(result, top_k)
-    bars = BarsFigure(f"with {s.k} test-time register{'s' * (s.k > 1)} ({len(s.neurons)} neurons, patches: {s.mode})",
-                      base.labels, s.probs[order].astype(np.float64), xlabel="probability", highlight=0,
-                      markers={"original": result.probs[order].astype(np.float64)}, value_range=(0.0, 1.0))
+    title = f"original (bars) · {s.k} register{'s' * (s.k > 1)}, patches {s.mode}"
+    bars = BarsFigure(title, base.labels, base.values, xlabel="probability",
+                      highlight=0, markers={"test-time registers": s.probs[order].astype(np.float64)},
+                      value_range=(0.0, 1.0))
     states = s.norms.shape[0]
     x = np.arange(states, dtype=float) - 1
     lines = LinesFigure("Largest patch-token norm (random weights: no outliers to move)", x,
@@ -378,8 +379,8 @@ def shift_text(result: Any, s: Shifted) -> str:
     """The change in the prediction, in a sentence."""
     label = result.inputs.loaded.label
     top, new = int(result.probs.argmax()), int(s.probs.argmax())
-    text = (f"Test-time registers ({s.k}, {len(s.neurons)} neurons: "
-            f"{', '.join(f'{b}:{u}' for b, u in s.neurons[:6])}{'…' if len(s.neurons) > 6 else ''}): "
+    moved = ", ".join(f"{b}:{u}" for b, u in s.neurons[:6]) + ("…" if len(s.neurons) > 6 else "") or "no neurons"
+    text = (f"With {s.k} test-time register{'s' * (s.k > 1)} ({moved}): "
             f"'{label(top)}' {result.probs[top]:.1%} → {s.probs[top]:.1%}.")
     if new != top:
         text += f" The top class changed to '{label(new)}' ({s.probs[new]:.1%})."

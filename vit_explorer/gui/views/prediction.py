@@ -21,6 +21,7 @@ from ..session import Session
 from .base import Note, Table, View
 
 MIN_HEIGHT = 120  # the chart's least height (more with more bars)
+WIDE_PX = 640  # from this width both models' norms are drawn beside the prediction
 CHANGE_LINES = 2  # the masks' effect in words: two lines kept, more as the column allows
 
 
@@ -153,7 +154,9 @@ class PredictionView(View):
         figure = self.figure = prediction_figure(result, self.shown_k)
         shifted = self.shifted if self._shifted_for is result else None
         if shifted is not None:  # the original and the shifted model side by side
-            self._draw(figure, registers.shifted_figures(result, shifted, self.shown_k))
+            beside = registers.shifted_figures(result, shifted, self.shown_k)
+            self.figure = beside[0]
+            self._draw(beside[0], beside)
             self.change.setText(registers.shift_text(result, shifted))
             self.note.setText("")
             return
@@ -166,14 +169,13 @@ class PredictionView(View):
     def _draw(self, figure: BarsFigure, beside: tuple[BarsFigure, LinesFigure] | None = None) -> None:
         """A new chart, and the view at least as tall as the chart needs (a row per bar), which takes the height
         from the image panel above (it scrolls) rather than pressing the bars' labels together. beside: the shifted
-        model's bars and both models' norms, to the right of the original's bars."""
+        model's figures: its probabilities are markers on `figure`; both models' norms go beside it on a wide view."""
         self.plots.ci.clear()
         self._beside = beside
-        with self.titles_fitting(self.plots, 2 if beside else 1, beside=100, most=44):  # the title wraps, never clips
+        columns = 2 if beside is not None and self.plots.width() >= WIDE_PX else 1
+        with self.titles_fitting(self.plots, columns, beside=100, most=44):  # the title wraps, never clips
             self._drawn = figures.BarsPlot(self.plots.ci, figure)
-            if beside is not None:
-                figures.BarsPlot(self.plots.ci, beside[0])
-                self.plots.ci.nextRow()
+            if columns == 2:  # the norms beside, when there is room
                 figures.draw(self.plots.ci, beside[1])
         QTimer.singleShot(0, self, self._fit_height)  # once the chart's items know their sizes
 

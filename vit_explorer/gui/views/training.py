@@ -563,7 +563,9 @@ class TrainingView(View):
                 uniform = name.startswith("uniform")
                 colour = "#888888" if uniform else figures.PALETTE[i % len(figures.PALETTE)]
                 pen = pg.mkPen(colour, width=2, **({"style": Qt.PenStyle.DashLine} if uniform else {}))
-                self._health[f"entropy:{name}"] = plot.plot([], [], pen=pen, name=name)
+                self._health[f"entropy:{name}"] = curve = plot.plot([], [], pen=pen, name=name)
+                if uniform and self._legend is not None:  # the one legend says what the dashed line is
+                    self._legend.addItem(curve, "uniform (log T)")
             self._health[f"entropy:{name}"].setData(steps, values)
         for run in runs:
             run_steps, _, norms = health_series(run.health)
@@ -575,7 +577,7 @@ class TrainingView(View):
                 self._side.nextRow()
                 self._thumb = figures.draw_attention_thumbnail(self._side, last.cls_attention, title="")
             with figures.title_width(PE_TITLE_CHARS):
-                figures.set_title(self._thumb[0], f"[CLS] attention · last block · step {last.step}")
+                figures.set_title(self._thumb[0], f"[CLS] → patches · step {last.step}")
             self._thumb[1].setImage(last.cls_attention, autoLevels=True)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
@@ -602,8 +604,8 @@ class TrainingView(View):
             figures.set_title(plot, self._snapshot_title())
 
     def _build_figures(self, runs: list[Run]) -> None:
-        """The loss and accuracy curves one above the other, and the PE grid beside them on a wide pane (below
-        them on a tall one), so that each keeps a data area a room can read."""
+        """The loss and accuracy curves side by side, attention entropy and the largest token norm under them, and
+        the PE grid and [CLS] thumbnail beside them on a wide pane (below them on a tall one)."""
         self.plots.ci.clear()
         self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
         self._thumb, self._health = None, {}
@@ -612,30 +614,29 @@ class TrainingView(View):
         # one legend for both curves, in a row of its own above them: it never covers a curve
         legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
                                               labelTextColor=pg.getConfigOption("foreground"))
-        curves.addItem(legend)
+        curves.addItem(legend, colspan=2)
         curves.nextRow()
-        for metric in ("loss", "accuracy"):
+        # two by two: loss | accuracy, then attention health (issue 29): entropy per block against log T | the
+        # largest token norm; each keeps a data area a room can read at 1280x800
+        names = {"loss": "loss", "accuracy": "accuracy", "entropy": "entropy (nats)", "norm": "max token norm"}
+        for i, (metric, ylabel) in enumerate(names.items()):
+            if i == 2:
+                curves.nextRow()
             # no title: the y axis names the metric, and a title row would take the height the curve needs
             plot = self._plots[metric] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
-                                                             ylabel=metric, markers=False, integer_x=True,
+                                                             ylabel=ylabel, markers=False, integer_x=True,
                                                              legend=False)  # the one above both names the runs
-            for i, run in enumerate(runs):
-                colour = figures.PALETTE[i % len(figures.PALETTE)]
-                self._curves[(run.name, metric, "train")] = line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
+            if metric == "entropy":
+                continue  # its curves (per block of the newest run) come with the first health event
+            for j, run in enumerate(runs):
+                colour = figures.PALETTE[j % len(figures.PALETTE)]
+                line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
+                if metric == "norm":
+                    self._health[f"norm:{run.name}"] = line
+                else:
+                    self._curves[(run.name, metric, "train")] = line
                 if metric == "loss":
                     legend.addItem(line, run.name)
-            curves.nextRow()
-        # attention health (issue 29): entropy per block against log T, and the largest token norm
-        self._plots["entropy"] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
-                                                    ylabel="entropy (nats; - - log T)", markers=False, integer_x=True,
-                                                    legend=False)
-        curves.nextRow()
-        norm = self._plots["norm"] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
-                                                        ylabel="largest token norm", markers=False, integer_x=True,
-                                                        legend=False)
-        for i, run in enumerate(runs):
-            colour = figures.PALETTE[i % len(figures.PALETTE)]
-            self._health[f"norm:{run.name}"] = norm.plot([], [], pen=pg.mkPen(colour, width=2.5))
         legend.setMaximumHeight(legend.layout.preferredHeight())
         if not self._beside:
             self.plots.ci.nextRow()
