@@ -577,7 +577,7 @@ class TrainingView(View):
                 self._side.nextRow()
                 self._thumb = figures.draw_attention_thumbnail(self._side, last.cls_attention, title="")
             with figures.title_width(PE_TITLE_CHARS):
-                figures.set_title(self._thumb[0], f"[CLS] → patches · step {last.step}")
+                figures.set_title(self._thumb[0], f"[CLS] at step {last.step}")
             self._thumb[1].setImage(last.cls_attention, autoLevels=True)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
