@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     parser.add_argument("--registers", default=None, metavar="BLOCK:UNIT,...",
-                        help="also shoot the Prediction view's test-time-registers toggle with these neurons ('finder': "
-                             "its top 4 over the samples) and the Features view's register diagnosis")
+                        help="also shoot the Prediction view's test-time-registers toggle with these neurons "
+                             "('finder': its top 4 over the samples) and the Features view's register diagnosis")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     out = Path(args.out)

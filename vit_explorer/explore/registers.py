@@ -363,7 +363,7 @@ def shifted_figures(result: Any, s: Shifted, top_k: int) -> tuple[BarsFigure, Li
 
     order = top_classes(result, top_k)
     base = prediction_figure(result, top_k)
-    title = f"original (bars) · {s.k} register{'s' * (s.k > 1)}, patches {s.mode}"
+    title = f"original · {s.k} register{'s' * (s.k > 1)}, {s.mode}"
     bars = BarsFigure(title, base.labels, base.values, xlabel="probability",
                       highlight=0, markers={"test-time registers": s.probs[order].astype(np.float64)},
                       value_range=(0.0, 1.0))
