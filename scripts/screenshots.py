@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset-limit", type=int, default=1000, help="images of --dataset analysed (default 1000)")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
+    parser.add_argument("--registers", default=None, metavar="BLOCK:UNIT,...",
+                        help="also shoot the Prediction view's test-time-registers toggle with these neurons "
+                             "('finder': its top 4 over the samples) and the Features view's register diagnosis")
     args = parser.parse_args(argv)
     width, height = (int(v) for v in args.size.lower().split("x"))
     out = Path(args.out)
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         window.image_panel.percent.setValue(args.mask)
         window.image_panel.random_mask()
     settle(app, window)
+    if args.registers:
+        shoot_registers(app, window, args.registers, out)
     chosen = args.views.split(",") if args.views else None
     for title, dock in window.docks.items():
         if title in ("Image", "Prediction") or (chosen is not None and title not in chosen):
@@ -218,6 +223,21 @@ def lasso_around(points):
     t = np.linspace(0, 2 * np.pi, 40, endpoint=False)
     r = 0.8 + 0.2 * np.sin(3 * t)
     return np.median(points, axis=0) + points.std(axis=0) * 0.8 * np.stack([r * np.cos(t), r * np.sin(t)], axis=1)
+
+
+def shoot_registers(app, window, neurons: str, out: Path) -> None:
+    """The register diagnosis and neurons (Features view), then the original and the shifted model side by side."""
+    features = window.views["Features"]
+    window.docks["Features"].raise_()
+    features.mode.setCurrentText("outliers and register neurons")
+    settle(app, window, 3.0)
+    shoot(window, out / "registers_diagnosis.png", features)
+    view = window.views["Prediction"]
+    window.docks["Prediction"].raise_()
+    view.neurons.setText("" if neurons == "finder" else neurons)
+    view.registers.setChecked(True)
+    settle(app, window, 3.0)
+    shoot(window, out / "registers_toggle.png", view)
 
 
 def shoot(window, path: Path, view=None) -> None:

@@ -94,3 +94,23 @@ def test_small_multiples_side_by_side_are_equally_wide_whatever_their_titles(qtb
     qtbot.wait(50)
     sides = [a.short_side for a in data_areas(widget, widget)]
     assert len(sides) == 2 and min(sides) > 100 and max(sides) - min(sides) <= 2, sides
+
+
+def test_a_share_with_no_outliers_is_drawn_on_0_to_1(layout) -> None:
+    """The outlier-share plot of a model with no outliers: all zero, drawn on the share's 0..1 axis (pyqtgraph alone
+    centres a flat line, -0.4..0.4), and its title says an untrained model has none."""
+    from vit_explorer.explore import registers as X
+
+    n, states, patches, width = 2, 5, 4, 3
+    ones = np.ones
+    d = X.Diagnosis(images=n, grid=(2, 2), prefix_names=("cls",), ratio=3.0, threshold=None,
+                    norms=ones((n, states, patches), np.float32), prefix_norms=ones((n, states, 1), np.float32),
+                    outliers=np.zeros((n, states, patches), bool), massive_max=ones(states),
+                    massive_median=ones(states), massive_dim=np.zeros(states, int),
+                    massive_per_dim=ones((states, width)), scores=np.zeros((states, states - 1, 6)),
+                    images_with_outliers=np.zeros(states))
+    share = X.figures(d)["outlier_share.png"][0]
+    assert "untrained model has none" in share.title and not share.series["outlier share"].any()
+    plot = figures.draw(layout, share)
+    low, high = plot.getViewBox().viewRange()[1]
+    assert low == pytest.approx(0.0, abs=0.03) and high == pytest.approx(1.0, abs=0.03)

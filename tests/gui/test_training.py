@@ -35,7 +35,8 @@ def test_short_run_comparison_and_open(qtbot, window, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "vit_explorer.json").exists() and run.saved == tmp_path / "run"
     assert view.snapshot is not None and view.snapshot.similarity.shape == (8, 8, 8, 8)
     view.redraw()
-    assert set(view._plots) == {"loss", "accuracy"} and view._pe is not None  # and the PE similarity
+    assert set(view._plots) == {"loss", "accuracy", "entropy", "norm"} and view._pe is not None  # and the PE grid
+    assert view._thumb is not None and run.health[-1].step == 15  # attention health, every logged step
 
     view.change.setCurrentIndex(0)  # no position embedding
     assert view.start_comparison()

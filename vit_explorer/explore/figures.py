@@ -127,6 +127,7 @@ class LinesFigure(Inline):
     xlabel: str
     ylabel: str
     x_ticks: tuple[tuple[float, str], ...] = ()  # fixed (x, label) ticks, e.g. `state_ticks`; () lets the axis choose
+    y_range: tuple[float, float] | None = None  # a fixed y axis, e.g. (0, 1) for a share; None fits the data
 
 
 def state_ticks(states: int) -> tuple[tuple[float, str], ...]:

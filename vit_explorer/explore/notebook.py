@@ -179,6 +179,8 @@ def draw_lines(part: Any, figure: LinesFigure) -> None:
     ax.set_ylabel(figure.ylabel)
     ax.set_title(figure.title, fontsize=10)
     ax.grid(alpha=0.3)
+    if figure.y_range is not None:
+        ax.set_ylim(*figure.y_range)
     if len(figure.series) > 1:
         ax.legend(fontsize=8)
 

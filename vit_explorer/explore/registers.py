@@ -316,6 +316,79 @@ def with_registers(loaded: LoadedModel, pixels: torch.Tensor, neurons: Sequence[
             return model.forward_intermediates(pixels, capture=tuple(capture))
 
 
+# ---------------------------------------------------------------------- the app's live toggle
+@dataclass(frozen=True)
+class Shifted:
+    """The live model beside itself with test-time registers (the Prediction view's right-hand side)."""
+
+    neurons: tuple[tuple[int, int], ...]  # (block, unit) moved into the registers
+    mode: str  # what the patches keep: zero / mean / unchanged
+    k: int  # test-time registers added
+    probs: np.ndarray  # (classes,) the shifted model's softmax (the original's is the result's)
+    norms: np.ndarray  # (S, N) the shifted model's patch-token norms per state
+    original_norms: np.ndarray  # (S, N) the original's
+
+
+def default_neurons(loaded: LoadedModel, top: int = 4) -> list[tuple[int, int]]:
+    """The finder's `top` register neurons over the bundled sample images (the toggle's default)."""
+    from ..paths import SAMPLES
+
+    return [(b, u) for b, u, _ in diagnose(loaded, D.open_source(str(SAMPLES)), batch_size=8).neurons(top)]
+
+
+def shifted(inputs: Any, neurons: Sequence[tuple[int, int]], *, mode: str = "zero", k: int = 1) -> Shifted:
+    """The pass of the result's image (unmasked, all heads on, as `predict` runs it) with and without k test-time
+    registers fed by `neurons` (in a worker)."""
+    from .forward import pixels_for
+
+    loaded = inputs.loaded
+    pixels = pixels_for(inputs)
+    n = loaded.model.layout((pixels.shape[2], pixels.shape[3])).num_patches
+    with torch.inference_mode():
+        plain = loaded.model.forward_intermediates(pixels, capture=("hidden_states",))
+        moved = with_registers(loaded, pixels, neurons, mode=mode, k=k, capture=("hidden_states",))
+
+    def norms(out: dict[str, Any]) -> np.ndarray:
+        return np.stack([R.token_norms(h[:, -n:])[0].cpu().numpy() for h in out["hidden_states"]])  # (S, N)
+
+    return Shifted(tuple(neurons), mode, k, moved["logits"][0].float().softmax(-1).cpu().numpy(), norms(moved),
+                   norms(plain))
+
+
+def shifted_figures(result: Any, s: Shifted, top_k: int) -> tuple[BarsFigure, LinesFigure]:
+    """The original's top classes as bars with the shifted model's probabilities as markers beside each bar, and
+    the largest patch norm per state of both: registers take the outliers' norm away (a random model has none to
+    take)."""
+    from .prediction import prediction_figure, top_classes
+
+    order = top_classes(result, top_k)
+    base = prediction_figure(result, top_k)
+    title = f"original · {s.k} register{'s' * (s.k > 1)}, {s.mode}"
+    bars = BarsFigure(title, base.labels, base.values, xlabel="probability",
+                      highlight=0, markers={"test-time registers": s.probs[order].astype(np.float64)},
+                      value_range=(0.0, 1.0))
+    states = s.norms.shape[0]
+    x = np.arange(states, dtype=float) - 1
+    lines = LinesFigure("Largest patch-token norm (random weights: no outliers to move)", x,
+                        {"original": s.original_norms.max(axis=1), "test-time registers": s.norms.max(axis=1)},
+                        "after block", "L2 norm", state_ticks(states))
+    return bars, lines
+
+
+def shift_text(result: Any, s: Shifted) -> str:
+    """The change in the prediction, in a sentence."""
+    label = result.inputs.loaded.label
+    top, new = int(result.probs.argmax()), int(s.probs.argmax())
+    moved = ", ".join(f"{b}:{u}" for b, u in s.neurons[:6]) + ("…" if len(s.neurons) > 6 else "") or "no neurons"
+    text = (f"With {s.k} test-time register{'s' * (s.k > 1)} ({moved}): "
+            f"'{label(top)}' {result.probs[top]:.1%} → {s.probs[top]:.1%}.")
+    if new != top:
+        text += f" The top class changed to '{label(new)}' ({s.probs[new]:.1%})."
+    if not s.neurons:
+        text += " The finder found no register neurons over the samples (no outliers; a random model has none)."
+    return text
+
+
 # ---------------------------------------------------------------------- figures (the command's and the app's)
 def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, int]]]:
     """The diagnosis's figures by file name, each with its size: drawn by the app's compositions."""
@@ -325,8 +398,8 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
     out: dict[str, tuple[Figure, tuple[int, int]]] = {
         "outlier_share.png": (LinesFigure("High-norm patch tokens per state (an untrained model has none)", x,
                                           {"outlier share": d.outlier_share}, "after block", "share of patches",
-                                          state_ticks(states)), (900, 500)),
-        "norms.png": (LinesFigure("Patch-token norms per state (prefix tokens and registers beside them)", x,
+                                          state_ticks(states), y_range=(0.0, 1.0)), (900, 500)),
+        "norms.png": (LinesFigure("Patch-token norms per state (random weights: max near the median)", x,
                                   {"max": d.norms.max(axis=(0, 2)), "median": median,
                                    **{f"[{n.upper()}]": d.prefix_norms[:, :, i].mean(axis=0)
                                       for i, n in enumerate(d.prefix_names[:6])}},
@@ -337,13 +410,14 @@ def figures(d: Diagnosis, top: int = 20) -> dict[str, tuple[Figure, tuple[int, i
                                     "|activation|", state_ticks(states)), (900, 500))}
     if d.positional_share is not None:
         out["positional.png"] = (LinesFigure("Positional artifact: patch-token variance the mean per grid cell "
-                                             "explains", x, {"share": d.positional_share}, "after block",
-                                             "share of variance", state_ticks(states)), (900, 500))
+                                             "explains (random weights: near 0)", x, {"share": d.positional_share},
+                                             "after block", "share of variance", state_ticks(states),
+                                             y_range=(0.0, 1.0)), (900, 500))
     neurons = d.neurons(top)
     if neurons:
         s = d.outlier_state or 0
         out["neurons.png"] = (BarsFigure(f"Register neurons: mean |activation| at the outliers of state "
-                                         f"{d.detect_state} (they appear at state {s})",
+                                         f"{d.detect_state} (they appear at state {s}; random: none)",
                                          tuple(f"block {b} unit {u}" for b, u, _ in neurons),
                                          np.asarray([v for *_, v in neurons]), "mean activation", "{:.2f}"),
                               (900, 600))

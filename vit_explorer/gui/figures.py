@@ -395,6 +395,19 @@ def draw_similarity_grid(layout: pg.GraphicsLayout, sim: np.ndarray, *, title: s
     return plot, image
 
 
+def draw_attention_thumbnail(layout: pg.GraphicsLayout, grid: np.ndarray, *, title: str,
+                             cmap: str = "viridis") -> tuple[pg.PlotItem, pg.ImageItem]:
+    """A small attention map over the patch grid (gh, gw), scaled to its own range (the Training view's [CLS]
+    thumbnail; a flat map is uniform attention, an untrained model's)."""
+    plot = _image_plot(layout, title)
+    image = pg.ImageItem(np.asarray(grid, dtype=np.float32))
+    image.setColorMap(_colormap(cmap))
+    plot.addItem(image)
+    for axis in ("bottom", "left"):
+        plot.getAxis(axis).setTicks([[], []])
+    return plot, image
+
+
 def draw_rgb_tiles(layout: pg.GraphicsLayout, tiles: np.ndarray, *, title: str, columns: int = 7, note: str = ""
                    ) -> tuple[pg.PlotItem, pg.ImageItem]:
     """K small RGB images (K, h, w, 3) in a mosaic; each tile is min-max scaled on its own, as in
@@ -557,11 +570,13 @@ def _legend(columns: int = 1) -> pg.LegendItem:
 
 def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[str, Sequence[float]], *,
                title: str, xlabel: str, ylabel: str, markers: bool = True, integer_x: bool | None = None,
-               x_ticks: Sequence[tuple[float, str]] = (), legend: bool = True) -> pg.PlotItem:
+               x_ticks: Sequence[tuple[float, str]] = (), legend: bool = True,
+               y_range: tuple[float, float] | None = None) -> pg.PlotItem:
     """One line per named series over the same x, with a legend in a row below the plot (curves added later
     with a name join it: it is the plot's `legend`). integer_x: ticks on whole numbers only (x counts layers
     or steps); None decides from x (say True for curves that start empty). x_ticks: fixed (value, label) ticks.
-    legend=False: none (a figure of several plots with one legend for all, the Training view's)."""
+    legend=False: none (a figure of several plots with one legend for all, the Training view's). y_range: a fixed
+    y axis (a share: (0, 1)); None fits the data."""
     xs = np.asarray(x, dtype=np.float64)
     # the plot, and under it its legend: a legend over the data area hides curves
     cell = layout.addLayout() if legend else layout
@@ -579,6 +594,9 @@ def draw_lines(layout: pg.GraphicsLayout, x: Sequence[float], series: Mapping[st
                   symbol=SYMBOLS[i % len(SYMBOLS)] if markers else None, symbolSize=8,
                   symbolBrush=colour, symbolPen=None)
     plot.showGrid(x=True, y=True, alpha=0.25)
+    if y_range is not None:
+        plot.setYRange(*y_range, padding=0.02)
+        plot.getViewBox().enableAutoRange(axis="y", enable=False)
     return plot
 
 
@@ -813,7 +831,7 @@ def draw(layout: pg.GraphicsLayout, figure: Figure) -> Any:
         return BarsPlot(layout, figure)
     if isinstance(figure, LinesFigure):
         return draw_lines(layout, figure.x, figure.series, title=figure.title, xlabel=figure.xlabel,
-                          ylabel=figure.ylabel, x_ticks=figure.x_ticks)
+                          ylabel=figure.ylabel, x_ticks=figure.x_ticks, y_range=figure.y_range)
     if isinstance(figure, ScatterFigure):
         return draw_scatter(layout, figure.x, figure.y, groups=figure.groups, title=figure.title,
                             xlabel=figure.xlabel, ylabel=figure.ylabel, jitter=figure.jitter,

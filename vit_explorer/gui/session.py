@@ -28,7 +28,7 @@ from ..explore.build import preferred_device
 from ..explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from ..models import ViTConfig
 from ..paths import BUNDLED
-from ..training.events import Finished
+from ..training.events import AttentionHealth, Finished
 from ..training.recipe import Recipe
 from .workers import Runner
 
@@ -80,6 +80,7 @@ class Run:
     loss: list[float] = field(default_factory=list)
     accuracy: list[float] = field(default_factory=list)
     val: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, accuracy)
+    health: list[AttentionHealth] = field(default_factory=list)  # attention health per logged step
     preset: str = ""  # the preset it was built from ("" for the Model builder's model)
     dataset: str = ""
     images: int = 0  # built-in images drawn for training

@@ -47,6 +47,17 @@ class PESnapshot:
 
 
 @dataclass
+class AttentionHealth:
+    """Attention health on one fixed training image at a logged step (training/health.py)."""
+
+    step: int
+    entropy: np.ndarray  # (blocks,) nats, mean over heads and queries; uniform attention: max_entropy
+    max_entropy: float  # log T
+    max_norm: np.ndarray  # (blocks,) the largest token norm of each block's output
+    cls_attention: np.ndarray  # (gh, gw) the last block's [CLS] attention to the patches, mean over heads
+
+
+@dataclass
 class CheckpointSaved:
     step: int
     path: Path
@@ -74,7 +85,7 @@ class Error:
     message: str  # why training stopped (NaN/Inf loss, out of memory); the last checkpoint is kept
 
 
-Event = Started | Step | Validation | PESnapshot | CheckpointSaved | Notice | Finished | Error
+Event = Started | Step | Validation | PESnapshot | AttentionHealth | CheckpointSaved | Notice | Finished | Error
 
 
 class Control:

@@ -42,6 +42,7 @@ from .batches import Batches, evaluate
 from .checkpoint import remove_leftovers, write_checkpoint
 from .device import autocast, compile_mode, resident
 from .events import CheckpointSaved, Control, Error, Event, Finished, Notice, PESnapshot, Started, Step, Validation
+from .health import attention_health
 from .init import mimetic_init
 from .memory import check_training_memory
 from .recipe import MAX_STEPS, Recipe
@@ -108,6 +109,7 @@ class RunState:
     window: torch.Tensor = field(default_factory=lambda: torch.zeros(3, dtype=torch.float64))
     window_images: int = 0
     window_start: float = 0.0  # time.perf_counter() when the window's training time began
+    probe: torch.Tensor | None = None  # (1, 3, H, W) the first training image, normalised: attention health's
 
     @property
     def modules(self) -> list[nn.Module]:
@@ -403,6 +405,8 @@ def _optimize(run: RunState, images: torch.Tensor, labels: torch.Tensor) -> str 
     if augment != "none":
         images = random_crop_flip(images, run.gen, flip=augment == "crop+flip")
     x = normalize(images, run.data.preprocessing)
+    if run.probe is None:
+        run.probe = x[:1].detach().clone()
     y = to_device(labels, dev)
     mask = None
     if run.mpp is not None:
@@ -475,6 +479,8 @@ def _log(run: RunState) -> Generator[Event, None, str | None]:
         run.history.append([run.step, loss_sum / count, correct / count])
         yield Step(run.step, run.step / run.batches.steps_per_epoch, loss_sum / count, correct / count, run.lr,
                    run.window_images / max(span, 1e-9), run.eta(), run.elapsed)
+        if run.probe is not None:
+            yield attention_health(run.model, run.step, run.probe)
     run.window.zero_()
     run.window_images = 0
     # checkpoints only after a finite-loss check, so a saved checkpoint is always a good one

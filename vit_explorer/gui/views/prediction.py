@@ -8,10 +8,12 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit, QSpinBox, QWidget
 
+from ...analysis.registers import REGISTER_MODES, parse_neurons
+from ...explore import registers
 from ...explore.features import embedding_figure
-from ...explore.figures import BarsFigure
+from ...explore.figures import BarsFigure, LinesFigure
 from ...explore.forward import ForwardResult
 from ...explore.prediction import change_text, prediction_figure
 from .. import figures
@@ -19,6 +21,7 @@ from ..session import Session
 from .base import Note, Table, View
 
 MIN_HEIGHT = 120  # the chart's least height (more with more bars)
+WIDE_PX = 640  # from this width both models' norms are drawn beside the prediction
 CHANGE_LINES = 2  # the masks' effect in words: two lines kept, more as the column allows
 
 
@@ -37,17 +40,81 @@ class PredictionView(View):
         self.top_k.setToolTip("How many of the most likely classes to show.")
         self.top_k.valueChanged.connect(self.redraw)
         self.controls.addWidget(self.top_k)
+        # test-time registers (Jiang et al. 2025), live: the shifted model beside the original
+        self.registers = QCheckBox("test-time registers")
+        self.registers.setToolTip("Run the model beside itself with test-time registers: the chosen MLP neurons' "
+                                  "activations move into extra tokens (Jiang et al. 2025).")
+        self.neurons = QLineEdit()
+        self.neurons.setPlaceholderText("the finder's top 4, or BLOCK:UNIT,…")
+        self.neurons.setToolTip("The neurons to move, as BLOCK:UNIT,… (blocks from 0); empty: the register-neuron "
+                                "finder's top 4 over the bundled sample images.")
+        self.register_k = QSpinBox()
+        self.register_k.setRange(1, 8)
+        self.register_k.setPrefix("k = ")
+        self.register_mode = QComboBox()
+        self.register_mode.addItems(list(REGISTER_MODES))
+        self.register_mode.setToolTip("What the patches keep of a moved neuron's activation.")
+        for widget in (self.registers, self.neurons, self.register_k, self.register_mode):
+            self.controls.addWidget(widget)
+        self.registers.toggled.connect(self._registers_changed)
+        self.neurons.editingFinished.connect(self._registers_changed)
+        self.register_k.valueChanged.connect(self._registers_changed)
+        self.register_mode.currentIndexChanged.connect(self._registers_changed)
+        self.shifted: registers.Shifted | None = None  # the current result's shifted pass, when the toggle is on
+        self._shifted_for: object = None  # the result it belongs to
+        self._defaults: dict[int, list[tuple[int, int]]] = {}  # model id -> the finder's neurons
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(MIN_HEIGHT)
         self.body.addWidget(self.plots, 1)
         self.figure: BarsFigure | None = None
         self._drawn: figures.BarsPlot | None = None
+        self._beside: tuple[BarsFigure, LinesFigure] | None = None  # the shifted model's figures drawn beside
         self.narrow = False  # presenting, in the column beside the big view (set_narrow)
         self.change = Note()  # how the masks and heads changed the prediction
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
+        self.listen(session.result_ready, self._registers_changed)
         self.listen(session.busy, self.note.show_busy)
         self.redraw()
+        self._registers_changed()
+
+    # ------------------------------------------------------------------ test-time registers
+    def _registers_changed(self, *_: object) -> None:
+        """The toggle or its settings changed, or a new result came: compute the shifted pass in a worker (a stale
+        one is dropped), or, off, show the original alone."""
+        on = self.registers.isChecked()
+        for widget in (self.neurons, self.register_k, self.register_mode):
+            widget.setEnabled(on)
+        had = self.shifted is not None
+        self.shifted = self._shifted_for = None
+        result = self.session.result
+        if not on or result is None or not result.inputs.loaded.config.num_classes:
+            if had:  # the shifted markers go; a plain result was drawn by redraw already (one paint per click)
+                self.redraw()
+            return
+        try:
+            typed = parse_neurons(self.neurons.text()) if self.neurons.text().strip() else None
+        except ValueError as error:
+            self.session.error.emit(str(error))
+            return
+        inputs, k, mode = result.inputs, self.register_k.value(), self.register_mode.currentText()
+        defaults = self._defaults
+
+        def compute() -> registers.Shifted:
+            neurons = typed
+            if neurons is None:  # the finder's, once per model
+                neurons = defaults.get(inputs.model_id)
+                if neurons is None:
+                    neurons = defaults[inputs.model_id] = registers.default_neurons(inputs.loaded)
+            return registers.shifted(inputs, neurons, mode=mode, k=k)
+
+        def done(shifted: registers.Shifted) -> None:
+            if self.session.result is result and self.registers.isChecked():  # else stale: dropped
+                self.shifted, self._shifted_for = shifted, result
+                self.redraw()
+
+        self.note.setText("computing the model with test-time registers…")
+        self.run_for_model(inputs.model_id, "registers", compute, done)
 
     def picture(self) -> QWidget:
         return self.plots
@@ -87,18 +154,31 @@ class PredictionView(View):
                                 "shows its patch features.")
             return
         figure = self.figure = prediction_figure(result, self.shown_k)
-        if self._drawn is not None and self._drawn.matches(figure):
+        shifted = self.shifted if self._shifted_for is result else None
+        if shifted is not None:  # the original and the shifted model side by side
+            beside = registers.shifted_figures(result, shifted, self.shown_k)
+            self.figure = beside[0]
+            self._draw(beside[0], beside)
+            self.change.setText(registers.shift_text(result, shifted))
+            self.note.setText("")
+            return
+        if self._drawn is not None and self._drawn.matches(figure) and self._beside is None:
             self._drawn.update(figure)  # same structure: new numbers (and labels only if the classes changed)
         else:
             self._draw(figure)
         self.change.setText(change_text(result))
 
-    def _draw(self, figure: BarsFigure) -> None:
+    def _draw(self, figure: BarsFigure, beside: tuple[BarsFigure, LinesFigure] | None = None) -> None:
         """A new chart, and the view at least as tall as the chart needs (a row per bar), which takes the height
-        from the image panel above (it scrolls) rather than pressing the bars' labels together."""
+        from the image panel above (it scrolls) rather than pressing the bars' labels together. beside: the shifted
+        model's figures: its probabilities are markers on `figure`; both models' norms go beside it on a wide view."""
         self.plots.ci.clear()
-        with self.titles_fitting(self.plots, 1, beside=100, most=44):  # beside the labels: the title wraps, never clips
+        self._beside = beside
+        columns = 2 if beside is not None and self.plots.width() >= WIDE_PX else 1
+        with self.titles_fitting(self.plots, columns, beside=100, most=44):  # the title wraps, never clips
             self._drawn = figures.BarsPlot(self.plots.ci, figure)
+            if columns == 2:  # the norms beside, when there is room
+                figures.draw(self.plots.ci, beside[1])
         QTimer.singleShot(0, self, self._fit_height)  # once the chart's items know their sizes
 
     def _fit_height(self) -> None:
@@ -116,11 +196,15 @@ class PredictionView(View):
         names = list(result.head_probs) if len(result.head_probs) > 1 else []
         header = ["index", "label", "prob"] + [f"prob_{n}" for n in names]
         header += ["prob_unmasked"] if result.baseline_probs is not None else []
+        shifted = self.shifted if self._shifted_for is result else None
+        header += ["prob_test_time_registers"] if shifted is not None else []
         rows = []
         for i in np.argsort(-result.probs):
             row = [int(i), loaded.label(int(i)), float(result.probs[i])]
             row += [float(result.head_probs[n][i]) for n in names]
             if result.baseline_probs is not None:
                 row.append(float(result.baseline_probs[i]))
+            if shifted is not None:
+                row.append(float(shifted.probs[i]))
             rows.append(row)
         return header, rows

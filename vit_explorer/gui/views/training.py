@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QObject, QStandardPaths, QTimer
+from PySide6.QtCore import QEvent, QObject, QStandardPaths, Qt, QTimer
 from PySide6.QtGui import QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -34,8 +34,20 @@ from PySide6.QtWidgets import (
 from ...checkpoints.native import CONFIG_NAME
 from ...models import PRESETS, ViTConfig, preset
 from ...models.position import SCHEMES
-from ...training.events import CheckpointSaved, Control, Error, Finished, Notice, PESnapshot, Started, Step, Validation
+from ...training.events import (
+    AttentionHealth,
+    CheckpointSaved,
+    Control,
+    Error,
+    Finished,
+    Notice,
+    PESnapshot,
+    Started,
+    Step,
+    Validation,
+)
 from ...training.expect import DEMO, estimate, pace
+from ...training.health import health_series
 from ...training.recipe import Recipe
 from .. import figures
 from ..collector import collect_everything
@@ -238,6 +250,9 @@ class TrainingView(View):
         self._legend: pg.LegendItem | None = None
         self._drawn_snapshot: PESnapshot | None = None  # the snapshot the PE grid shows
         self._pe: tuple[pg.PlotItem, pg.ImageItem] | None = None
+        self._side: pg.GraphicsLayout | None = None  # the PE grid and the [CLS] thumbnail, beside or below the curves
+        self._thumb: tuple[pg.PlotItem, pg.ImageItem] | None = None  # the last block's [CLS] attention
+        self._health: dict[str, pg.PlotDataItem] = {}  # "entropy:<series>" / "norm:<run>" -> curve
         self._beside = True  # the PE grid beside the curves (a wide pane) or below them (a tall one)
         self._fit_form()
         self._timer = QTimer(self)
@@ -423,6 +438,9 @@ class TrainingView(View):
         elif isinstance(event, PESnapshot):
             self.snapshot, self.snapshot_run = event, run.name
             self._schedule_redraw()
+        elif isinstance(event, AttentionHealth):
+            run.health.append(event)
+            self._schedule_redraw()
         elif isinstance(event, CheckpointSaved):
             run.saved = event.path
             self.note.setText(f"saved {event.path} at step {event.step}")
@@ -531,6 +549,36 @@ class TrainingView(View):
                     self._val_curve(run.name, metric, i).setData([v[0] for v in run.val], values)
         if self.snapshot is not None and self.snapshot is not self._drawn_snapshot:  # a new one: not every redraw
             self._draw_snapshot(self.snapshot)
+        self._draw_health(runs)
+
+    def _draw_health(self, runs: list[Run]) -> None:
+        """Attention health: the newest run's entropy per block (with log T), every run's largest token norm, and
+        the newest run's last [CLS] attention (an untrained model: entropy near log T, no outlier norms, a flat
+        map)."""
+        newest = runs[-1]
+        steps, entropy, _ = health_series(newest.health)
+        plot = self._plots.get("entropy")
+        for i, (name, values) in enumerate(entropy.items()):
+            if f"entropy:{name}" not in self._health and plot is not None:
+                uniform = name.startswith("uniform")
+                colour = "#888888" if uniform else figures.PALETTE[i % len(figures.PALETTE)]
+                pen = pg.mkPen(colour, width=2, **({"style": Qt.PenStyle.DashLine} if uniform else {}))
+                self._health[f"entropy:{name}"] = curve = plot.plot([], [], pen=pen, name=name)
+                if uniform and self._legend is not None:  # the one legend says what the dashed line is
+                    self._legend.addItem(curve, "uniform (log T)")
+            self._health[f"entropy:{name}"].setData(steps, values)
+        for run in runs:
+            run_steps, _, norms = health_series(run.health)
+            if f"norm:{run.name}" in self._health:
+                self._health[f"norm:{run.name}"].setData(run_steps, norms)
+        if newest.health and self._side is not None:
+            last = newest.health[-1]
+            if self._thumb is None:
+                self._side.nextRow()
+                self._thumb = figures.draw_attention_thumbnail(self._side, last.cls_attention, title="")
+            with figures.title_width(PE_TITLE_CHARS):
+                figures.set_title(self._thumb[0], f"[CLS] at step {last.step}")
+            self._thumb[1].setImage(last.cls_attention, autoLevels=True)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
         """The validation dots of a run, added to its plot when the first validation arrives."""
@@ -556,28 +604,39 @@ class TrainingView(View):
             figures.set_title(plot, self._snapshot_title())
 
     def _build_figures(self, runs: list[Run]) -> None:
-        """The loss and accuracy curves one above the other, and the PE grid beside them on a wide pane (below
-        them on a tall one), so that each keeps a data area a room can read."""
+        """The loss and accuracy curves side by side, attention entropy and the largest token norm under them, and
+        the PE grid and [CLS] thumbnail beside them on a wide pane (below them on a tall one)."""
         self.plots.ci.clear()
         self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
+        self._thumb, self._health = None, {}
         self._beside = self._wide()
         curves = self.plots.ci.addLayout()
         # one legend for both curves, in a row of its own above them: it never covers a curve
         legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
                                               labelTextColor=pg.getConfigOption("foreground"))
-        curves.addItem(legend)
+        curves.addItem(legend, colspan=2)
         curves.nextRow()
-        for metric in ("loss", "accuracy"):
+        # two by two: loss | accuracy, then attention health (issue 29): entropy per block against log T | the
+        # largest token norm; each keeps a data area a room can read at 1280x800
+        names = {"loss": "loss", "accuracy": "accuracy", "entropy": "entropy (nats)", "norm": "max token norm"}
+        for i, (metric, ylabel) in enumerate(names.items()):
+            if i == 2:
+                curves.nextRow()
             # no title: the y axis names the metric, and a title row would take the height the curve needs
             plot = self._plots[metric] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
-                                                             ylabel=metric, markers=False, integer_x=True,
+                                                             ylabel=ylabel, markers=False, integer_x=True,
                                                              legend=False)  # the one above both names the runs
-            for i, run in enumerate(runs):
-                colour = figures.PALETTE[i % len(figures.PALETTE)]
-                self._curves[(run.name, metric, "train")] = line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
+            if metric == "entropy":
+                continue  # its curves (per block of the newest run) come with the first health event
+            for j, run in enumerate(runs):
+                colour = figures.PALETTE[j % len(figures.PALETTE)]
+                line = plot.plot([], [], pen=pg.mkPen(colour, width=2.5))
+                if metric == "norm":
+                    self._health[f"norm:{run.name}"] = line
+                else:
+                    self._curves[(run.name, metric, "train")] = line
                 if metric == "loss":
                     legend.addItem(line, run.name)
-            curves.nextRow()
         legend.setMaximumHeight(legend.layout.preferredHeight())
         if not self._beside:
             self.plots.ci.nextRow()
@@ -585,15 +644,15 @@ class TrainingView(View):
             self.plots.ci.layout.setColumnStretchFactor(0, 1)
             self.plots.ci.layout.setColumnStretchFactor(1, 1)
         newest = runs[-1]
+        side = self._side = self.plots.ci.addLayout()
         with figures.title_width(PE_TITLE_CHARS):
             if self.snapshot is not None:
-                self._pe = figures.draw_similarity_grid(self.plots.ci, self.snapshot.similarity,
-                                                        title=self._snapshot_title())
+                self._pe = figures.draw_similarity_grid(side, self.snapshot.similarity, title=self._snapshot_title())
                 self._drawn_snapshot = self.snapshot
             elif SCHEMES[newest.config.pos_embed].additive:  # its grid, empty until the first snapshot
                 gh, gw = newest.config.grid_size
                 self._pe = figures.draw_similarity_grid(
-                    self.plots.ci, np.full((gh, gw, gh, gw), np.nan, np.float32),
+                    side, np.full((gh, gw, gh, gw), np.nan, np.float32),
                     title=f"PE similarity · {newest.name} · at the first snapshot")
 
     def _snapshot_title(self) -> str:

@@ -1,0 +1,47 @@
+"""Issue 29: the Training view draws attention health per logged step: entropy per block with log T, the largest
+token norm and the last block's [CLS] thumbnail, each the values a recomputation from captured attention gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vit_explorer.models import VisionTransformer, preset
+from vit_explorer.training import events as ev
+from vit_explorer.training.health import attention_health
+
+
+def test_health_plots_show_the_recomputed_values(qtbot, window, tmp_path: Path) -> None:
+    window.docks["Training"].raise_()
+    view = window.views["Training"]
+    from vit_explorer.gui.session import Run
+
+    config = preset("classroom-tiny", image_size=(32, 32), depth=3)
+    run = Run("run 1", config, tmp_path / "run")
+    window.session.set_runs([run])
+    view._event(run, ev.Started(10, 5, 0, "cpu", 1, 1000, None))
+    torch.manual_seed(0)
+    model = VisionTransformer(config)
+    pixels = torch.randn(1, 3, 32, 32)
+    health = []
+    for step in (5, 10):
+        with torch.no_grad():  # the model changes between logged steps, as training changes it
+            model.blocks[0].attn.qkv.weight.mul_(1.5)
+        view._event(run, ev.Step(step, step / 5, 1.0, 0.5, 1e-3, 100.0, None, float(step)))
+        health.append(attention_health(model, step, pixels))
+        view._event(run, health[-1])
+    view.redraw()
+    assert {"entropy", "norm"} <= set(view._plots)
+    for b in (0, 2):
+        x, y = view._health[f"entropy:block {b}"].getData()
+        np.testing.assert_allclose(x, [5, 10])
+        np.testing.assert_allclose(y, [h.entropy[b] for h in health], rtol=1e-6)
+    _, uniform = view._health["entropy:uniform (log T)"].getData()
+    np.testing.assert_allclose(uniform, np.log(model.layout().num_tokens))
+    _, largest = view._health["norm:run 1"].getData()
+    np.testing.assert_allclose(largest, [h.max_norm.max() for h in health], rtol=1e-6)
+    assert view._thumb is not None
+    np.testing.assert_allclose(view._thumb[1].image, health[-1].cls_attention, rtol=1e-6)
+    assert "step 10" in view._thumb[0].titleLabel.text
