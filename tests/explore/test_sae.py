@@ -84,3 +84,26 @@ def test_browser_pieces() -> None:
     picture = np.asarray(source.image(1))
     assert np.array_equal(tiles[0][: side // 2 * 2, : round(side / 3) * 2], picture[: side // 2 * 2, :  # row 0..1
                                                                                       round(side / 3) * 2])
+
+
+@pytest.mark.parametrize("kind", ["patch", "cls"])
+def test_the_store_holds_the_tokens_the_sae_trains_on(tmp_path, kind: str) -> None:
+    """store_tokens (what `sae` trains on) equals the tokens gathered in memory at the state's hook site, as a memory
+    map of a store of exactly these images, and as these images' rows of a store that holds more."""
+    from vit_explorer import load
+
+    loaded = load(str(BUNDLED["classroom"]))
+    source = D.open_source("shapes", limit=6)
+    x3, kept = E.tokens(loaded, source, 2, kind)
+    x, kept_store = E.store_tokens(loaded, source, tmp_path / "store", 2, kind)
+    assert isinstance(x, np.memmap) and kept_store == kept
+    np.testing.assert_allclose(x, x3.reshape(-1, x3.shape[-1]), rtol=0, atol=1e-5)
+    bigger = D.open_source("shapes", limit=9)
+    E.store_tokens(loaded, bigger, tmp_path / "store", 2, kind)  # appends the other images
+    again, kept_again = E.store_tokens(loaded, source, tmp_path / "store", 2, kind)
+    assert sorted(kept_again) == kept
+    order = np.argsort(kept_again)
+    t = x3.shape[1]
+    np.testing.assert_allclose(again.reshape(len(kept), t, -1)[order], x3, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="state"):
+        E.store_tokens(loaded, source, tmp_path / "store", 3, kind)  # the store holds state 2 only

@@ -7,8 +7,9 @@ for the SAE, PCA and k-means on built-in data), features.csv (feature, frequency
 best_factor, ap), curves.csv, curves.png and l0.png (loss, FVU and L0 per step), steering.png (one image's prediction
 with the feature that moves predictions most ablated), for patch tokens the feature browser's figures
 (feature_F.png: the top-activating patches of the features that move the prediction most; feature_maps.png; their
-histograms.png), and checkpoint.pt (what --resume reads). features.csv's `effect`: the mean L1 change of the
-probabilities when the feature is ablated (on 32 images).
+histograms.png), checkpoint.pt (what --resume reads) and store/ (the tokens, a feature store; `--store DIR` names
+another). features.csv's `effect`: the mean L1 change of the probabilities when the feature is ablated (on 32
+images).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser, name: str = "sae") -> None:
     p.add_argument("--batch-size", type=int, default=1024, help="tokens per step (default 1024)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default 1e-3)")
     p.add_argument("--resume", action="store_true", help="continue from checkpoint.pt in --out")
+    p.add_argument("--store", default=None,
+                   help="the feature store the tokens are read from, embedding there first what it lacks (default: "
+                        "OUT/store; an existing store made with `embed --store` must hold --state and --tokens)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample, the shuffle and the weights")
     add_model_arguments(p)
 
@@ -91,8 +95,9 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tqdm_job("sae", total=100) as job:
-        x3, kept = E.tokens(loaded, source, args.state, args.tokens, job=job.part(0, 0.2, "tokens"))
-        x = x3.reshape(-1, x3.shape[-1])  # (images * t, d)
+        x, kept = E.store_tokens(loaded, source, args.store or out / "store", args.state, args.tokens,
+                                 job=job.part(0, 0.2, "tokens"))  # (images * t, d), memory-mapped
+        x3 = x.reshape(len(kept), -1, x.shape[-1])  # (images, t, d)
         d = x.shape[1]
         steps = args.steps or max(1, math.ceil(args.epochs * len(x) / args.batch_size))
         torch.manual_seed(args.seed)

@@ -2,8 +2,8 @@
 features, logit recovered) and score each feature against the built-in data's known factors.
 
 The tokens of one state (0 the embedded input, i the output of block i - 1) come from the named hook site of that
-state (`analysis.sae.state_site`); `tokens(...)` gathers them in memory through the dataset pipeline (a feature
-store can stand in for it: training reads any iterable of float32 batches (n, d)).
+state (`analysis.sae.state_site`); `store_tokens(...)` reads them from a feature store (explore/store.py, what the
+`sae` command trains on, memory-mapped), `tokens(...)` gathers a few images' in memory (the app's browser).
 
 logit recovered = 1 - (CE_recon - CE_clean) / (CE_zero - CE_clean): the cross-entropy of the labels (the clean
 prediction where the data has none) when the state's tokens of the trained kind (patch tokens, or [CLS]) are
@@ -27,6 +27,7 @@ from ..checkpoints import LoadedModel
 from ..data import synthetic
 from ..jobs import Job
 from . import dataset as D
+from . import store
 
 TOKEN_KINDS = ("patch", "cls")
 GRID = 3  # position factor: the 3x3 cell of the shape's centre
@@ -68,6 +69,30 @@ def tokens(loaded: LoadedModel, source: D.DatasetSource, state: int, kind: str, 
     if not out:
         raise ValueError("no image of the data could be read")
     return np.concatenate(out), kept
+
+
+def store_tokens(loaded: LoadedModel, source: D.DatasetSource, path: str | Path, state: int, kind: str, *,
+                 job: Job | None = None) -> tuple[np.ndarray, list[int]]:
+    """(tokens (images x t, d) float32 of one state and kind, image-major, the source positions of the images kept),
+    read from the feature store at `path` (explore/store.py), which embeds first what it does not hold yet (resuming
+    an interrupted run; a new store keeps this state and kind only). Where the store holds exactly these images the
+    tokens are its memory map, so training reads them from disk batch by batch; else the rows of these images."""
+    check_state(loaded, state)
+    _token_slice(loaded, kind)  # a [CLS] the model's states do not hold is refused before any work
+    new = not (Path(path) / store.MANIFEST).is_file()
+    held = store.write_store(loaded, source, path, states=[state] if new else None, kinds=[kind] if new else None,
+                             job=job)
+    where = {image_id: i for i, image_id in enumerate(D.image_ids(source))}
+    images = held.manifest["images"]
+    positions = [where.get(images[i]["id"]) for i in held.image_index()]
+    rows = [r for r, position in enumerate(positions) if position is not None]
+    if not rows:
+        raise ValueError("no image of the data could be read")
+    kept = [int(positions[r]) for r in rows]  # type: ignore[arg-type]
+    if len(rows) == len(held):
+        return held.tokens(state, kind), kept
+    per = held.patches if kind == "patch" else 1
+    return held.rows((np.asarray(rows)[:, None] * per + np.arange(per)).reshape(-1), state, kind), kept
 
 
 @dataclass

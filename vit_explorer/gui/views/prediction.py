@@ -177,7 +177,7 @@ class PredictionView(View):
         columns = 2 if beside is not None and self.plots.width() >= WIDE_PX else 1
         with self.titles_fitting(self.plots, columns, beside=100, most=44):  # the title wraps, never clips
             self._drawn = figures.BarsPlot(self.plots.ci, figure)
-            if columns == 2:  # the norms beside, when there is room
+            if beside is not None and columns == 2:  # the norms beside, when there is room
                 figures.draw(self.plots.ci, beside[1])
         QTimer.singleShot(0, self, self._fit_height)  # once the chart's items know their sizes
 
