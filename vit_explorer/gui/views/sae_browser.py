@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 ORDERS = ("frequency", "effect")
 FIGURES = ("top-activating patches", "map on the current image", "activation histogram")
-STEERING = ("off", "ablate", "clamp to value")
+STEERING = ("off", "ablate", "clamp")  # clamp: to the value of the spin box beside
 OWNER = "dataset-sae"  # what the tab asks of the forward pass (the state's tokens)
 LISTED = 200  # features listed at most
 
@@ -102,28 +102,27 @@ class SaeBrowser(QWidget):
         self.note.setWordWrap(True)
         column.addWidget(self.note)
         row = QHBoxLayout()
+        side = QVBoxLayout()  # the features, those at the clicked patch, the steering: the figure gets the rest
+        side.addWidget(QLabel("feature: active on, effect"))
         self.features = QListWidget()
-        self.features.setMaximumWidth(260)
         self.features.currentRowChanged.connect(self.draw)
         self.features.currentRowChanged.connect(self.steer)
-        row.addWidget(self.features, 0)
-        self.plots = pg.GraphicsLayoutWidget()
-        row.addWidget(self.plots, 1)
-        side = QVBoxLayout()
-        self.at_label = QLabel("Click a patch in the Image panel (Query): the features active there")
+        side.addWidget(self.features, 3)
+        self.at_label = QLabel("Click a patch (Image panel, Query): the features active there")
         self.at_label.setWordWrap(True)
         side.addWidget(self.at_label)
         self.at_list = QListWidget()
         self.at_list.itemClicked.connect(lambda item: self.choose_feature(int(item.data(Qt.ItemDataRole.UserRole))))
-        side.addWidget(self.at_list, 1)
-        side.addWidget(QLabel("Steer the chosen feature in the live model:"))
+        side.addWidget(self.at_list, 2)
+        side.addWidget(QLabel("Steer the chosen feature:"))
         self.steering = QComboBox()
         self.steering.addItems(list(STEERING))
+        self.steering.setToolTip("In the live model, at every token of the SAE's state: the Prediction view and the "
+                                 "maps follow.")
         self.steering.currentIndexChanged.connect(self.steer)
         self.value = QDoubleSpinBox()
         self.value.setRange(-1e4, 1e4)
-        self.value.setDecimals(3)
-        self.value.setPrefix("value ")
+        self.value.setDecimals(2)
         self.value.setToolTip("The code the feature is clamped to at every token (0 ablates it).")
         self.value.valueChanged.connect(self.steer)
         steer_row = QHBoxLayout()
@@ -135,8 +134,11 @@ class SaeBrowser(QWidget):
         side.addWidget(self.steer_note)
         sides = QWidget()
         sides.setLayout(side)
-        sides.setMaximumWidth(280)
+        side.setContentsMargins(0, 0, 0, 0)
+        sides.setFixedWidth(sides.fontMetrics().horizontalAdvance("0") * 26)
         row.addWidget(sides, 0)
+        self.plots = pg.GraphicsLayoutWidget()
+        row.addWidget(self.plots, 1)
         column.addLayout(row, 1)
         view.listen(self.session.selection_changed, self.show_clicked)
         view.listen(self.session.result_ready, self._result)
@@ -202,8 +204,8 @@ class SaeBrowser(QWidget):
         if self.encoded is None:
             return
         for f in self.order_shown():
-            effect = f", effect {self.effect[f]:.3f}" if self.effect is not None else ""
-            item = QListWidgetItem(f"feature {int(f)}: {self.encoded.frequency[f]:.1%}{effect}")
+            effect = f", {self.effect[f]:.3f}" if self.effect is not None else ""
+            item = QListWidgetItem(f"{int(f)}: {self.encoded.frequency[f]:.1%}{effect}")
             item.setData(Qt.ItemDataRole.UserRole, int(f))
             if int(f) in self.labels:
                 item.setToolTip(self.labels[int(f)])
@@ -230,7 +232,7 @@ class SaeBrowser(QWidget):
         if kind == 1:
             return self.current_map(f)
         source, grid = analysis.features.source, analysis.features.grid
-        label = {f: self.labels.get(f, f"active on {encoded.frequency[f]:.1%} of patches")}
+        label = {f: self.labels.get(f, "").split(",")[0] or f"on {encoded.frequency[f]:.1%} of patches"}
         shown = E.browser_figures(source, encoded.kept, encoded.z, grid, np.array([f]), label)
         name = f"feature_{f}.png" if kind == 0 else "histograms.png"
         return shown[name][0] if name in shown else None
@@ -275,9 +277,9 @@ class SaeBrowser(QWidget):
         grid = result.layout.grid
         row, col = query
         self.clicked = E.features_at(codes, 0, row * grid[1] + col, grid)
-        self.at_label.setText(f"patch ({row}, {col}): {len(self.clicked)} features active (click one to choose it)")
+        self.at_label.setText(f"patch ({row}, {col}): {len(self.clicked)} features active (click one)")
         for f, a in self.clicked:
-            item = QListWidgetItem(f"feature {f}: {a:.3f}")
+            item = QListWidgetItem(f"{f}: {a:.3f}")
             item.setData(Qt.ItemDataRole.UserRole, f)
             self.at_list.addItem(item)
 
@@ -292,8 +294,7 @@ class SaeBrowser(QWidget):
         value = 0.0 if how == "ablate" else self.value.value()
         state = int(self.metrics["state"])
         self.session.set_hooks(((S.state_site(state), S.steer(sae, f, value)),))
-        self.steer_note.setText(f"feature {f} set to {value:g} at every token of state {state}: see Prediction "
-                                "(bars: steered; markers: the clean prediction)")
+        self.steer_note.setText(f"feature {f} set to {value:g} at every token of state {state}: see Prediction")
 
     def remove_steering(self) -> None:
         self.steering.setCurrentIndex(0)
