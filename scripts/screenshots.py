@@ -4,7 +4,8 @@
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
         [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
         [--theme light|dark] [--views Explain,Dataset]
-        [--dataset shapes [--dataset-limit N]]  (only the Dataset view, one screenshot per tab)
+        [--dataset shapes [--dataset-limit N] [--sae DIR]]  (only the Dataset view, one screenshot per tab; with
+        --sae, a folder of `vit-explorer sae --out`, its Features (SAE) tab and a steering example too)
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
 
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
     parser.add_argument("--dataset", default=None, help="a dataset for the Dataset view: its tabs, and nothing else")
     parser.add_argument("--dataset-limit", type=int, default=1000, help="images of --dataset analysed (default 1000)")
+    parser.add_argument("--sae", default=None, help="with --dataset: a trained SAE's folder for the Features (SAE) tab")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
     parser.add_argument("--registers", default=None, metavar="BLOCK:UNIT,...",
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lesson:
         return shoot_lesson(app, window, args.lesson, out)
     if args.dataset:
-        return shoot_dataset(app, window, args.dataset, args.dataset_limit, args.compare, out)
+        return shoot_dataset(app, window, args.dataset, args.dataset_limit, args.compare, out, args.sae)
     if args.train_steps:
         train(app, window, args.train_steps, out)
     if args.mask:
@@ -178,8 +180,9 @@ def shoot_lesson(app, window, path: str, out: Path) -> int:
     return 0
 
 
-def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: Path) -> int:
-    """The Dataset view's tabs after analysing `data` (against `compare` too, when given)."""
+def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: Path, sae: str | None = None) -> int:
+    """The Dataset view's tabs after analysing `data` (against `compare` too, when given); with `sae`, its
+    Features (SAE) tab and a steering example."""
     import numpy as np
 
     if compare:
@@ -212,8 +215,39 @@ def shoot_dataset(app, window, data: str, limit: int, compare: str | None, out: 
             view.select_inside(lasso)
         settle(app, window, 0.5)
         shoot(window, out / f"dataset_{name}.png")
+    if sae:
+        shoot_sae(app, window, view, sae, out)
     window.close()
     return 0
+
+
+def shoot_sae(app, window, view, folder: str, out: Path) -> None:
+    """The Features (SAE) tab on the feature that moves the prediction most, opened on its top-activating image
+    with that patch clicked; then the feature clamped to three times its largest activation at every token (the
+    Prediction view shows the change)."""
+    from vit_explorer.explore import sae as E
+
+    tab = view.sae
+    view.tabs.setCurrentWidget(tab)
+    if not tab.open(folder):
+        raise SystemExit(tab.note.text())
+    while tab.encoded is None:
+        app.processEvents()
+        time.sleep(0.02)
+    tab.order.setCurrentIndex(1 if tab.effect is not None else 0)
+    feature = tab.feature
+    grid = view.analysis.features.grid
+    image, patch = divmod(int(E.top_tokens(tab.encoded.z, feature, 1)[0]), grid[0] * grid[1])
+    view.open_image(tab.encoded.kept[image], patch)
+    settle(app, window)
+    tab.choose_feature(feature)
+    settle(app, window, 0.5)
+    shoot(window, out / "dataset_sae.png")
+    tab.figure_kind.setCurrentIndex(1)  # its map on the image clicked
+    tab.value.setValue(round(3 * float(tab.encoded.z[:, feature].max())))  # three times its largest activation
+    tab.steering.setCurrentIndex(2)  # clamp to the value
+    settle(app, window)
+    shoot(window, out / "dataset_sae_steering.png")
 
 
 def lasso_around(points):

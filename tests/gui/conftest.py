@@ -92,7 +92,7 @@ def wait_result(qtbot, session, timeout: int = 20000):
         r = session.result
         return (r is not None and r.inputs.image_id == session.image_id and r.inputs.model_id == session.model_id
                 and r.inputs.size == session.size and (r.inputs.mask == session.mask).all()
-                and (r.inputs.head_mask == session.head_mask).all())
+                and (r.inputs.head_mask == session.head_mask).all() and r.inputs.hooks == session.hooks)
     qtbot.waitUntil(current, timeout=timeout)
     return session.result
 

@@ -80,6 +80,7 @@ class Inputs:
     model_id: int = 0  # changes whenever the model or its weights change
     image_id: int = 0  # changes whenever the image changes
     needs: Needs = EVERYTHING  # what to compute beyond the prediction
+    hooks: tuple[tuple[str, HookFn], ...] = ()  # per-pass edits at named hook sites (a feature steered), in order
 
     @classmethod
     def unmasked(cls, loaded: LoadedModel, image: Image.Image, size: tuple[int, int], needs: Needs = EVERYTHING
@@ -92,13 +93,13 @@ class Inputs:
 
     @property
     def masked(self) -> bool:
-        return bool(self.mask.any()) or bool((self.head_mask < 1).any())
+        return bool(self.mask.any()) or bool((self.head_mask < 1).any()) or bool(self.hooks)
 
     def same_pass(self, other: Inputs) -> bool:
         """Whether both feed the model the same thing (the needs aside)."""
         return (self.loaded is other.loaded and self.model_id == other.model_id and self.image_id == other.image_id
                 and tuple(self.size) == tuple(other.size) and np.array_equal(self.mask, other.mask)
-                and np.array_equal(self.head_mask, other.head_mask))
+                and np.array_equal(self.head_mask, other.head_mask) and self.hooks == other.hooks)
 
 
 @dataclass
@@ -253,7 +254,7 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     capture = ["hidden_states", "with_pos", "embedded", "pre_logits"] + (
         ["class_attentions"] if loaded.config.class_attn_depth else [])
     explicit = needs.explicit_blocks(loaded.config.depth)
-    hooks = [(f"blocks.{i}.attn.hook_pattern", reduce.at(i)) for i in explicit]
+    hooks = list(inputs.hooks) + [(f"blocks.{i}.attn.hook_pattern", reduce.at(i)) for i in explicit]
     with torch.inference_mode():
         with model.hooks(hooks):
             out = model.forward_intermediates(pixels, mask=mask, head_mask=head_mask, capture=capture)

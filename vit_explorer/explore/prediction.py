@@ -45,6 +45,8 @@ def change_text(result: ForwardResult) -> str:
     n_masked = int(result.inputs.mask.sum())
     n_heads = int((result.inputs.head_mask < 1).sum())
     what = f"{n_masked} masked patches, {n_heads} heads off"
+    if result.inputs.hooks:  # a feature steered (the Dataset view's SAE tab)
+        what += f", {len(result.inputs.hooks)} feature{'s' if len(result.inputs.hooks) > 1 else ''} steered"
     if not (np.isfinite(base).all() and np.isfinite(result.probs).all()):
         return f"With {what}: the probabilities are not numbers (NaN or infinity): the weights hold non-finite values."
     delta = result.probs[top_base] - base[top_base]

@@ -25,6 +25,7 @@ import torch
 from ..analysis import sae as S
 from ..checkpoints import LoadedModel
 from ..data import synthetic
+from ..errors import UserError
 from ..jobs import Job
 from . import dataset as D
 from . import store
@@ -321,6 +322,60 @@ def ground_truth(dictionaries: dict[str, np.ndarray], targets: dict[str, np.ndar
     return {name: average_precision(scores, t) for name, scores in dictionaries.items()}
 
 
+WEIGHTS, METRICS = "sae.safetensors", "metrics.json"
+
+
+class SaeFileError(UserError):
+    """A trained SAE's folder that cannot be opened (missing, damaged or not of this model)."""
+
+
+def open_sae(folder: Path | str, loaded: LoadedModel) -> tuple[S.SAE, dict[str, Any]]:
+    """The SAE written by the `sae` command into `folder` (sae.safetensors, metrics.json) and its metrics, checked:
+    SaeFileError naming the file for a missing or damaged file, or one whose width is not this model's."""
+    import json
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    weights_path, metrics_path = folder / WEIGHTS, folder / METRICS
+    for path in (weights_path, metrics_path):
+        if not path.is_file():
+            raise SaeFileError(f"{path}: no such file (a trained SAE's folder, as `vit-explorer sae --out` writes, "
+                               f"holds {WEIGHTS} and {METRICS})")
+    try:
+        metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise SaeFileError(f"{metrics_path}: not readable JSON ({error})") from None
+    if not isinstance(metrics, dict) or metrics.get("kind") not in S.KINDS or metrics.get("tokens") not in TOKEN_KINDS \
+            or not all(isinstance(metrics.get(key), int) and not isinstance(metrics.get(key), bool)
+                       for key in ("k", "state")):
+        raise SaeFileError(f"{metrics_path}: needs kind ({', '.join(S.KINDS)}), k, state and tokens "
+                           f"({', '.join(TOKEN_KINDS)}) as the `sae` command writes them")
+    try:
+        tensors = load_file(weights_path)
+    except (OSError, SafetensorError, ValueError) as error:
+        raise SaeFileError(f"{weights_path}: not a readable safetensors file ({error})") from None
+    d = loaded.config.embed_dim
+    shapes = {name: tuple(tensors[name].shape) for name in ("W_enc", "b_enc", "W_dec", "b_dec") if name in tensors}
+    m = shapes.get("b_enc", (0,))[0] if len(shapes.get("b_enc", ())) == 1 else 0
+    expected = {"W_enc": (d, m), "b_enc": (m,), "W_dec": (m, d), "b_dec": (d,)}
+    if m < 1 or shapes != expected:
+        raise SaeFileError(f"{weights_path}: holds {shapes or 'no SAE weights'}; an SAE over this model's width "
+                           f"{d} needs W_enc (d, m), b_enc (m), W_dec (m, d), b_dec (d) with d = {d}")
+    if not all(bool(torch.isfinite(t).all()) for t in tensors.values() if t.is_floating_point()):
+        raise SaeFileError(f"{weights_path}: holds NaN or infinite weights")
+    try:
+        check_state(loaded, metrics["state"])
+        sae = S.SAE(d, m, metrics["k"], metrics["kind"])
+    except ValueError as error:
+        raise SaeFileError(f"{metrics_path}: {error}") from None
+    with torch.no_grad():
+        for name in expected:
+            getattr(sae, name).copy_(tensors[name].float())
+    return sae.eval(), metrics
+
+
 # the feature browser's figures (drawn by the app's compositions, in the app and under --out)
 
 CROP = 1  # patches of context on each side of a top-activating patch
@@ -391,7 +446,7 @@ def browser_figures(source: D.DatasetSource, kept: list[int], z: np.ndarray, gri
                                                                                                                int]]]:
     """name -> (figure, size): per feature its top-activating patches; the features' maps on one image; their
     activation histograms."""
-    from .figures import LinesFigure, MapsFigure, TilesFigure
+    from .figures import LinesFigure, TilesFigure
 
     out: dict[str, tuple[Any, tuple[int, int]]] = {}
     for f in features:
@@ -400,15 +455,24 @@ def browser_figures(source: D.DatasetSource, kept: list[int], z: np.ndarray, gri
             out[f"feature_{int(f)}.png"] = (TilesFigure(f"Feature {int(f)}: top-activating patches "
                                                         f"({labels.get(int(f), '')})", tiles, columns=8), (900, 500))
     picture = np.asarray(source.image(kept[image]).convert("RGB"))
-    maps = np.stack([feature_map(z, image, int(f), grid) for f in features])
-    out["feature_maps.png"] = (MapsFigure("Features on one image", maps, tuple(f"feature {int(f)}" for f in features),
-                                          picture, grid, colorbar_label="activation", scale="each"), (1100, 700))
+    out["feature_maps.png"] = (map_figure("Features on one image", z[image * grid[0] * grid[1]:], features, picture,
+                                          grid), (1100, 700))
     edges = np.linspace(0, max(float(z[:, features].max()), 1e-6), 31)
     centres = (edges[:-1] + edges[1:]) / 2
     out["histograms.png"] = (LinesFigure("Activation histograms (active tokens only)", centres,
                                          {f"feature {int(f)}": np.histogram(z[:, f][z[:, f] > 0], edges)[0]
                                           .astype(float) for f in features}, "activation", "tokens"), (900, 500))
     return out
+
+
+def map_figure(title: str, z: np.ndarray, features: np.ndarray, picture: np.ndarray, grid: tuple[int, int]) -> Any:
+    """The features' maps over one image (picture (H, W, 3) uint8), from its patch codes z (patches, m) (the rows
+    after its patches are not read)."""
+    from .figures import MapsFigure
+
+    maps = np.stack([feature_map(z, 0, int(f), grid) for f in features])
+    return MapsFigure(title, maps, tuple(f"feature {int(f)}" for f in features), picture, grid,
+                      colorbar_label="activation", scale="each")
 
 
 @torch.no_grad()

@@ -27,6 +27,7 @@ from ..explore.attention import CLASS_ATTENTION, MODES
 from ..explore.build import preferred_device
 from ..explore.forward import ForwardResult, Inputs, Needs, check_size, nonfinite_outputs, run_forward
 from ..models import ViTConfig
+from ..models.hooks import HookFn
 from ..paths import BUNDLED
 from ..training.events import AttentionHealth, Finished
 from ..training.recipe import Recipe
@@ -139,6 +140,7 @@ class Session(QObject):
         self.size: tuple[int, int] = (224, 224)
         self.mask = np.zeros((14, 14), bool)  # (gh, gw) True = [MASK]
         self.head_mask = np.ones((1, 1), np.float32)  # (layers, heads)
+        self.hooks: tuple[tuple[str, HookFn], ...] = ()  # per-pass edits of the live model (a feature steered)
         self.layer = 0  # the selected block, counted among the blocks `num_layers` names
         self.head = 0
         self.heads: tuple[int, ...] | None = None  # the heads "all heads" shows (None: all), e.g. two to contrast
@@ -214,6 +216,7 @@ class Session(QObject):
             self.attention_changed.emit()
         self.mask = np.zeros(self.grid, bool)
         self.head_mask = np.ones((cfg.num_blocks, cfg.num_heads), np.float32)
+        self.hooks = ()
         self.layer = min(self.layer, self.num_layers - 1)
         self.head = min(self.head, cfg.num_heads - 1)
         self.heads = None
@@ -281,6 +284,14 @@ class Session(QObject):
         if np.array_equal(head_mask, self.head_mask):
             return
         self.head_mask = head_mask
+        self.inputs_changed.emit()
+        self.request_forward()
+
+    def set_hooks(self, hooks: tuple[tuple[str, HookFn], ...]) -> None:
+        """Run every forward pass with these (site, hook) edits (steering; () removes them); the views follow."""
+        if hooks == self.hooks:
+            return
+        self.hooks = tuple(hooks)
         self.inputs_changed.emit()
         self.request_forward()
 
@@ -367,7 +378,7 @@ class Session(QObject):
         if self.loaded is None:
             return None
         return Inputs(self.loaded, self.image, self.size, self.mask.copy(), self.head_mask.copy(),
-                      self.model_id, self.image_id, self.needs)
+                      self.model_id, self.image_id, self.needs, self.hooks)
 
     def request_forward(self) -> None:
         inputs = self.inputs()
@@ -382,7 +393,8 @@ class Session(QObject):
     def current(self, inputs: Inputs) -> bool:
         """Whether `inputs` are the session's now (a result of older ones is stale: a newer pass is on its way)."""
         return (inputs.model_id == self.model_id and inputs.image_id == self.image_id and inputs.size == self.size
-                and np.array_equal(inputs.mask, self.mask) and np.array_equal(inputs.head_mask, self.head_mask))
+                and np.array_equal(inputs.mask, self.mask) and np.array_equal(inputs.head_mask, self.head_mask)
+                and inputs.hooks == self.hooks)
 
     def _forward_done(self, result: ForwardResult) -> None:
         inputs = result.inputs

@@ -41,6 +41,7 @@ from ..session import Session
 from ..text import Legend
 from .base import Note, Table, View, placeholder_pane
 from .job_controls import JobControls
+from .sae_browser import SaeBrowser
 
 COLOURINGS = ("label", "model's prediction", "probe's prediction")
 POINTS = ("images", "patch tokens")
@@ -226,6 +227,8 @@ class DatasetView(View):
         distance_column.addWidget(self.distance_kind, 0, Qt.AlignmentFlag.AlignLeft)
         self.distance_plots = pg.GraphicsLayoutWidget()
         distance_column.addWidget(self.distance_plots, 1)
+        self.sae = SaeBrowser(self)
+        self.tabs.addTab(self.sae, "Features (SAE)")
         self.pane, self.placeholder = placeholder_pane(PLACEHOLDER, self.tabs)  # before the analysis
         self.body.addWidget(self.pane, 1)
         self.detail = Note()
@@ -271,6 +274,7 @@ class DatasetView(View):
         self.job.stop()
         self._finished("")
         self.session.set_dataset(None)
+        self.sae.reset()
         for widget in (self.probe_plots, self.cka_plots, self.distance_plots):
             widget.ci.clear()
         self.scatter.clear()
@@ -305,6 +309,7 @@ class DatasetView(View):
 
     def _done(self, analysis: A.DatasetAnalysis) -> None:
         self.session.set_dataset(A.DatasetState(analysis))  # the whole of the last one goes, its projection too
+        self.sae.reset()  # its codes were of the last one's images
         self.scatter.clear()
         self.legend.clear()
         self.clear_selection()
