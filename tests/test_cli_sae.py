@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,12 @@ def test_sae_cls_tokens_on_a_folder_free_run(tmp_path: Path) -> None:
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["tokens"] == "cls" and metrics["kind"] == "batchtopk" and "object" not in metrics["ground_truth"]
     assert S.state_site(0) == "hook_embedded"
+    from vit_explorer.explore.sae import open_sae
+
+    sae, _ = open_sae(out, load(MODEL))  # BatchTopK's running threshold comes back from metrics.json
+    assert float(sae.threshold) == pytest.approx(metrics["threshold"]) and math.isfinite(metrics["threshold"])
+    z = sae.encode(torch.randn(5, sae.W_enc.shape[0]))
+    assert torch.isfinite(z).all() and (z >= 0).all()
 
 
 @pytest.mark.parametrize(("flags", "message"), [

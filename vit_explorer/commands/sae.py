@@ -119,6 +119,8 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
                                **{k: float(v) for k, v in stats.items()}, **ce, "width": sae.width, "steps": log.step,
                                "images": len(kept), "token_count": len(x), "source": str(args.source),
                                "data": source.name}
+    if args.kind == "batchtopk":  # what its codes in evaluation keep (open_sae reads it back)
+        metrics["threshold"] = float(sae.threshold)
     header = ["feature", "frequency", "effect"]
     rows = [[f, float(frequency[f]), float(effect[f])] for f in range(sae.width)]
     labels: dict[int, str] = {}

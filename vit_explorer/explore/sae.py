@@ -329,6 +329,10 @@ class SaeFileError(UserError):
     """A trained SAE's folder that cannot be opened (missing, damaged or not of this model)."""
 
 
+MAX_WEIGHTS_BYTES = 8 << 30  # an SAE's weights: 2 x d x m float32 (d = 4096, m = 256k fits)
+MAX_METRICS_BYTES = 1 << 20
+
+
 def open_sae(folder: Path | str, loaded: LoadedModel) -> tuple[S.SAE, dict[str, Any]]:
     """The SAE written by the `sae` command into `folder` (sae.safetensors, metrics.json) and its metrics, checked:
     SaeFileError naming the file for a missing or damaged file, or one whose width is not this model's."""
@@ -339,10 +343,12 @@ def open_sae(folder: Path | str, loaded: LoadedModel) -> tuple[S.SAE, dict[str, 
 
     folder = Path(folder)
     weights_path, metrics_path = folder / WEIGHTS, folder / METRICS
-    for path in (weights_path, metrics_path):
+    for path, most in ((weights_path, MAX_WEIGHTS_BYTES), (metrics_path, MAX_METRICS_BYTES)):
         if not path.is_file():
             raise SaeFileError(f"{path}: no such file (a trained SAE's folder, as `vit-explorer sae --out` writes, "
                                f"holds {WEIGHTS} and {METRICS})")
+        if path.stat().st_size > most:
+            raise SaeFileError(f"{path}: {path.stat().st_size:,} bytes, more than an SAE's {most:,}")
     try:
         metrics = json.loads(metrics_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as error:
@@ -370,9 +376,15 @@ def open_sae(folder: Path | str, loaded: LoadedModel) -> tuple[S.SAE, dict[str, 
         sae = S.SAE(d, m, metrics["k"], metrics["kind"])
     except ValueError as error:
         raise SaeFileError(f"{metrics_path}: {error}") from None
+    threshold = metrics.get("threshold")
+    if metrics["kind"] == "batchtopk" and not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+        raise SaeFileError(f"{metrics_path}: a batchtopk SAE needs its running threshold (a number), as the `sae` "
+                           "command writes it")
     with torch.no_grad():
         for name in expected:
             getattr(sae, name).copy_(tensors[name].float())
+        if metrics["kind"] == "batchtopk":
+            sae.threshold.fill_(float(threshold))  # type: ignore[arg-type]
     return sae.eval(), metrics
 
 
