@@ -77,7 +77,7 @@ def test_features_norms_side_by_side_and_off(qtbot, window) -> None:
     cache, layout = shifted_cache(result.inputs, sites)
     norms = np.stack([cache[s][0, -layout.num_patches:].float().norm(dim=-1).numpy() for s in sites])  # (S, N)
     np.testing.assert_allclose(view.extra.maps[1], norms[-1].reshape(layout.grid), rtol=1e-5)
-    np.testing.assert_allclose(view.figure.series[f"largest patch, {registers_title(1)}"], norms.max(axis=1),
+    np.testing.assert_allclose(view.figure.series["largest, registers"], norms.max(axis=1),
                                rtol=1e-5)
     original = result.norms[:, result.layout.num_prefix_tokens:]  # (S, N) the view's own pass (nothing masked)
     np.testing.assert_allclose(view.extra.maps[0], original[-1].reshape(layout.grid), rtol=1e-5)
@@ -113,4 +113,4 @@ def test_entropy_heatmap_equals_numpy(qtbot, window) -> None:
     np.testing.assert_allclose(view.figure.maps[0], expected, rtol=1e-5, atol=1e-6)
     tokens = patterns[0].shape[-1]
     assert view.figure.levels == (0.0, np.log(tokens))
-    assert f"log T = {np.log(tokens):.2f} nats" in view.figure.titles[0]
+    assert f"log T = {np.log(tokens):.2f}" in view.figure.colorbar_label

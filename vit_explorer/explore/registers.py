@@ -405,9 +405,11 @@ def attention_beside(maps: tuple[np.ndarray, np.ndarray], view_mode: str, head: 
             chosen.append((side[shown], tuple(f"head {h}" for h in shown)))
     names = ("original", registers_title(k))
     titles = tuple(f"{name} · {t}" for (_, ts), name in zip(chosen, names, strict=True) for t in ts)
-    return MapsFigure(f"{where} · the original (first row) and {registers_title(k)}",
-                      np.concatenate([m for m, _ in chosen]), titles, display, grid, opacity=opacity,
-                      columns=len(chosen[0][0]))
+    per_side = len(chosen[0][0])
+    placed = "left, and right" if per_side == 1 else "first row, and second row"
+    return MapsFigure(f"{where} · the original ({placed.split(', and ')[0]}) and {registers_title(k)} "
+                      f"({placed.split(', and ')[1]}), one scale", np.concatenate([m for m, _ in chosen]), titles,
+                      display, grid, opacity=opacity, columns=2 if per_side == 1 else per_side)
 
 
 def norms_beside(s: Shifted, grid: tuple[int, int], display: np.ndarray | None) -> tuple[LinesFigure, MapsFigure]:
@@ -416,13 +418,13 @@ def norms_beside(s: Shifted, grid: tuple[int, int], display: np.ndarray | None) 
     states = s.norms.shape[0]
     x = np.arange(states, dtype=float) - 1
     series = {}
-    for name, norms in (("original", s.original_norms), (registers_title(s.k), s.norms)):
-        series[f"largest patch, {name}"] = norms.max(axis=1)
-        series[f"median patch, {name}"] = np.median(norms, axis=1)
-    lines = LinesFigure("Patch-token norms through the layers, the original and with test-time registers (random "
-                        "weights: no outliers to move)", x, series, "after block", "L2 norm", state_ticks(states))
+    for name, norms in (("original", s.original_norms), ("registers", s.norms)):
+        series[f"largest, {name}"] = norms.max(axis=1)
+        series[f"median, {name}"] = np.median(norms, axis=1)
+    lines = LinesFigure(f"Patch-token norms, {registers_title(s.k)}", x, series, "after block", "L2 norm",
+                        state_ticks(states))
     maps = np.stack([s.original_norms[-1].reshape(grid), s.norms[-1].reshape(grid)])
-    figure = MapsFigure(f"patch-token norms after the last block, {s.mode} ({len(s.neurons)} neurons moved)", maps,
+    figure = MapsFigure(f"after block {states - 2}, {len(s.neurons)} neurons moved", maps,
                         ("original", registers_title(s.k)), display, grid, colorbar_label="L2 norm", cmap="viridis",
                         opacity=0.75, columns=2)
     return lines, figure
@@ -467,10 +469,8 @@ def attention_entropy(inputs: Any) -> tuple[np.ndarray, float]:
 def entropy_figure(entropy: np.ndarray, top: float) -> MapsFigure:
     """Blocks (rows) x heads (columns), nats, on 0..log T: uniform attention (a random model's) is the top of the
     bar, a collapsing head goes to 0 (Zhai et al. 2023)."""
-    blocks, heads = entropy.shape
-    return MapsFigure("", entropy[None], (f"attention entropy of this image · rows: blocks 0-{blocks - 1}, columns: "
-                                         f"heads 0-{heads - 1} · uniform maximum log T = {top:.2f} nats",),
-                      None, (blocks, heads), colorbar_label="entropy (nats)", cmap="viridis", levels=(0.0, top))
+    return MapsFigure("", entropy[None], ("attention entropy · rows: blocks, columns: heads",), None, entropy.shape,
+                      colorbar_label=f"nats (uniform: log T = {top:.2f})", cmap="viridis", levels=(0.0, top))
 
 
 def default_neurons(loaded: LoadedModel, top: int = 4) -> list[tuple[int, int]]:
