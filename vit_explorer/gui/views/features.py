@@ -199,9 +199,9 @@ class FeaturesView(View):
         self.figure, self.extra = drawn
         self.plots.ci.clear()
         self._drawn = figures.draw(self.plots.ci, self.figure)
-        if self.extra is not None:
+        if self.extra is not None:  # in a layout of its own: its columns are not the first figure's
             self.plots.ci.nextRow()
-            figures.draw(self.plots.ci, self.extra)
+            figures.draw(self.plots.ci.addLayout(), self.extra)
 
     def _clicked(self, event: object) -> None:
         """In correspondence mode, a click on the first image picks the patch to match."""
