@@ -260,7 +260,8 @@ def lasso_around(points):
 
 
 def shoot_registers(app, window, neurons: str, out: Path) -> None:
-    """The register diagnosis and neurons (Features view), then the original and the shifted model side by side."""
+    """The register diagnosis and neurons (Features view), then the original and the shifted model side by side
+    (Prediction, Attention, Features' token norms), and the image's attention entropy per block and head."""
     features = window.views["Features"]
     window.docks["Features"].raise_()
     features.mode.setCurrentText("outliers and register neurons")
@@ -272,6 +273,18 @@ def shoot_registers(app, window, neurons: str, out: Path) -> None:
     view.registers.setChecked(True)
     settle(app, window, 3.0)
     shoot(window, out / "registers_toggle.png", view)
+    window.docks["Attention"].raise_()
+    window.session.set_attention(mode="one head")
+    settle(app, window, 3.0)
+    shoot(window, out / "registers_attention.png", window.views["Attention"])
+    window.docks["Features"].raise_()
+    features.mode.setCurrentText("token norms")
+    settle(app, window, 3.0)
+    shoot(window, out / "registers_norms.png", features)
+    features.mode.setCurrentText("attention entropy")
+    settle(app, window, 3.0)
+    shoot(window, out / "attention_entropy.png", features)
+    view.registers.setChecked(False)
 
 
 def shoot(window, path: Path, view=None) -> None:

@@ -25,9 +25,10 @@ import torch
 from ..analysis import registers as R
 from ..checkpoints import LoadedModel
 from ..jobs import Job
+from ..models import TokenLayout
 from ..models.hooks import HookPoint
 from . import dataset as D
-from .figures import BarsFigure, Figure, LinesFigure, MapsFigure, state_ticks
+from .figures import BarsFigure, Figure, ImagesFigure, LinesFigure, MapsFigure, state_ticks
 
 DEFAULT_IMAGES = 500  # the paper's N for the finder
 MAX_BATCH_BYTES = 256 * 2**20  # the MLP activations one batch keeps for the finder
@@ -329,6 +330,149 @@ class Shifted:
     original_norms: np.ndarray  # (S, N) the original's
 
 
+def registers_title(k: int) -> str:
+    """The shifted side's title."""
+    return f"with {k} test-time register{'s' * (k > 1)}"
+
+
+def state_site(state: int) -> str:
+    """The hook site of a state (0: the embedded input, i: the output of block i - 1)."""
+    return "hook_embedded" if state == 0 else f"blocks.{state - 1}.hook_resid_post"
+
+
+def cached_pass(inputs: Any, sites: Sequence[str], neurons: Sequence[tuple[int, int]] | None = None, *,
+                mode: str = "zero", k: int = 1) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenLayout]:
+    """One pass of the result's image (unmasked, all heads on, as `predict` runs it), with k test-time registers
+    fed by `neurons` unless None: the logits, the values at `sites` (batch 1) and the pass's token layout (in a
+    worker)."""
+    from .forward import pixels_for
+
+    loaded = inputs.loaded
+    model = loaded.model
+    pixels = pixels_for(inputs)
+    size = (pixels.shape[2], pixels.shape[3])
+    cache: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, hook: HookPoint) -> None:
+        cache[hook.name] = x.detach()
+
+    hooks = [(site, keep) for site in sites]
+    with torch.inference_mode():
+        if neurons is None:
+            with model.hooks(hooks):
+                logits = model(pixels)
+            return logits, cache, model.layout(size)
+        check_neurons(loaded, neurons)
+        with model.test_time_registers(k):
+            layout = model.layout(size)
+            moving = R.register_hooks(neurons, layout.num_patches, layout.registers[-k:], mode, None)
+            with model.hooks(list(moving) + hooks):
+                logits = model(pixels)
+        return logits, cache, layout
+
+
+def shifted_attention(inputs: Any, neurons: Sequence[tuple[int, int]], *, mode: str, k: int, layer: int,
+                      patch: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The query's attention to every patch in self-attention block `layer`, (heads, gh, gw) each, of the original
+    and the shifted model (the query: the chosen patch, else the classifier's, in each pass's own layout)."""
+    from ..analysis.attention import to_grid
+    from .attention import query_for
+
+    site = f"blocks.{layer}.attn.hook_pattern"
+    sides = []
+    for moved in (None, neurons):
+        _, cache, layout = cached_pass(inputs, (site,), moved, mode=mode, k=k)
+        rows = list(query_for(layout, inputs.loaded.config.pool, patch).rows)
+        probs = cache[site][0].float()  # (heads, T, T)
+        sides.append(to_grid(probs[:, rows].mean(dim=1), layout).numpy())
+    return sides[0], sides[1]
+
+
+def attention_beside(maps: tuple[np.ndarray, np.ndarray], view_mode: str, head: int, heads: tuple[int, ...] | None,
+                     k: int, where: str, display: np.ndarray | None, grid: tuple[int, int],
+                     opacity: float) -> MapsFigure:
+    """The Attention view's maps (one head, the mean of heads, or the heads shown) of the original above or
+    beside the shifted model's, on one scale: the original's outliers' attention moves to the registers."""
+    chosen = []
+    for side in maps:  # (heads, gh, gw)
+        if view_mode == "one head":
+            h = min(head, len(side) - 1)
+            chosen.append((side[h:h + 1], (f"head {h}",)))
+        elif view_mode == "mean of heads":
+            chosen.append((side.mean(0, keepdims=True), ("mean of heads",)))
+        else:
+            shown = [h for h in (heads or range(len(side))) if 0 <= h < len(side)] or list(range(len(side)))
+            chosen.append((side[shown], tuple(f"head {h}" for h in shown)))
+    names = ("original", registers_title(k))
+    titles = tuple(f"{name} · {t}" for (_, ts), name in zip(chosen, names, strict=True) for t in ts)
+    per_side = len(chosen[0][0])
+    placed = "left, and right" if per_side == 1 else "first row, and second row"
+    return MapsFigure(f"{where} · the original ({placed.split(', and ')[0]}) and {registers_title(k)} "
+                      f"({placed.split(', and ')[1]}), one scale", np.concatenate([m for m, _ in chosen]), titles,
+                      display, grid, opacity=opacity, columns=2 if per_side == 1 else per_side)
+
+
+def norms_beside(s: Shifted, grid: tuple[int, int], display: np.ndarray | None) -> tuple[LinesFigure, MapsFigure]:
+    """The Features view's token norms of both models: the largest and median patch norm per state, and the last
+    state's patch norms as two maps on one scale (random weights: no outliers to move)."""
+    states = s.norms.shape[0]
+    x = np.arange(states, dtype=float) - 1
+    series = {}
+    for name, norms in (("original", s.original_norms), ("registers", s.norms)):
+        series[f"largest, {name}"] = norms.max(axis=1)
+        series[f"median, {name}"] = np.median(norms, axis=1)
+    lines = LinesFigure(f"Patch-token norms, {registers_title(s.k)}", x, series, "after block", "L2 norm",
+                        state_ticks(states))
+    maps = np.stack([s.original_norms[-1].reshape(grid), s.norms[-1].reshape(grid)])
+    figure = MapsFigure(f"after block {states - 2}, {len(s.neurons)} neurons moved", maps,
+                        ("original", registers_title(s.k)), display, grid, colorbar_label="L2 norm", cmap="viridis",
+                        opacity=0.75, columns=2)
+    return lines, figure
+
+
+def shifted_tokens(inputs: Any, neurons: Sequence[tuple[int, int]], *, mode: str, k: int, state: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, D) the patch tokens at `state` of the original and of the shifted model."""
+    site = state_site(state)
+    sides = []
+    for moved in (None, neurons):
+        _, cache, layout = cached_pass(inputs, (site,), moved, mode=mode, k=k)
+        sides.append(cache[site][0, -layout.num_patches:].float())
+    return sides[0], sides[1]
+
+
+def pca_beside(inputs: Any, display: np.ndarray, tokens: tuple[torch.Tensor, torch.Tensor], grid: tuple[int, int],
+               k: int, state: int, background: bool) -> ImagesFigure:
+    """The image and the PCA colours of both models' patch tokens on one basis (DINOv2's picture): outliers,
+    which take a colour of their own, fade with the registers."""
+    from .features import _upsample, pca_colours
+
+    pca = pca_colours(list(tokens), [grid, grid], background)
+    size = display.shape[:2]
+    where = "embedded input" if state == 0 else f"after block {state - 1}"
+    share = ", ".join(f"{v:.0%}" for v in pca.explained)
+    return ImagesFigure(f"First three principal components of the patch tokens ({where}), one basis for both "
+                        f"models; {share} of the variance", (display, *(_upsample(c, size) for c in pca.colours)),
+                        ("image", "original", registers_title(k)), grid)
+
+
+def attention_entropy(inputs: Any) -> tuple[np.ndarray, float]:
+    """The image's attention entropy per block and head (blocks, heads), nats, the mean over queries, from each
+    block's `attn.hook_pattern`, and the uniform maximum log T."""
+    depth = inputs.loaded.config.depth
+    sites = [f"blocks.{i}.attn.hook_pattern" for i in range(depth)]
+    _, cache, layout = cached_pass(inputs, sites)
+    entropy = torch.stack([R.attention_entropy(cache[s])[0] for s in sites])  # (blocks, heads)
+    return entropy.cpu().numpy(), R.max_entropy(layout.num_tokens)
+
+
+def entropy_figure(entropy: np.ndarray, top: float) -> MapsFigure:
+    """Blocks (rows) x heads (columns), nats, on 0..log T: uniform attention (a random model's) is the top of the
+    bar, a collapsing head goes to 0 (Zhai et al. 2023)."""
+    return MapsFigure("", entropy[None], ("attention entropy · rows: blocks, columns: heads",), None, entropy.shape,
+                      colorbar_label=f"nats (uniform: log T = {top:.2f})", cmap="viridis", levels=(0.0, top))
+
+
 def default_neurons(loaded: LoadedModel, top: int = 4) -> list[tuple[int, int]]:
     """The finder's `top` register neurons over the bundled sample images (the toggle's default)."""
     from ..paths import SAMPLES
@@ -339,20 +483,14 @@ def default_neurons(loaded: LoadedModel, top: int = 4) -> list[tuple[int, int]]:
 def shifted(inputs: Any, neurons: Sequence[tuple[int, int]], *, mode: str = "zero", k: int = 1) -> Shifted:
     """The pass of the result's image (unmasked, all heads on, as `predict` runs it) with and without k test-time
     registers fed by `neurons` (in a worker)."""
-    from .forward import pixels_for
-
-    loaded = inputs.loaded
-    pixels = pixels_for(inputs)
-    n = loaded.model.layout((pixels.shape[2], pixels.shape[3])).num_patches
-    with torch.inference_mode():
-        plain = loaded.model.forward_intermediates(pixels, capture=("hidden_states",))
-        moved = with_registers(loaded, pixels, neurons, mode=mode, k=k, capture=("hidden_states",))
-
-    def norms(out: dict[str, Any]) -> np.ndarray:
-        return np.stack([R.token_norms(h[:, -n:])[0].cpu().numpy() for h in out["hidden_states"]])  # (S, N)
-
-    return Shifted(tuple(neurons), mode, k, moved["logits"][0].float().softmax(-1).cpu().numpy(), norms(moved),
-                   norms(plain))
+    sites = [state_site(s) for s in range(inputs.loaded.config.depth + 1)]
+    sides = []
+    for moved in (None, neurons):
+        logits, cache, layout = cached_pass(inputs, sites, moved, mode=mode, k=k)
+        norms = np.stack([R.token_norms(cache[s][:, -layout.num_patches:])[0].cpu().numpy() for s in sites])
+        sides.append((logits, norms))  # norms (S, N)
+    return Shifted(tuple(neurons), mode, k, sides[1][0][0].float().softmax(-1).cpu().numpy(), sides[1][1],
+                   sides[0][1])
 
 
 def shifted_figures(result: Any, s: Shifted, top_k: int) -> tuple[BarsFigure, LinesFigure]:

@@ -1,6 +1,6 @@
 """The app's state, in one typed place: the loaded model, the image, masks, resolution, what is
-selected, the attention settings, the model compared with the loaded one, the lesson step on screen, the
-training runs on screen, and the model the builder describes.
+selected, the attention settings, the test-time-registers toggle, the model compared with the loaded one, the
+lesson step on screen, the training runs on screen, and the model the builder describes.
 
 Views take the session in `__init__`, read it, connect to its signals and disconnect on close, and
 ask it to run work in the background (`run`, `cancel`). Lessons and menus set the state here, never in a
@@ -22,6 +22,7 @@ from PIL import Image
 from PySide6.QtCore import QObject, Signal
 
 from ..analysis.attention import HEAD_FUSIONS
+from ..analysis.registers import REGISTER_MODES
 from ..checkpoints import LoadedModel
 from ..explore.attention import CLASS_ATTENTION, MODES
 from ..explore.build import preferred_device
@@ -68,6 +69,26 @@ class AttentionSettings:
             raise ValueError(f"attention discard {self.discard} is not from 0 to {MAX_DISCARD}")
         if not 0.0 <= self.opacity <= 1.0:
             raise ValueError(f"attention opacity {self.opacity} is not from 0 to 1")
+
+
+MAX_TEST_TIME_REGISTERS = 8  # the toggle's k goes up to this
+
+
+@dataclass(frozen=True)
+class RegisterSettings:
+    """The test-time-registers toggle (issue 29): when on, the Prediction, Attention and Features views show the
+    model beside itself with k registers fed by `neurons` (None: the finder's top 4 over the bundled samples)."""
+
+    on: bool = False
+    neurons: tuple[tuple[int, int], ...] | None = None  # (block, unit) each
+    k: int = 1
+    mode: str = REGISTER_MODES[0]  # what the patches keep: zero / mean / unchanged
+
+    def __post_init__(self) -> None:
+        if self.mode not in REGISTER_MODES:
+            raise ValueError(f"register mode {self.mode!r} is not one of {list(REGISTER_MODES)}")
+        if not 1 <= self.k <= MAX_TEST_TIME_REGISTERS:
+            raise ValueError(f"test-time registers: k {self.k} is not from 1 to {MAX_TEST_TIME_REGISTERS}")
 
 
 @dataclass
@@ -122,6 +143,7 @@ class Session(QObject):
     load_progress = Signal(float, str)  # (fraction, stage) of the load running (sent from its worker)
     job_progress = Signal(str, float, str)  # (channel, share, what) of a channel's current job (see JobControls)
     attention_changed = Signal()  # the attention settings
+    registers_changed = Signal()  # the test-time-registers toggle's settings
     compared_changed = Signal()  # the model compared with the loaded one
     lesson_changed = Signal()  # a lesson started or ended, or another step of it is on screen
     runs_changed = Signal()  # a training run started afresh or was replaced (its curves grow in place)
@@ -149,6 +171,8 @@ class Session(QObject):
         self.needs = Needs()  # what the views on screen draw beyond the prediction, all together
         self._needs_of: dict[str, Needs] = {}  # by view
         self.attention = AttentionSettings()
+        self.registers = RegisterSettings()
+        self._register_defaults: dict[int, list[tuple[int, int]]] = {}  # model id -> the finder's neurons
         self.compared: LoadedModel | None = None  # the Compare view's second model
         self.compared_name = ""  # its column's heading
         self.dtype: str | None = None  # what `load` runs the models in (None: their weights' own; --dtype)
@@ -324,6 +348,25 @@ class Session(QObject):
         self.attention_changed.emit()
         if self.class_layers != layers_before:
             self.select(layer=self.layer)
+
+    def set_registers(self, **changes: Any) -> None:
+        """Change the test-time-registers toggle's settings by name (RegisterSettings' fields)."""
+        settings = replace(self.registers, **changes)
+        if settings != self.registers:
+            self.registers = settings
+            self.registers_changed.emit()
+
+    def register_neurons(self, inputs: Inputs, settings: RegisterSettings) -> list[tuple[int, int]]:
+        """The neurons the toggle moves for a result's inputs: the settings', or the finder's, found once per
+        model (in a worker)."""
+        if settings.neurons is not None:
+            return list(settings.neurons)
+        from ..explore.registers import default_neurons
+
+        found = self._register_defaults.get(inputs.model_id)
+        if found is None:
+            found = self._register_defaults[inputs.model_id] = default_neurons(inputs.loaded)
+        return found
 
     def set_compared(self, loaded: LoadedModel | None, name: str = "") -> None:
         """The model to run beside the loaded one (None: none), headed `name` (default: its short name)."""

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...analysis.attention import HEAD_FUSIONS
-from ...explore import attention
+from ...explore import attention, registers
 from ...explore.attention import CLASS_ATTENTION, MODES
 from ...explore.figures import MapsFigure
 from ...explore.forward import ForwardResult
@@ -42,6 +42,8 @@ class AttentionView(View):
         self.distance: np.ndarray | None = None  # (blocks, heads) mean attention distance, when shown
         self._drawn: figures.MapsPlot | None = None
         self.query_name = ""  # the query of the maps drawn
+        self.shifted: tuple[np.ndarray, np.ndarray] | None = None  # (heads, gh, gw) of the original and the model
+        # with test-time registers, both drawn, when the toggle is on (see `_beside`)
         self._settings = session.attention  # those drawn: an opacity change alone redraws nothing
         self.mode = QComboBox()
         self.mode.addItems(MODES)
@@ -87,6 +89,7 @@ class AttentionView(View):
         self.listen(session.selection_changed, self._selection)
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.attention_changed, self._settings_changed)
+        self.listen(session.registers_changed, self.schedule)
         self._follow(session.attention)
         self._model_changed()
 
@@ -221,17 +224,47 @@ class AttentionView(View):
             return
         self._draw(attention.heads_figure(result, mode, self.session.layer, self.session.head, query, image=image,
                                           opacity=opacity, heads=self.session.heads))
+        if self.session.registers.on and mode != CLASS_ATTENTION:
+            self._beside(result, mode, image, opacity)
+
+    def _beside(self, result: ForwardResult, mode: str, image: bool, opacity: float) -> None:
+        """The test-time-registers toggle is on: the original's and the shifted model's maps side by side,
+        computed in a worker (dropped when the result, the selection or a setting changed meanwhile)."""
+        session, inputs, settings = self.session, result.inputs, self.session.registers
+        layer, head, heads, patch = min(session.layer, result.depth - 1), session.head, session.heads, session.query
+        key = (settings, session.attention, layer, head, heads, patch)
+
+        def compute() -> tuple[np.ndarray, np.ndarray]:
+            neurons = session.register_neurons(inputs, settings)
+            return registers.shifted_attention(inputs, neurons, mode=settings.mode, k=settings.k, layer=layer,
+                                               patch=patch)
+
+        def done(maps: tuple[np.ndarray, np.ndarray]) -> None:
+            if session.result is not result or key != (session.registers, session.attention, min(
+                    session.layer, result.depth - 1), session.head, session.heads, session.query):
+                return  # stale
+            self.shifted = maps
+            where = f"layer {layer} · query {self.query_name}"
+            self._draw(registers.attention_beside(maps, mode, head, heads, settings.k, where,
+                                                  result.display if image else None, result.layout.grid, opacity),
+                       keep_shifted=True)
+
+        self.note.setText("computing the model with test-time registers…")
+        self.run_for_model(inputs.model_id, "registers-attention", compute, done)
 
     def _clear(self, note: str) -> None:
         self.plots.ci.clear()
         self._drawn = None
         self.figure = None
         self.distance = None
+        self.shifted = None
         self.note.setText(note)
 
-    def _draw(self, figure: MapsFigure) -> None:
+    def _draw(self, figure: MapsFigure, keep_shifted: bool = False) -> None:
         self.note.setText("")
         self.distance = None
+        if not keep_shifted:
+            self.shifted = None
         self.figure = figure
         if self._drawn is not None and self._drawn.matches(figure):
             self._drawn.update(figure)  # same plots: new numbers only (rebuilding plots is slow)

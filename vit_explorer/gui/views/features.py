@@ -15,11 +15,12 @@ from ...explore import features, registers
 from ...explore.figures import Figure, ImagesFigure, arrays
 from ...explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .. import figures
-from ..session import Session
+from ..session import RegisterSettings, Session
 from .base import Table, View
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
-         "nearest images", "outliers and register neurons")
+         "nearest images", "outliers and register neurons", "attention entropy")
+BESIDE = ("PCA of patch features", "token norms")  # the modes that show the model with test-time registers beside
 SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask: what the samples' features depend on
 
 
@@ -72,6 +73,7 @@ class FeaturesView(View):
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
         self.listen(session.inputs_changed, self._patch_range)
+        self.listen(session.registers_changed, self._registers_changed)
         self._model_changed()
 
     def picture(self) -> QWidget:
@@ -88,6 +90,10 @@ class FeaturesView(View):
         self.state.setValue(depth - 1)  # the last block's tokens, as the papers show them
         self._patch_range()
         self.schedule()
+
+    def _registers_changed(self) -> None:
+        if self.mode_name in BESIDE:
+            self.schedule()
 
     def _patch_range(self) -> None:
         """The patches of the grid (another input size has another grid): the new result redraws."""
@@ -124,8 +130,27 @@ class FeaturesView(View):
         state = self.state.value() + 1  # index of the token states: 0 is the embedded input
         background, share = self.background.isChecked(), self.share.value()
         other, patch = self.other.currentData(), self.patch.value()
+        settings = self.session.registers
+        if settings.on and mode in BESIDE:
+            session = self.session
+            self.note.setText("computing the model with test-time registers…")
+            self.run_for_model(result.inputs.model_id, "features", lambda: self._beside(
+                mode, result, session.register_neurons(result.inputs, settings), settings, state, background),
+                self._draw, self._failed)
+            return
         self.run_for_model(result.inputs.model_id, "features", lambda: self._compute(
             mode, result, needs, name, state, background, share, other, patch), self._draw, self._failed)
+
+    @staticmethod
+    def _beside(mode: str, result: ForwardResult, neurons: list[tuple[int, int]], settings: RegisterSettings,
+                state: int, background: bool) -> tuple[Figure, Figure | None]:
+        """The original and the model with test-time registers side by side (in a worker)."""
+        inputs, k = result.inputs, settings.k
+        if mode == "token norms":
+            return registers.norms_beside(registers.shifted(inputs, neurons, mode=settings.mode, k=k),
+                                          result.layout.grid, result.display)
+        tokens = registers.shifted_tokens(inputs, neurons, mode=settings.mode, k=k, state=state)
+        return registers.pca_beside(inputs, result.display, tokens, result.layout.grid, k, state, background), None
 
     @staticmethod
     def _compute(mode: str, result: ForwardResult, needs: Needs, name: str, state: int, background: bool,
@@ -141,6 +166,8 @@ class FeaturesView(View):
             return features.norms_figure(result), features.outliers_figure(result, result.depth)
         if mode == "outliers and register neurons":
             return registers.sample_diagnosis(result.inputs.loaded)
+        if mode == "attention entropy":
+            return registers.entropy_figure(*registers.attention_entropy(result.inputs)), None
         if other is None:  # patch correspondence, the last mode computed here (nearest images: `_nearest`)
             raise ValueError("no second image: the bundled samples are missing")
         gw = result.layout.grid[1]
@@ -172,9 +199,9 @@ class FeaturesView(View):
         self.figure, self.extra = drawn
         self.plots.ci.clear()
         self._drawn = figures.draw(self.plots.ci, self.figure)
-        if self.extra is not None:
+        if self.extra is not None:  # in a layout of its own: its columns are not the first figure's
             self.plots.ci.nextRow()
-            figures.draw(self.plots.ci, self.extra)
+            figures.draw(self.plots.ci.addLayout(), self.extra)
 
     def _clicked(self, event: object) -> None:
         """In correspondence mode, a click on the first image picks the patch to match."""

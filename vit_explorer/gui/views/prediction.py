@@ -17,7 +17,7 @@ from ...explore.figures import BarsFigure, LinesFigure
 from ...explore.forward import ForwardResult
 from ...explore.prediction import change_text, prediction_figure
 from .. import figures
-from ..session import Session
+from ..session import MAX_TEST_TIME_REGISTERS, RegisterSettings, Session
 from .base import Note, Table, View
 
 MIN_HEIGHT = 120  # the chart's least height (more with more bars)
@@ -43,26 +43,27 @@ class PredictionView(View):
         # test-time registers (Jiang et al. 2025), live: the shifted model beside the original
         self.registers = QCheckBox("test-time registers")
         self.registers.setToolTip("Run the model beside itself with test-time registers: the chosen MLP neurons' "
-                                  "activations move into extra tokens (Jiang et al. 2025).")
+                                  "activations move into extra tokens (Jiang et al. 2025). The Attention and "
+                                  "Features views show both too.")
         self.neurons = QLineEdit()
         self.neurons.setPlaceholderText("the finder's top 4, or BLOCK:UNIT,…")
         self.neurons.setToolTip("The neurons to move, as BLOCK:UNIT,… (blocks from 0); empty: the register-neuron "
                                 "finder's top 4 over the bundled sample images.")
         self.register_k = QSpinBox()
-        self.register_k.setRange(1, 8)
+        self.register_k.setRange(1, MAX_TEST_TIME_REGISTERS)
         self.register_k.setPrefix("k = ")
         self.register_mode = QComboBox()
         self.register_mode.addItems(list(REGISTER_MODES))
         self.register_mode.setToolTip("What the patches keep of a moved neuron's activation.")
         for widget in (self.registers, self.neurons, self.register_k, self.register_mode):
             self.controls.addWidget(widget)
-        self.registers.toggled.connect(self._registers_changed)
-        self.neurons.editingFinished.connect(self._registers_changed)
-        self.register_k.valueChanged.connect(self._registers_changed)
-        self.register_mode.currentIndexChanged.connect(self._registers_changed)
+        # the controls edit the session's settings (one source of truth: the other views follow them too)
+        self.registers.toggled.connect(self._edited)
+        self.neurons.editingFinished.connect(self._edited)
+        self.register_k.valueChanged.connect(self._edited)
+        self.register_mode.currentIndexChanged.connect(self._edited)
         self.shifted: registers.Shifted | None = None  # the current result's shifted pass, when the toggle is on
         self._shifted_for: object = None  # the result it belongs to
-        self._defaults: dict[int, list[tuple[int, int]]] = {}  # model id -> the finder's neurons
         self.plots = pg.GraphicsLayoutWidget()
         self.plots.setMinimumHeight(MIN_HEIGHT)
         self.body.addWidget(self.plots, 1)
@@ -74,17 +75,48 @@ class PredictionView(View):
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
         self.listen(session.result_ready, self._registers_changed)
+        self.listen(session.registers_changed, self._registers_changed)
         self.listen(session.busy, self.note.show_busy)
         self.redraw()
         self._registers_changed()
 
     # ------------------------------------------------------------------ test-time registers
+    def _edited(self, *_: object) -> None:
+        """The controls as they stand become the session's settings (neurons the text does not name: kept)."""
+        text = self.neurons.text()
+        neurons = self.session.registers.neurons
+        try:
+            neurons = tuple(parse_neurons(text)) if text.strip() else None
+        except ValueError as error:
+            self.session.error.emit(str(error))
+        self.session.set_registers(on=self.registers.isChecked(), neurons=neurons, k=self.register_k.value(),
+                                   mode=REGISTER_MODES[self.register_mode.currentIndex()])
+
+    def _follow(self, settings: RegisterSettings) -> None:
+        """The controls show the session's settings (without their signals)."""
+        controls = (self.registers, self.neurons, self.register_k, self.register_mode)
+        for widget in controls:
+            widget.blockSignals(True)
+        self.registers.setChecked(settings.on)
+        typed = self.neurons.text()
+        try:
+            same = (tuple(parse_neurons(typed)) if typed.strip() else None) == settings.neurons
+        except ValueError:
+            same = False
+        if not same:
+            self.neurons.setText(",".join(f"{b}:{u}" for b, u in settings.neurons or ()))
+        self.register_k.setValue(settings.k)
+        self.register_mode.setCurrentIndex(REGISTER_MODES.index(settings.mode))
+        for widget in controls:
+            widget.blockSignals(False)
+            widget.setEnabled(settings.on or widget is self.registers)
+
     def _registers_changed(self, *_: object) -> None:
         """The toggle or its settings changed, or a new result came: compute the shifted pass in a worker (a stale
         one is dropped), or, off, show the original alone."""
-        on = self.registers.isChecked()
-        for widget in (self.neurons, self.register_k, self.register_mode):
-            widget.setEnabled(on)
+        settings = self.session.registers
+        self._follow(settings)
+        on = settings.on
         had = self.shifted is not None
         self.shifted = self._shifted_for = None
         result = self.session.result
@@ -92,24 +124,14 @@ class PredictionView(View):
             if had:  # the shifted markers go; a plain result was drawn by redraw already (one paint per click)
                 self.redraw()
             return
-        try:
-            typed = parse_neurons(self.neurons.text()) if self.neurons.text().strip() else None
-        except ValueError as error:
-            self.session.error.emit(str(error))
-            return
-        inputs, k, mode = result.inputs, self.register_k.value(), self.register_mode.currentText()
-        defaults = self._defaults
+        inputs, session = result.inputs, self.session
 
         def compute() -> registers.Shifted:
-            neurons = typed
-            if neurons is None:  # the finder's, once per model
-                neurons = defaults.get(inputs.model_id)
-                if neurons is None:
-                    neurons = defaults[inputs.model_id] = registers.default_neurons(inputs.loaded)
-            return registers.shifted(inputs, neurons, mode=mode, k=k)
+            neurons = session.register_neurons(inputs, settings)
+            return registers.shifted(inputs, neurons, mode=settings.mode, k=settings.k)
 
         def done(shifted: registers.Shifted) -> None:
-            if self.session.result is result and self.registers.isChecked():  # else stale: dropped
+            if self.session.result is result and self.session.registers == settings:  # else stale: dropped
                 self.shifted, self._shifted_for = shifted, result
                 self.redraw()
 
