@@ -1,6 +1,6 @@
 """The Explain view ranks the chosen methods over the Dataset view's images: a table of mean AUCs with bootstrap
 intervals and a bar figure with the intervals' ends, cancellable with progress; without a dataset it says where to
-get one."""
+get one. The ranking runs on the view's one controls: its Cancel stops it."""
 
 from __future__ import annotations
 
@@ -23,19 +23,19 @@ def test_explain_view_ranks_methods_over_the_dataset(qtbot, window) -> None:
     view = window.views["Explain"]
     window.show_view("Explain")
     view.choose(methods=["rollout", "gradcam"])
-    view.rank_job.button.click()
+    view.rank_button.click()
     assert "Dataset view first" in view.note.text() and view.ranking is None
 
     window.docks["Dataset"].raise_()
     run(qtbot, window, "shapes", 12)
     window.show_view("Explain")
-    view.rank_job.button.click()
-    assert view.rank_job.running and view.rank_job.button.text() == "Cancel"
-    view.rank_job.button.click()  # cancelled: nothing delivered
-    assert not view.rank_job.running and "cancelled" in view.note.text() and view.ranking is None
+    view.rank_button.click()
+    assert view.job.running and view.job.button.text() == "Cancel" and view.job.button.isVisibleTo(view)
+    view.job.button.click()  # cancelled: nothing delivered
+    assert not view.job.running and "cancelled" in view.note.text() and view.ranking is None
 
-    view.rank_job.button.click()
-    qtbot.waitUntil(lambda: view.ranking is not None and not view.rank_job.running, timeout=90000)
+    view.rank_button.click()
+    qtbot.waitUntil(lambda: view.ranking is not None and not view.job.running, timeout=90000)
     result = view.ranking
     assert result.images == 12 and sorted(result.methods) == ["gradcam", "rollout"]
     header, rows = rk.csv_rows(result)

@@ -7,7 +7,7 @@ draws the clicked method's strip of maps with their Spearman correlation and SSI
 come from `explore.relevance`, computed in a worker with progress (cancellable); the image panel's [MASK] patches and
 the heads switched off apply. "Rank on
 dataset" ranks the chosen methods over the Dataset view's images (`explore.ranking`): a table of each method's mean
-AUCs with their 95 % bootstrap intervals and a figure of the score chosen, also cancellable with progress."""
+AUCs with their 95 % bootstrap intervals and a figure of the score chosen, also a job on the view's one controls."""
 
 from __future__ import annotations
 
@@ -18,7 +18,16 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import QComboBox, QLabel, QMenu, QTableWidget, QTableWidgetItem, QToolButton, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QWidget,
+)
 
 from ...explore import ranking as rk
 from ...explore import relevance as rel
@@ -93,16 +102,16 @@ class ExplainView(View):
         self.job = JobControls(self, "explain", on_cancelled=self._cancelled, bar_width=220)
         self.job.button.setToolTip("Stop computing the maps.")
         self.progress, self.cancel_button = self.job.bar, self.job.button
-        self.rank_job = JobControls(self, "explain-data", run_text="Rank on dataset", on_run=self.rank_dataset,
-                                    on_cancelled=self._cancelled, bar_width=160)
-        self.rank_job.button.setToolTip("Rank the chosen methods over the Dataset view's images: each one's mean "
-                                        "AUCs with 95 % bootstrap intervals (and, on shapes / where, the pointing "
-                                        "game and IoU).")
+        self.rank_button = QPushButton("Rank on dataset")  # run on the view's one controls (its Cancel stops it)
+        self.rank_button.clicked.connect(self.rank_dataset)
+        self.rank_button.setToolTip("Rank the chosen methods over the Dataset view's images: each one's mean "
+                                    "AUCs with 95 % bootstrap intervals (and, on shapes / where, the pointing "
+                                    "game and IoU).")
         self.rank_score = QComboBox()
         self.rank_score.setToolTip("The score the dataset ranking's figure draws.")
         self.rank_score.activated.connect(self._draw_ranking)
         for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job,
-                       self.rank_job, self.rank_score):
+                       self.rank_button, self.rank_score):
             self.controls.addWidget(widget)
         self.ranking_table = QTableWidget()
         self.ranking_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
@@ -124,7 +133,6 @@ class ExplainView(View):
         self._show_ranking()
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.job.progressed.connect(self._progressed)
-        self.rank_job.progressed.connect(self._progressed)
         self.listen(session.result_ready, self.schedule_soon)
         self.listen(session.model_changed, self._model_changed)
         self._model_changed()
@@ -150,7 +158,7 @@ class ExplainView(View):
         loaded = self.session.loaded
         self.explanations, self._order, self.chosen, self._request = [], [], None, ()
         self.random_row = None
-        self.rank_job.stop()
+        self.job.stop()
         self.ranking = None
         self._show_ranking()
         self.plots.ci.clear()
@@ -245,8 +253,6 @@ class ExplainView(View):
 
     def cancel(self) -> None:
         self.job.cancel()
-        if self.rank_job.running:
-            self.rank_job.cancel()
 
     def rank_dataset(self) -> None:
         """Rank the chosen methods over the images of the Dataset view's analysis."""
@@ -265,7 +271,7 @@ class ExplainView(View):
             return rk.rank_dataset(loaded, source, methods, baseline=baseline, job=job)
 
         self.note.setText(f"ranking {len(methods)} methods over {len(source):,} images…")
-        self.rank_job.start(self.session.model_id, work, self._ranked, self._failed)
+        self.job.start(self.session.model_id, work, self._ranked, self._failed)  # new maps asked for supersede it
 
     def _ranked(self, result: rk.Ranking) -> None:
         self.ranking = result

@@ -1,6 +1,7 @@
 """The one control of a view's long work (Explain, Dataset, Heads, Components): a progress bar fed by the job's
 `progress(share, what)` (queued by the runner to the session), and a button that runs the work and, while it
-runs, cancels it (or, for work that starts by itself, a Cancel button shown only while it runs)."""
+runs, cancels it (or, for work that starts by itself, a Cancel button shown only while it runs). A view's other
+long work runs through the same controls (`start` with the words its cancel says), one job at a time."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class JobControls(QWidget):
         self.view, self.channel = view, channel
         self.run_text, self.cancel_text = run_text, cancel_text
         self.on_run, self.on_cancelled = on_run, on_cancelled
+        self._on_cancelled = on_cancelled  # what the user's Cancel of the job running now says
         self.running = False
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -44,8 +46,12 @@ class JobControls(QWidget):
         self._show(False)
 
     def start(self, model_id: int, fn: Callable[[Job], Any], on_done: Callable[[Any], None],
-              on_error: Callable[[str], None] | None = None) -> None:
-        """Run fn(job) on the channel for the results of model `model_id`; the controls show it until it ends."""
+              on_error: Callable[[str], None] | None = None, *,
+              on_cancelled: Callable[[], None] | None = None) -> None:
+        """Run fn(job) on the channel for the results of model `model_id` (superseding the job running there); the
+        controls show it until it ends. `on_cancelled`: what the user's Cancel of this job says (else the
+        controls')."""
+        self._on_cancelled = on_cancelled or self.on_cancelled
         self._show(True)
 
         def done(value: Any) -> None:
@@ -61,8 +67,8 @@ class JobControls(QWidget):
     def cancel(self) -> None:
         """Stop the job (the user's Cancel): nothing of it is delivered, and `on_cancelled` says so."""
         self.stop()
-        if self.on_cancelled is not None:
-            self.on_cancelled()
+        if self._on_cancelled is not None:
+            self._on_cancelled()
 
     def stop(self) -> None:
         """Drop the job without a word (a new model: what it computed no longer applies)."""

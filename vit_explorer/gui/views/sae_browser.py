@@ -32,7 +32,6 @@ from ...explore import sae as E
 from ...explore.forward import ForwardResult, Needs
 from ...jobs import Job
 from .. import figures
-from .job_controls import JobControls
 
 if TYPE_CHECKING:
     from .dataset import DatasetView
@@ -93,8 +92,8 @@ class SaeBrowser(QWidget):
         self.figure_kind = QComboBox()
         self.figure_kind.addItems(list(FIGURES))
         self.figure_kind.currentIndexChanged.connect(self.draw)
-        self.job = JobControls(view, OWNER, on_cancelled=lambda: self.note.setText("encoding cancelled"))
-        for widget in (self.open_button, self.order, self.figure_kind, self.job):
+        self.job = view.job  # the view's one controls: the encoding is cancelled by its button
+        for widget in (self.open_button, self.order, self.figure_kind):
             top.addWidget(widget)
         top.addStretch(1)
         column.addLayout(top)
@@ -178,7 +177,7 @@ class SaeBrowser(QWidget):
             return Encoded(z, kept, (z > 0).mean(0))
 
         self.job.start(self.session.model_id, work, self._encoded, lambda message: self.note.setText(
-            f"encoding failed: {message}"))
+            f"encoding failed: {message}"), on_cancelled=lambda: self.note.setText("encoding cancelled"))
         return True
 
     def _encoded(self, encoded: Encoded) -> None:
