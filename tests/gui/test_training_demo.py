@@ -52,7 +52,8 @@ def test_figures_are_readable_and_export_whole(qtbot, window, tmp_path: Path, si
     view.redraw()
     qtbot.wait(50)
     areas = data_areas(view.plots, window)
-    assert len(areas) == 3, areas  # loss, accuracy, PE similarity
+    # loss, accuracy, attention entropy, largest token norm, PE similarity, [CLS] thumbnail: each one readable
+    assert len(areas) == 6, areas
     assert min(a.short_side for a in areas) >= READABLE_PX, [a.rect for a in areas]
     need = view.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)  # nothing drawn past the widget's edge
     assert need.width() <= view.plots.width() + 1 and need.height() <= view.plots.height() + 1

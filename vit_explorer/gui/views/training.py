@@ -72,7 +72,7 @@ DEFAULT_PRESET = "classroom-conv"  # learns fastest on a laptop CPU (the line un
 DEFAULT_BUDGET_S = 60  # a demo in front of a class: long enough to learn, short enough to watch
 # below this width the settings fold away when a run starts, so the curves and the PE grid get the whole view
 SETTINGS_BESIDE_PLOTS_PX = 1100
-PE_TITLE_CHARS = 22  # the PE grid's title wraps this narrow, so it never sets the grid's column wider than its half
+PE_TITLE_CHARS = 16  # the PE grid's title wraps this narrow, so it never sets its column wider than its share
 PLACEHOLDER = ("Press Start to train. Here appear, as the model learns: the training loss and accuracy every 5 "
                "steps (a line per run, dots for the validation set), and the similarity grid of the position "
                "embedding being learned (the ViT paper's Figure 7), updated every 10 steps.")
@@ -640,9 +640,9 @@ class TrainingView(View):
         legend.setMaximumHeight(legend.layout.preferredHeight())
         if not self._beside:
             self.plots.ci.nextRow()
-        else:  # the curves and the grid share the width equally
-            self.plots.ci.layout.setColumnStretchFactor(0, 1)
-            self.plots.ci.layout.setColumnStretchFactor(1, 1)
+        else:  # four curves two by two, and the grid over the thumbnail: the curves take three fifths of the width
+            self.plots.ci.layout.setColumnStretchFactor(0, 3)
+            self.plots.ci.layout.setColumnStretchFactor(1, 2)
         newest = runs[-1]
         side = self._side = self.plots.ci.addLayout()
         with figures.title_width(PE_TITLE_CHARS):
