@@ -22,6 +22,11 @@ def configure(view, out: Path, steps: int) -> None:
 
 def test_short_run_comparison_and_open(qtbot, window, tmp_path: Path) -> None:
     window.docks["Training"].raise_()
+    window.resize(1280, 800)  # a pane wide enough for the attention-health plots (TrainingView._roomy)
+    window.share_width()
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1280, 800), timeout=5000)
+    window.views["Training"].settings_button.setChecked(False)  # the settings folded away, as during a run
+    qtbot.waitUntil(window.views["Training"]._roomy, timeout=5000)
     view = window.views["Training"]
     configure(view, tmp_path / "run", steps=15)
     progress: list[int] = []

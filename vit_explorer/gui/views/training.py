@@ -107,6 +107,9 @@ def runs_folder() -> Path:
     return Path(base) / "vit-explorer" / "runs"
 
 
+HEALTH_MIN_PX = 700  # the plot pane's width from which the attention-health plots are drawn (see _roomy)
+
+
 class TrainingView(View):
     key = "training"
 
@@ -253,6 +256,7 @@ class TrainingView(View):
         self._side: pg.GraphicsLayout | None = None  # the PE grid and the [CLS] thumbnail, beside or below the curves
         self._thumb: tuple[pg.PlotItem, pg.ImageItem] | None = None  # the last block's [CLS] attention
         self._health: dict[str, pg.PlotDataItem] = {}  # "entropy:<series>" / "norm:<run>" -> curve
+        self._with_health = True  # the attention-health plots drawn (a pane wide enough for six figures)
         self._beside = True  # the PE grid beside the curves (a wide pane) or below them (a tall one)
         self._fit_form()
         self._timer = QTimer(self)
@@ -513,10 +517,17 @@ class TrainingView(View):
         """The plot pane resized (the window, the splitter, the settings shown or hidden): when the other
         arrangement of the figures fits it better, lay them out again."""
         if watched is self.pane and event.type() == QEvent.Type.Resize and self._key is not None \
-                and self._wide() != self._beside:
+                and (self._wide(), self._roomy()) != (self._beside, self._with_health):
             self._key = None
             self._schedule_redraw()
         return super().eventFilter(watched, event)
+
+    def _roomy(self) -> bool:
+        """Whether the pane holds the attention-health plots beside the loss and accuracy (six figures, each at least
+        120 px on its short side): a narrower pane (1024x768) draws the loss, the accuracy and the PE grid alone
+        (the health is still logged, and drawn as soon as the pane is widened: a hidden settings form, a wider
+        window)."""
+        return self.pane.width() >= HEALTH_MIN_PX
 
     def _wide(self) -> bool:
         """Whether the PE grid goes beside the curves (it needs about a square) rather than below them: three
@@ -555,11 +566,13 @@ class TrainingView(View):
         """Attention health: the newest run's entropy per block (with log T), every run's largest token norm, and
         the newest run's last [CLS] attention (an untrained model: entropy near log T, no outlier norms, a flat
         map)."""
+        if not self._with_health:
+            return
         newest = runs[-1]
         steps, entropy, _ = health_series(newest.health)
-        plot = self._plots.get("entropy")
+        plot = self._plots["entropy"]
         for i, (name, values) in enumerate(entropy.items()):
-            if f"entropy:{name}" not in self._health and plot is not None:
+            if f"entropy:{name}" not in self._health:
                 uniform = name.startswith("uniform")
                 colour = "#888888" if uniform else figures.PALETTE[i % len(figures.PALETTE)]
                 pen = pg.mkPen(colour, width=2, **({"style": Qt.PenStyle.DashLine} if uniform else {}))
@@ -609,7 +622,7 @@ class TrainingView(View):
         self.plots.ci.clear()
         self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
         self._thumb, self._health = None, {}
-        self._beside = self._wide()
+        self._beside, self._with_health = self._wide(), self._roomy()
         curves = self.plots.ci.addLayout()
         # one legend for both curves, in a row of its own above them: it never covers a curve
         legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
@@ -619,8 +632,10 @@ class TrainingView(View):
         # two by two: loss | accuracy, then attention health (issue 29): entropy per block against log T | the
         # largest token norm; each keeps a data area a room can read at 1280x800
         names = {"loss": "loss", "accuracy": "accuracy", "entropy": "entropy (nats)", "norm": "max token norm"}
+        if not self._with_health:
+            names = {"loss": "loss", "accuracy": "accuracy"}
         for i, (metric, ylabel) in enumerate(names.items()):
-            if i == 2:
+            if i == 2 or (i == 1 and not self._with_health):  # two by two, or loss above accuracy
                 curves.nextRow()
             # no title: the y axis names the metric, and a title row would take the height the curve needs
             plot = self._plots[metric] = figures.draw_lines(curves, [], {}, title="", xlabel="step",
@@ -641,8 +656,8 @@ class TrainingView(View):
         if not self._beside:
             self.plots.ci.nextRow()
         else:  # four curves two by two, and the grid over the thumbnail: the curves take three fifths of the width
-            self.plots.ci.layout.setColumnStretchFactor(0, 3)
-            self.plots.ci.layout.setColumnStretchFactor(1, 2)
+            self.plots.ci.layout.setColumnStretchFactor(0, 3 if self._with_health else 1)
+            self.plots.ci.layout.setColumnStretchFactor(1, 2 if self._with_health else 1)
         newest = runs[-1]
         side = self._side = self.plots.ci.addLayout()
         with figures.title_width(PE_TITLE_CHARS):
