@@ -43,6 +43,8 @@ class PositionView(View):
         for scheme in SCHEMES.values():
             if scheme.additive:
                 self.compare.addItem(f"compare: {scheme.label} (untrained)", scheme.name)
+        self.compare.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.compare.setMinimumContentsLength(20)  # long scheme names elide in the box, read whole in its list
         self.compare.setToolTip("Show the same architecture with another PE scheme next to this model's.")
         self.compare.currentIndexChanged.connect(self._compare_scheme)
         self.compare_source = QLineEdit()
