@@ -162,8 +162,7 @@ class CompareView(View):
         cells = [row.addLayout(row=0, col=i) for i in range(2)]
         for layout in (row, *cells):  # no margins of their own: the figure is no taller than the column it replaces
             layout.setContentsMargins(0, 0, 0, 0)
-        grids = [figures.SimilarityPlot(cell, one.similarity, colorbar=False)
-                 for cell, one in zip(cells, sides, strict=True)]
+        grids = [figures.SimilarityPlot(cell, one.similarity, colorbar=False) for cell, one in zip(cells, sides, strict=True)]
         for i in range(2):
             row.layout.setColumnStretchFactor(i, 1)
         figures.draw_colorbar(row, [grid.mosaic for grid in grids], levels=grids[0].levels, cmap=SIMILARITY_CMAP,
