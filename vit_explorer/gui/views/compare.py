@@ -133,6 +133,7 @@ class CompareView(View):
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
         same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
             sides[0].similarity.levels == sides[1].similarity.levels is not None)
+        grids: list[figures.SimilarityPlot] = []
         with self._titles_fitting():
             for column, one in zip(columns, sides if columns else (), strict=True):
                 if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
@@ -147,27 +148,20 @@ class CompareView(View):
                         column.nextRow()
                     figures.MapsPlot(column, one.rollout)
                     drawn += 1
-                if one.similarity is not None and self.shows("position") and not same_scale:
+                if one.similarity is not None and self.shows("position"):
                     if drawn:
                         column.nextRow()
-                    figures.SimilarityPlot(column, one.similarity)
-            if same_scale and self.shows("position") and columns:
-                self._shared_scale(sides)
+                    # on a shared scale the one colour bar gets a column of its own (_shared_colorbar): inside the
+                    # right-hand column it took that side's width, and its grid came out smaller than the left one
+                    grids.append(figures.SimilarityPlot(column, one.similarity, colorbar=not same_scale))
+        if same_scale and len(grids) == 2:
+            self._shared_colorbar(grids, sides[0].similarity.colorbar_label)
 
-    def _shared_scale(self, sides: tuple[Side, ...]) -> None:
-        """Both sides' grids on one scale in a row of their own under the two columns, with one colour bar in a
-        third column of that row only: inside the right-hand column the bar took that side's width (its grid came
-        out smaller than the left one), and beside the whole figure it made the view wider than 1024x768 gives."""
-        row = self.plots.ci.addLayout(row=2, col=0, colspan=2)
-        cells = [row.addLayout(row=0, col=i) for i in range(2)]
-        for layout in (row, *cells):  # no margins of their own: the figure is no taller than the column it replaces
-            layout.setContentsMargins(0, 0, 0, 0)
-        grids = [figures.SimilarityPlot(cell, one.similarity, colorbar=False) for cell, one in zip(cells, sides, strict=True)]
-        for i in range(2):
-            row.layout.setColumnStretchFactor(i, 1)
-        figures.draw_colorbar(row, [grid.mosaic for grid in grids], levels=grids[0].levels, cmap=SIMILARITY_CMAP,
-                              label=sides[0].similarity.colorbar_label, row=0, col=2)
-        row.layout.setColumnStretchFactor(2, 0)
+    def _shared_colorbar(self, grids: list[figures.SimilarityPlot], label: str) -> None:
+        """One colour bar for both sides' grids, in a third column beside the two equal ones."""
+        figures.draw_colorbar(self.plots.ci, [grid.mosaic for grid in grids], levels=grids[0].levels,
+                              cmap=SIMILARITY_CMAP, label=label, row=1, col=2)
+        self.plots.ci.layout.setColumnStretchFactor(2, 0)
 
     def _draw_rows(self, sides: tuple[Side, ...]) -> None:
         """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
