@@ -11,7 +11,6 @@ from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
 
 from ...checkpoints import LoadedModel
 from ...explore.compare import PRESETS, Side, joint_prediction, side
-from ...explore.figures import SIMILARITY_CMAP
 from ...explore.forward import Needs
 from ...paths import BUNDLED
 from .. import figures
@@ -131,11 +130,12 @@ class CompareView(View):
             columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(2)]
         for i in range(2):  # two equal columns
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
-        same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
-            sides[0].similarity.levels == sides[1].similarity.levels is not None)
-        grids: list[figures.SimilarityPlot] = []
         with self._titles_fitting():
             for column, one in zip(columns, sides if columns else (), strict=True):
+                last = one is sides[-1]
+                same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
+                    sides[0].similarity.levels == sides[1].similarity.levels is not None)
+                bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
                 if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
                     figures.add_title(column, one.name)
                     column.nextRow()
@@ -151,17 +151,7 @@ class CompareView(View):
                 if one.similarity is not None and self.shows("position"):
                     if drawn:
                         column.nextRow()
-                    # on a shared scale the one colour bar gets a column of its own (_shared_colorbar): inside the
-                    # right-hand column it took that side's width, and its grid came out smaller than the left one
-                    grids.append(figures.SimilarityPlot(column, one.similarity, colorbar=not same_scale))
-        if same_scale and len(grids) == 2:
-            self._shared_colorbar(grids, sides[0].similarity.colorbar_label)
-
-    def _shared_colorbar(self, grids: list[figures.SimilarityPlot], label: str) -> None:
-        """One colour bar for both sides' grids, in a third column beside the two equal ones."""
-        figures.draw_colorbar(self.plots.ci, [grid.mosaic for grid in grids], levels=grids[0].levels,
-                              cmap=SIMILARITY_CMAP, label=label, row=1, col=2)
-        self.plots.ci.layout.setColumnStretchFactor(2, 0)
+                    figures.SimilarityPlot(column, one.similarity, colorbar=bar)
 
     def _draw_rows(self, sides: tuple[Side, ...]) -> None:
         """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
