@@ -393,7 +393,7 @@ def attention_beside(maps: tuple[np.ndarray, np.ndarray], view_mode: str, head: 
                      opacity: float) -> MapsFigure:
     """The Attention view's maps (one head, the mean of heads, or the heads shown) of the original above or
     beside the shifted model's, on one scale: the original's outliers' attention moves to the registers."""
-    chosen = []
+    chosen: list[tuple[np.ndarray, tuple[str, ...]]] = []
     for side in maps:  # (heads, gh, gw)
         if view_mode == "one head":
             h = min(head, len(side) - 1)
