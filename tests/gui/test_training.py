@@ -12,6 +12,17 @@ from PySide6.QtCore import QTimer
 from .conftest import wait_result
 
 
+def roomy_training(qtbot, window) -> None:
+    """The Training dock raised in a 1280x800 window with its settings folded away, as during a run: a pane wide
+    enough for the attention-health plots (TrainingView._roomy)."""
+    window.docks["Training"].raise_()
+    window.resize(1280, 800)
+    window.share_width()
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1280, 800), timeout=5000)
+    window.views["Training"].settings_button.setChecked(False)
+    qtbot.waitUntil(window.views["Training"]._roomy, timeout=5000)
+
+
 def configure(view, out: Path, steps: int) -> None:
     view.model_choice.setCurrentIndex(view.model_choice.findData("classroom-tiny"))
     view.steps.setValue(steps)
@@ -21,12 +32,7 @@ def configure(view, out: Path, steps: int) -> None:
 
 
 def test_short_run_comparison_and_open(qtbot, window, tmp_path: Path) -> None:
-    window.docks["Training"].raise_()
-    window.resize(1280, 800)  # a pane wide enough for the attention-health plots (TrainingView._roomy)
-    window.share_width()
-    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1280, 800), timeout=5000)
-    window.views["Training"].settings_button.setChecked(False)  # the settings folded away, as during a run
-    qtbot.waitUntil(window.views["Training"]._roomy, timeout=5000)
+    roomy_training(qtbot, window)
     view = window.views["Training"]
     configure(view, tmp_path / "run", steps=15)
     progress: list[int] = []

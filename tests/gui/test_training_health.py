@@ -12,14 +12,11 @@ from vit_explorer.models import VisionTransformer, preset
 from vit_explorer.training import events as ev
 from vit_explorer.training.health import attention_health
 
+from .test_training import roomy_training
+
 
 def test_health_plots_show_the_recomputed_values(qtbot, window, tmp_path: Path) -> None:
-    window.docks["Training"].raise_()
-    window.resize(1280, 800)  # a pane wide enough for the attention-health plots (TrainingView._roomy)
-    window.share_width()
-    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1280, 800), timeout=5000)
-    window.views["Training"].settings_button.setChecked(False)  # the settings folded away, as during a run
-    qtbot.waitUntil(window.views["Training"]._roomy, timeout=5000)
+    roomy_training(qtbot, window)
     view = window.views["Training"]
     from vit_explorer.gui.session import Run
 
