@@ -44,3 +44,37 @@ def test_a_features_only_chart_stays_inside_the_dock(tmp_path: Path) -> None:
     shown = run_on_screen(tmp_path, (1280, 800), CHILD, str(folder), "normal")[-1]
     assert shown["values"] and max(shown["values"]) <= shown["viewport"], shown
     assert shown["title"] <= shown["viewport"], shown
+
+
+TOGGLED = r"""
+view = window.views["Prediction"]
+if sys.argv[2] == "on":
+    view.registers.setChecked(True)
+settle(lambda: view.shifted is not None or sys.argv[2] != "on")
+settle()
+top = lambda w: w.mapTo(window, w.rect().topLeft()).y()
+bottom = lambda w: w.mapTo(window, w.rect().bottomLeft()).y()
+print(json.dumps({"settings_shown": view.register_row.isVisible(), "controls_bottom": bottom(view.toolbar),
+                  "settings_top": top(view.register_row), "settings_bottom": bottom(view.register_row),
+                  "plots_top": top(view.plots), "plots_bottom": bottom(view.plots),
+                  "note_top": top(view.change), "note_shown": view.change.isVisible(),
+                  "note_needs": view.change.heightForWidth(view.change.width()), "note_height": view.change.height()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("toggle", ["off", "on"])
+def test_the_register_settings_take_one_row_and_the_sentence_never_covers_the_chart(tmp_path: Path,
+                                                                                    toggle: str) -> None:
+    """At 1024x768 the test-time-registers settings once took two more control rows and the sentence under the
+    chart was drawn over its axis: the settings show (in one row) only while the toggle is on, and the sentence
+    gets the height its wrapped lines need, below the chart."""
+    shown = run_on_screen(tmp_path, (1024, 768), TOGGLED, "", toggle)[-1]
+    assert shown["settings_shown"] == (toggle == "on"), shown
+    if toggle == "on":  # one row, between the controls and the chart
+        assert shown["controls_bottom"] <= shown["settings_top"] < shown["settings_bottom"] <= shown["plots_top"]
+        assert shown["settings_bottom"] - shown["settings_top"] < 50, shown
+    assert shown["plots_bottom"] - shown["plots_top"] >= 120, shown
+    assert shown["note_shown"], shown
+    assert shown["note_top"] > shown["plots_bottom"], shown
+    assert shown["note_height"] >= shown["note_needs"], shown

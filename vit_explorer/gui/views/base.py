@@ -45,8 +45,9 @@ class Note(QLabel):
     """A line of text under a view's controls that takes no room while it is empty. Compact (presentation
     mode), it is one line, elided to the width, the whole text in its tooltip: the figure keeps the room."""
 
-    def __init__(self) -> None:
+    def __init__(self, least_lines: int = 0) -> None:
         super().__init__("")
+        self.least_lines = least_lines  # >0: the note asks the room its wrapped text needs, at least these lines
         self.setWordWrap(True)
         self.setTextFormat(Qt.TextFormat.PlainText)
         self.setVisible(False)
@@ -81,6 +82,7 @@ class Note(QLabel):
         if not self.compact:
             super().setText(self.full_text)
             self.setToolTip("")
+            self._fit_wrapped()
             return
         line = " ".join(self.full_text.split())
         super().setText(self.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, max(self.width(), 40)))
@@ -90,10 +92,19 @@ class Note(QLabel):
         hint = super().minimumSizeHint()
         return QSize(40, hint.height()) if self.compact else hint  # elided: any width will do
 
+    def _fit_wrapped(self) -> None:
+        """A note that keeps lines asks the height its text wraps to at its width: a squeezed dock then takes the room
+        from its neighbours rather than drawing the text over the figure above."""
+        if self.least_lines and not self.compact:
+            wrapped = self.heightForWidth(self.width()) if self.full_text and self.width() > 40 else 0
+            self.setMinimumHeight(max(self.least_lines * self.fontMetrics().lineSpacing(), wrapped))
+
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
         if self.compact:
             self._show()
+        elif event.size().width() != event.oldSize().width():
+            self._fit_wrapped()
 
 
 def placeholder_pane(text: str, content: QWidget) -> tuple[QStackedWidget, QLabel]:

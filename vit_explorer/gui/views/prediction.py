@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLineEdit, QSpinBox, QWidget
 
 from ...analysis.registers import REGISTER_MODES, parse_neurons
 from ...explore import registers
@@ -47,6 +47,7 @@ class PredictionView(View):
                                   "Features views show both too.")
         self.neurons = QLineEdit()
         self.neurons.setPlaceholderText("the finder's top 4, or BLOCK:UNIT,…")
+        self.neurons.setMaximumWidth(140)  # the settings share one row in a narrow dock
         self.neurons.setToolTip("The neurons to move, as BLOCK:UNIT,… (blocks from 0); empty: the register-neuron "
                                 "finder's top 4 over the bundled sample images.")
         self.register_k = QSpinBox()
@@ -55,8 +56,15 @@ class PredictionView(View):
         self.register_mode = QComboBox()
         self.register_mode.addItems(list(REGISTER_MODES))
         self.register_mode.setToolTip("What the patches keep of a moved neuron's activation.")
-        for widget in (self.registers, self.neurons, self.register_k, self.register_mode):
-            self.controls.addWidget(widget)
+        self.controls.addWidget(self.registers)
+        # its settings: one row of their own under the controls, shown only while the toggle is on
+        self.register_row = QWidget()
+        row = QHBoxLayout(self.register_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.neurons, self.register_k, self.register_mode):
+            row.addWidget(widget)
+        row.addStretch(1)
+        self.body.addWidget(self.register_row)
         # the controls edit the session's settings (one source of truth: the other views follow them too)
         self.registers.toggled.connect(self._edited)
         self.neurons.editingFinished.connect(self._edited)
@@ -71,7 +79,7 @@ class PredictionView(View):
         self._drawn: figures.BarsPlot | None = None
         self._beside: tuple[BarsFigure, LinesFigure] | None = None  # the shifted model's figures drawn beside
         self.narrow = False  # presenting, in the column beside the big view (set_narrow)
-        self.change = Note()  # how the masks and heads changed the prediction
+        self.change = Note(least_lines=CHANGE_LINES)  # how the masks and heads changed the prediction
         self.body.addWidget(self.change)
         self.listen(session.result_ready, self.redraw)
         self.listen(session.result_ready, self._registers_changed)
@@ -109,7 +117,7 @@ class PredictionView(View):
         self.register_mode.setCurrentIndex(REGISTER_MODES.index(settings.mode))
         for widget in controls:
             widget.blockSignals(False)
-            widget.setEnabled(settings.on or widget is self.registers)
+        self.register_row.setVisible(settings.on)  # the settings take room only while they act
 
     def _registers_changed(self, *_: object) -> None:
         """The toggle or its settings changed, or a new result came: compute the shifted pass in a worker (a stale
@@ -206,9 +214,8 @@ class PredictionView(View):
     def _fit_height(self) -> None:
         need = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
         self.plots.setMinimumHeight(max(MIN_HEIGHT, math.ceil(need) + 2))
-        # room for the sentence under the chart as it wraps in a narrow column (the dock asks one line)
-        lines = 1 if self.change.compact else CHANGE_LINES
-        self.change.setMinimumHeight(lines * self.change.fontMetrics().lineSpacing())
+        if self.change.compact:  # presented: the sentence under the chart is one elided line
+            self.change.setMinimumHeight(self.change.fontMetrics().lineSpacing())
 
     def table(self) -> Table | None:
         result = self.session.result
