@@ -20,6 +20,9 @@ block input wherever no layer's output is exactly zero (the rules' stabiliser dr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -35,30 +38,36 @@ def _f32(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a / b with b pushed away from zero by EPS, and 0 where b is exactly 0 (the authors' safe_divide)."""
-    den = b.clamp(min=EPS) + b.clamp(max=EPS)
-    den = den + (den == 0).to(den.dtype) * EPS
-    return a / den * (b != 0).to(b.dtype)
+    """a / b with b pushed away from zero by EPS, and 0 where b is exactly 0 (the authors' safe_divide: their
+    b.clamp(min=EPS) + b.clamp(max=EPS) is b + EPS, and EPS where that is 0)."""
+    den = b + EPS
+    den = den.masked_fill_(den == 0, EPS)
+    return (a / den).masked_fill_(b == 0, 0.0)
 
 
 def linear_rule(x: torch.Tensor, weight: torch.Tensor | nn.Module, relevance: torch.Tensor) -> torch.Tensor:
     """Eq. 4, alpha = 1, beta = 0: relevance (..., out) of y = x W^T -> (..., in), shared in proportion to
-    the same-sign contributions x_j+ w_ij+ and x_j- w_ij-. `weight` may be the nn.Linear itself."""
+    the same-sign contributions x_j+ w_ij+ and x_j- w_ij-. `weight` may be the nn.Linear itself.
+
+    z+ = x+ W+^T + x- W-^T >= 0, so the authors' safe_divide(R, z+) is R / (z+ + EPS) but for its 0 where z+ = 0;
+    there each of that output's terms x+ w+ and x- w- is 0, so the R / EPS left in its place reaches no input and
+    that mask is not formed. (One product of [x+, x-] against [W+, W-] instead of two was slower on a CPU.)"""
     if isinstance(weight, nn.Module):
         assert isinstance(weight, nn.Linear), f"LRP: no linear rule for {type(weight).__name__}"
         weight = weight.weight
     x, weight, relevance = _f32(x, weight, relevance)
     pw, nw = weight.clamp(min=0), weight.clamp(max=0)
     px, nx = x.clamp(min=0), x.clamp(max=0)
-    s = safe_divide(relevance, F.linear(px, pw) + F.linear(nx, nw))  # (..., out)
-    return px * (s @ pw) + nx * (s @ nw)
+    z = F.linear(px, pw)
+    s = relevance / z.add_(F.linear(nx, nw)).add_(EPS)  # (..., out)
+    return (px * (s @ pw)).addcmul_(nx, s @ nw)
 
 
 def matmul_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 3 on both operands of z = a @ b, each halved: (..., n, m) @ (..., m, p) with relevance (..., n, p)."""
     a, b, relevance = _f32(a, b, relevance)
-    s = safe_divide(relevance, a @ b)  # (..., n, p)
-    return a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2
+    s = safe_divide(relevance, a @ b).mul_(0.5)  # (..., n, p), the halving (exact in floats) done once
+    return a * (s @ b.transpose(-2, -1)), b * (a.transpose(-2, -1) @ s)
 
 
 def add_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,11 +76,11 @@ def add_rule(a: torch.Tensor, b: torch.Tensor, relevance: torch.Tensor) -> tuple
     s = safe_divide(relevance, a + b)
     ra, rb = a * s, b * s
     dims = tuple(range(1, relevance.ndim))
-    total = relevance.sum(dim=dims, keepdim=True)
-    sa, sb = ra.sum(dim=dims, keepdim=True), rb.sum(dim=dims, keepdim=True)
-    share_a = safe_divide(sa.abs(), sa.abs() + sb.abs()) * total
-    share_b = safe_divide(sb.abs(), sa.abs() + sb.abs()) * total
-    return ra * safe_divide(share_a, sa), rb * safe_divide(share_b, sb)
+    sums = torch.stack([ra.sum(dim=dims), rb.sum(dim=dims)])  # (2, B): each branch's total
+    size = sums.abs()
+    share = safe_divide(size, size.sum(dim=0)) * relevance.sum(dim=dims)  # (2, B): |s_u| / (|s_a| + |s_b|) of R's
+    scale = safe_divide(share, sums).reshape(2, -1, *(1,) * (relevance.ndim - 1))
+    return ra.mul_(scale[0]), rb.mul_(scale[1])
 
 
 def mean_rule(x: torch.Tensor, relevance: torch.Tensor) -> torch.Tensor:
@@ -99,10 +108,28 @@ def _mlp_relevance(mlp: nn.Module, x: torch.Tensor, post: torch.Tensor, relevanc
     return linear_rule(x, mlp.fc1.weight, linear_rule(hidden, mlp.fc2.weight, relevance))
 
 
-def block_relevance(block: Block, values: dict[str, torch.Tensor], relevance: torch.Tensor
+def _live_rows(relevance: torch.Tensor) -> torch.Tensor | None:
+    """The tokens (k,) whose relevance (B, T, D) is not all zero in some image, or None when that is every token.
+    The token-wise layers (the MLP, the output projection) give an all-zero row nothing, so they run on these rows
+    only: in the last block that is the readout's row alone ([CLS]) until the attention spreads it."""
+    live = relevance.ne(0).any(dim=-1).any(dim=0)  # (T,)
+    return None if bool(live.all()) else live.nonzero()[:, 0]
+
+
+def _on_rows(rows: torch.Tensor | None, rule: Callable[..., torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+    """`rule` on the given token rows of each (B, T, ...) tensor, the other rows of its result 0."""
+    if rows is None:
+        return rule(*tensors)
+    part = rule(*(t[:, rows] for t in tensors))  # (B, k, ...)
+    return part.new_zeros(part.shape[0], tensors[0].shape[1], *part.shape[2:]).index_copy_(1, rows, part)
+
+
+def block_relevance(block: Block, values: dict[str, torch.Tensor], relevance: torch.Tensor, *, to_input: bool = True
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """One pre-norm block: `values` its sites' values in the pass (block_sites), relevance (B, T, D) at its
-    output -> (relevance at its input (B, T, D), relevance at its attention map (B, heads, T, T))."""
+    output -> (relevance at its input (B, T, D), relevance at its attention map (B, heads, T, T)). With
+    `to_input=False` (the first block, where only the attention map's relevance is wanted) the first is the
+    residual's share alone: the rule through the qkv projection is not run."""
     attn = block.attn
     if attn.talking_heads:
         raise ValueError("LRP: the paper gives no rule for talking heads (CaiT)")
@@ -115,12 +142,17 @@ def block_relevance(block: Block, values: dict[str, torch.Tensor], relevance: to
     merged = values["attn.hook_z"].reshape(b, t, c)  # each head's output (a masked head's is zero), merged
     branch1, mid, branch2 = values["hook_attn_out"], values["hook_resid_mid"], values["hook_mlp_out"]
 
+    rows = _live_rows(relevance)
     r_mid, r_branch2 = add_rule(mid, branch2, relevance)
-    r_mid = r_mid + _mlp_relevance(block.mlp, h2, values["mlp.hook_post"], r_branch2)  # norm2, LayerScale: through
+    mlp = partial(_mlp_relevance, block.mlp)  # norm2, LayerScale: through
+    r_mid = r_mid + _on_rows(rows, mlp, h2, values["mlp.hook_post"], r_branch2)
     r_x, r_branch1 = add_rule(x, branch1, r_mid)
-    r_heads = linear_rule(merged, attn.proj.weight, r_branch1).reshape(b, t, attn.num_heads, attn.head_dim)
-    r_heads = r_heads.transpose(1, 2)  # (B, H, T, hd); a masked head's input is zero, so it gets none
+    r_heads = _on_rows(rows, lambda z, r: linear_rule(z, attn.proj.weight, r), merged, r_branch1)
+    r_heads = r_heads.reshape(b, t, attn.num_heads, attn.head_dim).transpose(1, 2)  # (B, H, T, hd); a masked
+    # head's input is zero, so it gets none
     r_probs, r_v = matmul_rule(probs, v, r_heads)  # (B, H, T, T), (B, H, T, hd)
+    if not to_input:
+        return r_x, r_probs
     r_q, r_k_t = matmul_rule(q, k.transpose(-2, -1), r_probs)  # the softmax passes it through to q k^T
     r_qkv = torch.stack([r_q, r_k_t.transpose(-2, -1), r_v]).permute(1, 3, 0, 2, 4).reshape(b, t, 3 * c)
     return r_x + linear_rule(h1, attn.qkv.weight, r_qkv), r_probs
