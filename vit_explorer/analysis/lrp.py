@@ -16,6 +16,10 @@ The rules read every layer's input and output from the real forward pass, at the
 `block_relevance` returns the relevance at the block's input and at its attention map, the R_A that
 `relevance.attribution_rollout` weights by the gradient. Relevance is conserved from the output to the
 block input wherever no layer's output is exactly zero (the rules' stabiliser drops it there).
+
+A large linear layer's z+ is formed from its output at those sites (`linear_rule`'s `output`: q, k, v; fc1's
+`mlp.hook_pre`; the branches where no LayerScale follows), so a hook that edits one of those outputs (rather than
+an input, as the head mask does) changes that layer's z+ too, as it changes the add rule's branch values.
 """
 
 from __future__ import annotations
