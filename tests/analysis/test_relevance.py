@@ -136,6 +136,83 @@ def test_lrp_rules_conserve_relevance() -> None:
     torch.testing.assert_close(lrp.mean_rule(tokens, rp).sum(1), rp, atol=1e-4, rtol=1e-5)
 
 
+def _authors_safe_divide(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # as their code writes it
+    den = b.clamp(min=1e-9) + b.clamp(max=1e-9)
+    den = den + den.eq(0).type(den.type()) * 1e-9
+    return a / den * b.ne(0).type(b.type())
+
+
+def _straightforward_rules(x, w, r, a, b, rm, u, v, ru):
+    """The linear (alpha = 1, beta = 0), product and add rules written out term by term, as the authors' code forms
+    them: x+ W+ + x- W- forward, s W+ and s W- back; x * (s b^T) / 2; each branch's share |s_u| / (|s_a| + |s_b|)."""
+    pw, nw, px, nx = w.clamp(min=0), w.clamp(max=0), x.clamp(min=0), x.clamp(max=0)
+    s = _authors_safe_divide(r, torch.nn.functional.linear(px, pw) + torch.nn.functional.linear(nx, nw))
+    linear = px * (s @ pw) + nx * (s @ nw)
+    s = _authors_safe_divide(rm, a @ b)
+    product = (a * (s @ b.transpose(-2, -1)) / 2, b * (a.transpose(-2, -1) @ s) / 2)
+    s = _authors_safe_divide(ru, u + v)
+    su, sv, total = (u * s).sum((1, 2), keepdim=True), (v * s).sum((1, 2), keepdim=True), ru.sum((1, 2), keepdim=True)
+    added = tuple(part * _authors_safe_divide(_authors_safe_divide(mine.abs(), su.abs() + sv.abs()) * total, mine)
+                  for part, mine in ((u * s, su), (v * s, sv)))
+    return linear, product, added
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8, 6), (1, 197, 384, 1152), (1, 65, 384, 96)])
+def test_the_rules_equal_their_straightforward_form(shape: tuple[int, int, int, int]) -> None:
+    """lrp's rules (no mask where z+ = 0, z+ from the pass's x W^T on a large layer, the halving folded in) give what
+    the straightforward form gives, within 1e-5 of the largest value, on random operands with exact zeros: an
+    input row of zeros, and an output with only opposite-sign contributions (z+ = 0: x W^T + |x| |W|^T cancels
+    there, and that row is formed the straightforward way)."""
+    b, t, n, m = shape
+    g = torch.Generator().manual_seed(1)
+    x, w, r = torch.randn(b, t, n, generator=g), torch.randn(m, n, generator=g) / n ** 0.5, torch.randn(b, t, m,
+                                                                                                           generator=g)
+    x[0, 1] = 0.0
+    x[0, 0], w[0] = x[0, 0].abs(), -w[0].abs()  # token 0's output 0: z+ = 0, its relevance reaches no input
+    a, bb, rm = torch.rand(b, 3, t, t, generator=g), torch.randn(b, 3, t, 16, generator=g), torch.randn(b, 3, t, 16,
+                                                                                                         generator=g)
+    u, v, ru = torch.randn(b, t, n, generator=g), torch.randn(b, t, n, generator=g), torch.randn(b, t, n, generator=g)
+    linear, product, added = _straightforward_rules(x, w, r, a, bb, rm, u, v, ru)
+    from_output = lrp.linear_rule(x, w, r, lambda: x @ w.T)  # z+ from the pass's x W^T (on large layers)
+    for ours, expected in ((lrp.linear_rule(x, w, r), linear), (from_output, linear),
+                           *zip(lrp.matmul_rule(a, bb, rm), product, strict=True),
+                           *zip(lrp.add_rule(u, v, ru), added, strict=True)):
+        scale = float(expected.abs().max())
+        assert float((ours - expected).abs().max()) <= 1e-5 * scale
+    b_exact = torch.tensor([0.0, -1e-9, 2.0, -3e-10])  # safe_divide's two special points: 0 and -EPS
+    torch.testing.assert_close(lrp.safe_divide(torch.ones(4), b_exact), _authors_safe_divide(torch.ones(4), b_exact),
+                               rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "beit-b16", "eva02-ti14", "aimv2-l14"])
+def test_a_block_forms_z_from_its_projections_outputs_as_from_their_inputs(name: str, monkeypatch) -> None:
+    """Every linear layer whose output the pass shows (qkv from q, k, v less BEiT's biases; fc1; the projections
+    where no LayerScale follows) gives the block the relevance the two-product form gives, within 1e-5."""
+    overrides = dict(image_size=(12, 16), patch_size=4, embed_dim=32, depth=1, num_heads=4)
+    if preset(name).rope_ref_grid:
+        overrides["rope_ref_grid"] = (3, 3)
+    model = VisionTransformer(preset(name, **overrides)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    layout = model.layout()
+    x = torch.randn(1, layout.num_tokens, 32)
+    relevance = torch.zeros(1, layout.num_tokens, 32)
+    relevance[:, 0] = torch.rand(32)  # the readout's row alone, as the last block gets it
+    block = model.blocks[0]
+    bias = model.pos_scheme.attention_bias(block, model.config, layout.grid, layout.num_prefix_tokens)
+    values: dict[str, torch.Tensor] = {}
+    keep = [(f"blocks.0.{site}", lambda t, hook: values.__setitem__(hook.name.split(".", 2)[2], t))
+            for site in lrp.block_sites(block)]
+    with torch.no_grad(), model.hooks(keep):
+        block(x, rope=model.rope_angles(layout.grid), bias=bias, num_prefix=layout.num_prefix_tokens)
+        r_in, r_attn = lrp.block_relevance(block, values, relevance)
+        monkeypatch.setattr(lrp, "REUSED", 0)  # every layer large enough to take z+ from its output
+        reused_in, reused_attn = lrp.block_relevance(block, values, relevance)
+    for ours, expected in ((reused_in, r_in), (reused_attn, r_attn)):
+        assert float((ours - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
+
+
 @pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "eva02-ti14", "dinov2-g14", "beit-b16"])
 def test_a_whole_block_conserves_relevance_and_gives_its_attention_map_a_share(name: str) -> None:
     overrides = dict(image_size=(12, 16), patch_size=4, embed_dim=32, depth=1, num_heads=4)

@@ -213,9 +213,9 @@ def test_lrp_flows_through_the_numbers_the_forward_computed(name: str) -> None:
     read: dict[int, dict[str, torch.Tensor]] = {}
     original = lrp.block_relevance
 
-    def spy(block, values, relevance):
+    def spy(block, values, relevance, **kwargs):
         read[next(i for i, b in enumerate(model.blocks) if b is block)] = values
-        return original(block, values, relevance)
+        return original(block, values, relevance, **kwargs)
 
     lrp.block_relevance = spy
     try:

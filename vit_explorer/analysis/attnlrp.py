@@ -62,8 +62,15 @@ def with_gradient(value: torch.Tensor, surrogate: torch.Tensor, factor: float = 
 
 
 def scale_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
-    """x exactly, its gradient multiplied by `factor` (0: held constant)."""
-    return x.detach() if factor == 0 else with_gradient(x, x, factor)
+    """x exactly, its gradient multiplied by `factor` (0: held constant); a view of x with a gradient hook, one
+    operation less each way than with_gradient(x, x, factor)."""
+    if factor == 0:
+        return x.detach()
+    if factor == 1.0 or not x.requires_grad:
+        return x
+    y = x.view_as(x)
+    y.register_hook(lambda g: g * factor)
+    return y
 
 
 def norm_rule(norm: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

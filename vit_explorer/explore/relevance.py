@@ -430,18 +430,20 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
 
 @dataclass
 class Propagated:
-    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D), each
-    block's attention relevance R_A (1, heads, T, T) and the target's gradient at each attention map."""
+    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D; None
+    where not asked for), each block's attention relevance R_A (1, heads, T, T) and the target's gradient at each
+    attention map."""
 
     start: torch.Tensor
-    input: torch.Tensor
+    input: torch.Tensor | None
     attention: list[torch.Tensor]
     gradients: list[torch.Tensor]
 
 
-def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
+def propagate(scorer: Scorer, config: ViTConfig, *, to_input: bool = True) -> Propagated:
     """One pass with the attention in the graph, the target's gradient, then LRP from the output to the input
-    through the values that pass computed (lrp.BLOCK_SITES at every block)."""
+    through the values that pass computed (lrp.block_sites at every block); `to_input=False` stops at the first
+    block's attention map (what transformer-attribution reads)."""
     model = scorer.model
     blocks = [block for block in model.blocks if isinstance(block, Block)]
     sites = ["ln_final.hook_normalized", "hook_pooled"] + [f"blocks.{i}.{site}" for i, block in enumerate(blocks)
@@ -454,12 +456,12 @@ def propagate(scorer: Scorer, config: ViTConfig) -> Propagated:
         for i in reversed(range(config.depth)):
             block = blocks[i]
             values = {site: cache[f"blocks.{i}.{site}"].detach() for site in lrp.block_sites(block)}
-            relevance, cams[i] = lrp.block_relevance(block, values, relevance)
-    return Propagated(start, relevance, cams, grads[:config.depth])
+            relevance, cams[i] = lrp.block_relevance(block, values, relevance, to_input=to_input or i > 0)
+    return Propagated(start, relevance if to_input else None, cams, grads[:config.depth])
 
 
 def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
-    done = propagate(scorer, config)
+    done = propagate(scorer, config, to_input=False)
     readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
     if pooling.MEAN in pooling.POOLS[config.pool].parts:  # each token's relevance at the output weighs its row
         readout = done.start.sum(dim=-1)  # (1, T)
