@@ -131,7 +131,7 @@ def integrated_gradients(target: Callable[[torch.Tensor], torch.Tensor], inputs:
         w = torch.as_tensor(weights[start:start + batch], dtype=inputs.dtype, device=inputs.device)
         points = (baseline[:, None] + a.view(shape) * delta[:, None]).flatten(0, 1).requires_grad_(True)  # (B k, ...)
         (grads,) = torch.autograd.grad(target(points).sum(), points)
-        total = total + (grads.unflatten(0, (delta.shape[0], -1)) * w.view(shape)).sum(dim=1)
+        total = total + (grads.reshape(delta.shape[0], -1, *grads.shape[1:]) * w.view(shape)).sum(dim=1)
         yield min(start + batch, n_steps)
     yield delta * total
 

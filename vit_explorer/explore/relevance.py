@@ -140,9 +140,9 @@ def batch_target(targets: Sequence[Resolved]) -> Resolved:
     if any((t.kind, t.head) != (first.kind, first.head) for t in targets):
         raise ValueError("a batch's targets must all be of one kind and head")
     if first.kind == "similarity":
-        references = [t.reference for t in targets]
-        assert all(r is not None for r in references)
-        return replace(first, title="each image's similarity", reference=torch.stack(references))  # type: ignore
+        references = [t.reference for t in targets if t.reference is not None]
+        assert len(references) == len(targets)
+        return replace(first, title="each image's similarity", reference=torch.stack(references))
     return replace(first, index=None, label="", title="each image's class",
                    indices=tuple(int(t.index) for t in targets if t.index is not None))
 
