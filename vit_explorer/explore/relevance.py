@@ -572,6 +572,11 @@ def ig_baseline(scorer: Scorer) -> torch.Tensor:
     return torch.zeros_like(pixels)
 
 
+def _points(scorer: Scorer) -> int:
+    """Integrated gradients' points per pass: BATCH for one image, for a batch as many as keep a pass at ROWS rows."""
+    return BATCH if scorer.images == 1 else max(1, ROWS // scorer.images)
+
+
 def _ig_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
     """Integrated gradients on the normalised pixels from the options' baseline (yields progress), then the (H, W)
     attribution summed over the channels."""
@@ -581,7 +586,7 @@ def _ig_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
 
     with torch.enable_grad():
         for step in rel.integrated_gradients(target, scorer.pixels, ig_baseline(scorer),
-                                             n_steps=scorer.options.ig_steps, batch=BATCH):
+                                             n_steps=scorer.options.ig_steps, batch=_points(scorer)):
             yield step if isinstance(step, int) else step.detach().sum(dim=1)
 
 
@@ -603,7 +608,8 @@ def _ig_mask_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
         return target_logit(out, scorer.resolved)
 
     with torch.enable_grad():
-        for step in rel.integrated_gradients(target, embedded, start, n_steps=scorer.options.ig_steps, batch=BATCH):
+        for step in rel.integrated_gradients(target, embedded, start, n_steps=scorer.options.ig_steps,
+                                             batch=_points(scorer)):
             yield step if isinstance(step, int) else step.detach().sum(dim=-1).reshape(-1, *scorer.layout.grid)
 
 
