@@ -499,8 +499,8 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
 
 @dataclass
 class Propagated:
-    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D), each
-    block's attention relevance R_A (1, heads, T, T) and the target's gradient at each attention map."""
+    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (B, T, D), each
+    block's attention relevance R_A (B, heads, T, T) and the target's gradient at each attention map."""
 
     start: torch.Tensor
     input: torch.Tensor
