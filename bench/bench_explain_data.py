@@ -1,6 +1,8 @@
 """The dataset ranking's speed: `explain SOURCE --data shapes` (explore.ranking.rank_dataset) on the bundled classroom
-model, in images per second, for each default method alone and for all of them together, beside the same model's
-forward + backward on the same images in the same run (the cost one gradient map cannot go below).
+model, in images per second, for each default method alone and for all of them together (each ranking with the random
+baseline row it always has), beside the same model's forward + backward on the same images in the same run (the cost
+one gradient map cannot go below). The images go 16 at a time: each method on the whole batch, the curves and ROAD of
+every image in stacked passes.
 
     python bench/bench_explain_data.py [--images 32] [--device cpu|cuda] [--json OUT]
 """
@@ -49,7 +51,7 @@ def main() -> None:
         rate = len(source) / (time.perf_counter() - start)
         name = chosen[0] if len(chosen) == 1 else "all defaults"
         results["methods"][name] = rate
-        print(f"{name:<24} {rate:8.2f} images/s (each image: the map and its four curves)")
+        print(f"{name:<24} {rate:8.2f} images/s (each image: the maps, their curves and ROAD, with the random row)")
     print(f"{'forward + backward':<24} {results['forward_backward_images_per_s']:8.2f} images/s")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

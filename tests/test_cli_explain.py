@@ -74,6 +74,7 @@ def test_errors_are_one_line(files, capsys) -> None:
     (["IMAGE", "--limit", "3"], "argument --limit: only with --data"),
     (["--data", "shapes", "--target", "2"], "argument --target: not with --data"),
     (["--data", "no/such/folder"], "--data no/such/folder: not a built-in dataset"),
+    (["--data", "shapes", "--sanity"], "argument --sanity: one image's maps only, not with --data"),
 ])
 def test_data_refusals_are_one_line(files, capsys, extra: list[str], message: str) -> None:
     source, image = files
@@ -90,8 +91,8 @@ def test_data_writes_the_ranking(files, tmp_path: Path, capsys) -> None:
                  "--json", "--out", str(out_dir)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["images"] == 4 and out["data"] == "shapes" and "top class" in out["targets"]
-    assert [r["method"] for r in out["ranking"]] != [] and {r["method"] for r in out["ranking"]} == {"rollout",
-                                                                                                      "gradcam"}
+    assert {r["method"] for r in out["ranking"]} == {"rollout", "gradcam", "random"}  # the baseline row, always
+    assert out["random"] == "random" and set(out["no_better_than_random"]) <= {"rollout", "gradcam"}
     rows = list(csv.DictReader(open(out_dir / "ranking.csv")))
     aucs = ["deletion", "insertion", "positive", "negative"]
     assert list(rows[0])[:1 + 3 * len(aucs)] == ["method"] + [f"{a}_{k}" for a in aucs for k in ("mean", "low",
@@ -100,5 +101,9 @@ def test_data_writes_the_ranking(files, tmp_path: Path, capsys) -> None:
     assert [r["method"] for r in rows] == [r["method"] for r in out["ranking"]]
     assert {"pointing_mean", "iou_high"} <= set(rows[0])
     assert {p.name for p in out_dir.iterdir()} >= {"ranking.csv", "ranking_deletion.png", "ranking_iou.png"}
+    assert "random" in [r["method"] for r in rows]
+    assert main(["explain", str(source), "--data", "shapes", "--limit", "3", "--method", "rollout"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert any(line.split()[1] == "random" and "the baseline to beat" in line for line in printed[1:])
     for r in rows:
         assert float(r["deletion_low"]) <= float(r["deletion_mean"]) <= float(r["deletion_high"])

@@ -37,11 +37,11 @@ def test_explain_view_ranks_methods_over_the_dataset(qtbot, window) -> None:
     view.rank_button.click()
     qtbot.waitUntil(lambda: view.ranking is not None and not view.job.running, timeout=90000)
     result = view.ranking
-    assert result.images == 12 and sorted(result.methods) == ["gradcam", "rollout"]
+    assert result.images == 12 and sorted(result.methods) == ["gradcam", "random", "rollout"]  # the baseline row
     header, rows = rk.csv_rows(result)
-    assert view.ranking_table.rowCount() == 2 and view.ranking_table.columnCount() == len(header)
+    assert view.ranking_table.rowCount() == 3 and view.ranking_table.columnCount() == len(header)
     assert [view.ranking_table.horizontalHeaderItem(i).text() for i in range(len(header))] == header
-    assert [view.ranking_table.item(r, 0).text() for r in range(2)] == result.methods
+    assert [view.ranking_table.item(r, 0).text() for r in range(3)] == result.methods
     assert view.ranking_table.isVisibleTo(view) and view.ranking_plots.isVisibleTo(view)
     assert [view.rank_score.itemText(i) for i in range(view.rank_score.count())] == result.columns
     assert view.ranking_plots.ci.layout.count() == 1

@@ -117,20 +117,21 @@ def integrated_gradients(target: Callable[[torch.Tensor], torch.Tensor], inputs:
                          baseline: torch.Tensor | None = None, *, n_steps: int = 50, batch: int = 10
                          ) -> Iterator[int | torch.Tensor]:
     """Integrated gradients (Sundararajan et al.; captum's definition and defaults): (x - x') * sum_i w_i
-    grad f(x' + a_i (x - x')) with the Gauss-Legendre points a_i and weights w_i; `target` maps a batch of
-    inputs (k, ...) to its (k,) scores; baseline default zero. Yields the number of points done after each
-    `batch` of them (so a caller can report progress and stop), then the (1, ...) attribution."""
+    grad f(x' + a_i (x - x')) with the Gauss-Legendre points a_i and weights w_i, for each of B inputs (B, ...);
+    `target` maps a batch of points (B k, ...), image-major (each input's k points together), to its (B k,) scores;
+    baseline (B or 1, ...) default zero. Yields the number of points done after each `batch` of them (so a caller
+    can report progress and stop), then the (B, ...) attributions."""
     baseline = torch.zeros_like(inputs) if baseline is None else baseline
     alphas, weights = gauss_legendre(n_steps)
-    delta = (inputs - baseline).detach()  # (1, ...)
+    delta = (inputs - baseline).detach()  # (B, ...)
     total = torch.zeros_like(delta)
+    shape = (1, -1) + (1,) * (inputs.ndim - 1)
     for start in range(0, n_steps, batch):
         a = torch.as_tensor(alphas[start:start + batch], dtype=inputs.dtype, device=inputs.device)
         w = torch.as_tensor(weights[start:start + batch], dtype=inputs.dtype, device=inputs.device)
-        shape = (-1,) + (1,) * (inputs.ndim - 1)
-        points = (baseline + a.view(shape) * delta).requires_grad_(True)  # (k, ...)
+        points = (baseline[:, None] + a.view(shape) * delta[:, None]).flatten(0, 1).requires_grad_(True)  # (B k, ...)
         (grads,) = torch.autograd.grad(target(points).sum(), points)
-        total = total + (grads * w.view(shape)).sum(dim=0, keepdim=True)
+        total = total + (grads.reshape(delta.shape[0], -1, *grads.shape[1:]) * w.view(shape)).sum(dim=1)
         yield min(start + batch, n_steps)
     yield delta * total
 

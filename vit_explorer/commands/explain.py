@@ -9,8 +9,10 @@ has "conservation": {"target", "input", "absorbed"} (the target's value, the inp
 
 `explain SOURCE --data D [--limit N]` (instead of IMAGE) ranks the methods over a dataset (`explore.ranking`): `--json`
 prints {"source", "data", "images", "targets", "baseline", "confidence", "ranking": [{"method", "<score>": {"mean",
-"low", "high"}, ...}]}; `--out` writes ranking.csv (method, each score's mean / low / high, images) and a bar figure
-per score (ranking_<score>.png).
+"low", "high"}, ...}], "random", "no_better_than_random": [...]}; `--out` writes ranking.csv (method, each score's
+mean / low / high, images) and a bar figure per score (ranking_<score>.png). Every ranking has the seeded
+random-attribution row (method "random", each image's map seeded --seed + its place); a method whose interval of
+negative - positive AUC reaches random's is marked no better than random.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ def run(args: argparse.Namespace, render: Render | None) -> int:
         for flag, given in (("--target", args.target), ("--reference", args.reference)):
             if given is not None:
                 raise ValueError(f"argument {flag}: not with --data (each image explains its label or top class)")
+        for flag, given in (("--sanity", args.sanity), ("--pixels", args.pixels)):
+            if given:
+                raise ValueError(f"argument {flag}: one image's maps only, not with --data")
         return _run_data(args, render)
     chosen = options(args)
     image = open_image(args.image)  # before the (slower) load: a bad image fails at once
@@ -247,6 +252,7 @@ def _run_data(args: argparse.Namespace, render: Render | None) -> int:
     from ..jobs import tqdm_job
     from .dataset import write_csv
 
+    chosen = options(args)
     source = D.open_source(args.data, limit=args.limit)  # before the (slower) load: a bad --data fails at once
     out = Path(args.out) if args.out else None
     if out is not None:
@@ -256,7 +262,7 @@ def _run_data(args: argparse.Namespace, render: Render | None) -> int:
     for name in methods:
         rel.check_method(name, loaded.config)
     with tqdm_job(f"explain {len(source):,} images") as job:
-        result = ranking.rank_dataset(loaded, source, methods, baseline=args.baseline, job=job)
+        result = ranking.rank_dataset(loaded, source, methods, baseline=args.baseline, options=chosen, job=job)
     for message in result.skipped:
         print(f"vit-explorer explain: skipped {message}", file=sys.stderr)
     if out is not None:
@@ -273,7 +279,7 @@ def _run_data(args: argparse.Namespace, render: Render | None) -> int:
         print(json.dumps(ranking.to_json(args.source, result), allow_nan=False))
     else:
         print(f"{result.images} images of {args.data}; target: {result.targets}; {args.baseline} baseline; "
-              f"means with {ranking.CONFIDENCE:.0%} bootstrap intervals")
+              f"means with {ranking.CONFIDENCE:.0%} bootstrap intervals; 'random' is a seeded random map per image")
         print("\n".join(ranking.summary_lines(result)))
         if out is not None:
             print(f"wrote ranking.csv and {len(result.columns)} figures to {out}")

@@ -44,6 +44,7 @@ BASELINES = ("zero", "mask", "blur")
 IG_BASELINES = ("zero", "blur", "mask", "noise")  # integrated gradients' start: see Options
 HEADS = ("average", "cls", "dist")  # DeiT distilled: the mean of both heads (what it predicts), or one of them
 BATCH = 10  # perturbed images per forward pass
+ROWS = 64  # rows per forward pass when the passes of a batch of images are stacked
 
 
 # ---------------------------------------------------------------------------- the methods' records
@@ -116,7 +117,34 @@ class Resolved:
     label: str
     head: str  # the head whose output is explained ('cls', 'dist', 'average', 'gap', 'map'; 'embedding')
     title: str  # says what is explained, for every figure's title
-    reference: torch.Tensor | None = None  # (D,) unit-length reference embedding of a similarity
+    reference: torch.Tensor | None = None  # (D,) unit-length reference embedding of a similarity; a batch: (B, D)
+    indices: tuple[int, ...] = ()  # a batch of images (`batch_target`): each image's class (): `index` for every row
+
+    def row(self, i: int) -> Resolved:
+        """Image i's own target of a batch's (a single target: itself)."""
+        if self.reference is not None and self.reference.ndim == 2:
+            return replace(self, reference=self.reference[i])
+        return replace(self, index=self.indices[i], indices=()) if self.indices else self
+
+    def rows(self, images: Sequence[int]) -> Resolved:
+        """The target of passes whose row r is of image images[r] (a single target: itself)."""
+        if self.reference is not None and self.reference.ndim == 2:
+            return replace(self, reference=self.reference[list(images)])
+        return replace(self, indices=tuple(self.indices[i] for i in images)) if self.indices else self
+
+
+def batch_target(targets: Sequence[Resolved]) -> Resolved:
+    """One target for a batch of images, each explaining its own (all of one kind and head): a pass's rows are
+    image-major (each image's rows together), and each row is scored for its image's class or reference."""
+    first = targets[0]
+    if any((t.kind, t.head) != (first.kind, first.head) for t in targets):
+        raise ValueError("a batch's targets must all be of one kind and head")
+    if first.kind == "similarity":
+        references = [t.reference for t in targets if t.reference is not None]
+        assert len(references) == len(targets)
+        return replace(first, title="each image's similarity", reference=torch.stack(references))
+    return replace(first, index=None, label="", title="each image's class",
+                   indices=tuple(int(t.index) for t in targets if t.index is not None))
 
 
 def _head_outputs(out: dict[str, Any], head: str) -> torch.Tensor:
@@ -178,19 +206,38 @@ def embed_image(loaded: LoadedModel, image: Image.Image) -> torch.Tensor:
         return loaded.model(pixels)[0].float()
 
 
+def _per_row(resolved: Resolved, values: torch.Tensor) -> torch.Tensor:
+    """(k,) each row's entry of (k, C) values: the target's class, or a batch's image's class for its rows (a pass's
+    rows image-major)."""
+    if not resolved.indices:
+        return values[:, resolved.index]
+    per_image = torch.tensor(resolved.indices, device=values.device)
+    classes = per_image.repeat_interleave(values.shape[0] // len(per_image))  # (k,)
+    return values.gather(1, classes[:, None])[:, 0]
+
+
+def _similarity(embedding: torch.Tensor, resolved: Resolved) -> torch.Tensor:
+    """(k,) each row of (k, E) (unit-length) embeddings dotted with its reference (a batch's: its image's)."""
+    reference = resolved.reference
+    assert reference is not None
+    reference = reference.to(embedding)
+    if reference.ndim == 1:
+        return embedding @ reference
+    return (embedding * reference.repeat_interleave(embedding.shape[0] // reference.shape[0], dim=0)).sum(dim=-1)
+
+
 def target_logit(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what the gradient methods differentiate: the class's logit, or the similarity."""
     if resolved.kind == "similarity":
-        assert resolved.reference is not None
-        return F.normalize(rel.widened(out["logits"]), dim=-1) @ resolved.reference.to(rel.widened(out["logits"]))
-    return rel.widened(_head_outputs(out, resolved.head)[:, resolved.index])
+        return _similarity(F.normalize(rel.widened(out["logits"]), dim=-1), resolved)
+    return _per_row(resolved, rel.widened(_head_outputs(out, resolved.head)))
 
 
 def target_score(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     """(k,) what perturbation measures: the class's probability (softmax of the head), or the similarity."""
     if resolved.kind == "similarity":
         return target_logit(out, resolved)
-    return rel.widened(_head_outputs(out, resolved.head)).softmax(dim=-1)[:, resolved.index]
+    return _per_row(resolved, rel.widened(_head_outputs(out, resolved.head)).softmax(dim=-1))
 
 
 # ---------------------------------------------------------------------------- removal of patches
@@ -271,10 +318,11 @@ class Options:
 class Scorer:
     """One image's passes with patches removed by a baseline: 'zero' sets their pixels to 0 in the normalised
     input, 'blur' to a Gaussian blur of the image (sigma = half a patch), 'mask' puts the [MASK] token in
-    their place. The user's [MASK] patches and head mask apply to every pass."""
+    their place. The user's [MASK] patches and head mask apply to every pass. A batch of images (B rows of pixels,
+    a `batch_target`) makes each pass's rows image-major; image i's random draws are seeded with seeds[i]."""
 
     model: VisionTransformer
-    pixels: torch.Tensor  # (1, 3, H, W)
+    pixels: torch.Tensor  # (B, 3, H, W): one image, or a batch
     layout: TokenLayout
     mask: torch.Tensor | None  # (N,) bool: the user's [MASK] patches
     head_mask: torch.Tensor | None
@@ -282,6 +330,7 @@ class Scorer:
     baseline: str = "zero"
     options: Options = field(default_factory=Options)
     bounds: tuple[torch.Tensor, torch.Tensor] | None = None  # (3,) each: black and white in the normalised input
+    seeds: tuple[int, ...] = ()  # each image's seed (): options.seed for every one
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
@@ -289,32 +338,50 @@ class Scorer:
         self.filler = blur(self.pixels, self.layout.patch_size / 2) if self.baseline == "blur" else \
             torch.zeros_like(self.pixels)
 
+    @property
+    def images(self) -> int:
+        return int(self.pixels.shape[0])
+
+    def seed(self, i: int = 0) -> int:
+        """Image i's seed of its random draws (the noise baseline, SmoothGrad, ROAD, the random map)."""
+        return self.seeds[i] if self.seeds else self.options.seed
+
+    def row(self, i: int) -> Scorer:
+        """Image i of a batch, alone (one image: itself)."""
+        if self.images == 1 and not self.resolved.indices and not self.seeds:
+            return self
+        return replace(self, pixels=self.pixels[i:i + 1], resolved=self.resolved.row(i), seeds=(self.seed(i),))
+
     def batch(self, removed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """removed (k, N) bool -> the (k, 3, H, W) pixels and (k, N) [MASK] mask those passes take."""
-        k = removed.shape[0]
+        """removed (k, N) bool -> the (B k, 3, H, W) pixels and (B k, N) [MASK] mask those passes take (each image
+        with every removal, image-major)."""
+        k, b = removed.shape[0], self.images
         user = self.mask if self.mask is not None else torch.zeros_like(removed[0])
         if self.baseline == "mask":
-            return self.pixels.expand(k, -1, -1, -1), removed | user
+            return self.pixels.repeat_interleave(k, dim=0), (removed | user).repeat(b, 1)
         p = self.layout.patch_size
-        grid = removed.reshape(k, 1, *self.layout.grid).repeat_interleave(p, 2).repeat_interleave(p, 3)
-        pixels = torch.where(grid, self.filler, self.pixels)  # (k, 3, H, W)
-        return pixels, (user.expand(k, -1) if self.mask is not None else None)
+        grid = removed.reshape(1, k, 1, *self.layout.grid).repeat_interleave(p, 3).repeat_interleave(p, 4)
+        pixels = torch.where(grid, self.filler[:, None], self.pixels[:, None]).flatten(0, 1)  # (B k, 3, H, W)
+        return pixels, (user.expand(b * k, -1) if self.mask is not None else None)
 
     def pixel_batch(self, removed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """removed (k, H, W) bool pixels -> the passes' pixels and [MASK] mask (the 'mask' baseline: the patches
-        wholly removed)."""
-        k = removed.shape[0]
+        wholly removed), each image with every removal, image-major."""
+        k, b = removed.shape[0], self.images
         if self.baseline == "mask":
             p, (gh, gw) = self.layout.patch_size, self.layout.grid
             return self.batch(removed.reshape(k, gh, p, gw, p).all(dim=4).all(dim=2).reshape(k, gh * gw))
-        pixels = torch.where(removed[:, None], self.filler, self.pixels)  # (k, 3, H, W)
-        return pixels, (self.mask.expand(k, -1) if self.mask is not None else None)
+        pixels = torch.where(removed[None, :, None], self.filler[:, None], self.pixels[:, None]).flatten(0, 1)
+        return pixels, (self.mask.expand(b * k, -1) if self.mask is not None else None)
 
-    def score(self, pixels: torch.Tensor, mask: torch.Tensor | None) -> np.ndarray:
-        """The target's score (k,) for a batch of passes' (k, 3, H, W) pixels and (k, N) [MASK] mask."""
+    def score(self, pixels: torch.Tensor, mask: torch.Tensor | None, images: Sequence[int] | None = None
+              ) -> np.ndarray:
+        """The target's score (k,) for a batch of passes' (k, 3, H, W) pixels and (k, N) [MASK] mask; `images`: each
+        row's image of a batch (None: the rows image-major, each image's together)."""
+        resolved = self.resolved if images is None else self.resolved.rows(images)
         with torch.inference_mode():
             out = _forward(self.model, pixels, mask, self.head_mask)
-            return target_score(out, self.resolved).double().cpu().numpy()
+            return target_score(out, resolved).double().cpu().numpy()
 
     def scores(self, removed: np.ndarray) -> np.ndarray:
         """(k, N) bool removal masks -> (k,) the target's score for each."""
@@ -387,7 +454,7 @@ def attention_gradient_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
         query = halves_readout(maps[-1], grads[-1], layout)
     return rel.attention_gradient([m.detach() for m in maps[:depth]], grads[:depth], layout, query=query,
                                   class_attentions=[m.detach() for m in maps[depth:config.num_blocks]],
-                                  class_gradients=grads[depth:config.num_blocks], pool=pool)[0]
+                                  class_gradients=grads[depth:config.num_blocks], pool=pool)
 
 
 def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scorer, tokens: torch.Tensor,
@@ -398,13 +465,15 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
     k = layout.num_prefix_tokens
     relevance = torch.zeros_like(tokens)
     if resolved.kind == "similarity":
-        embedding = out["logits"].float()  # (1, E): the cosine's terms e_d r_d / |e| sum to the similarity
-        r_out = embedding * resolved.reference / embedding.norm(dim=-1, keepdim=True)
+        embedding = out["logits"].float()  # (B, E): the cosine's terms e_d r_d / |e| sum to the similarity
+        assert resolved.reference is not None
+        r_out = embedding * resolved.reference.to(embedding) / embedding.norm(dim=-1, keepdim=True)
         r_pooled = lrp.linear_rule(pooled, model.proj, r_out) if cfg.proj_dim else r_out
         r_dist = None
     else:
         one_hot = torch.zeros_like(out["logits"], dtype=torch.float32)
-        one_hot[:, resolved.index] = 1.0
+        rows = torch.arange(one_hot.shape[0], device=one_hot.device)
+        one_hot[rows, resolved.index if not resolved.indices else torch.tensor(resolved.indices).to(rows)] = 1.0
         r_dist = None
         if resolved.head in ("cls", "dist", "average") and "dist" in out["head_logits"]:
             dist_in = tokens[:, 1]
@@ -430,8 +499,8 @@ def _start_relevance(model: VisionTransformer, out: dict[str, Any], scorer: Scor
 
 @dataclass
 class Propagated:
-    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (1, T, D; None
-    where not asked for), each block's attention relevance R_A (1, heads, T, T) and the target's gradient at each
+    """LRP through the blocks: the relevance at the output's tokens and at the first block's input (B, T, D; None
+    where not asked for), each block's attention relevance R_A (B, heads, T, T) and the target's gradient at each
     attention map."""
 
     start: torch.Tensor
@@ -465,7 +534,7 @@ def transformer_attribution_map(scorer: Scorer, config: ViTConfig) -> torch.Tens
     readout: list[int] | torch.Tensor = _readout(scorer.layout, config, scorer.resolved.head)
     if pooling.MEAN in pooling.POOLS[config.pool].parts:  # each token's relevance at the output weighs its row
         readout = done.start.sum(dim=-1)  # (1, T)
-    return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)[0]
+    return rel.attribution_rollout(done.attention, done.gradients, scorer.layout, query=readout)
 
 
 def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
@@ -475,8 +544,8 @@ def rollout_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
                        capture=["attentions", "class_attentions"])
     query = query_for(scorer.layout, config.pool)
     if query.class_attention and out.get("class_attentions"):
-        return attn.class_rollout(out["class_attentions"], out["attentions"], scorer.layout)[0]
-    return attn.rollout(out["attentions"], scorer.layout, query=list(query.rows))[0]
+        return attn.class_rollout(out["class_attentions"], out["attentions"], scorer.layout)
+    return attn.rollout(out["attentions"], scorer.layout, query=list(query.rows))
 
 
 def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
@@ -488,20 +557,26 @@ def gradcam_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     with torch.enable_grad(), model.hooks([(site, lambda x, hook: seen.append(x))]):
         out = _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
         (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), seen[-1])
-    return rel.gradcam(seen[-1].detach(), grad, scorer.layout)[0]
+    return rel.gradcam(seen[-1].detach(), grad, scorer.layout)
 
 
 def ig_baseline(scorer: Scorer) -> torch.Tensor:
-    """(1, 3, H, W) integrated gradients' starting image of Options.ig_baseline 'zero', 'blur' or 'noise'."""
+    """(B, 3, H, W) integrated gradients' starting images of Options.ig_baseline 'zero', 'blur' or 'noise'."""
     name, pixels = scorer.options.ig_baseline, scorer.pixels.detach()
     if name == "blur":
         return blur(pixels, scorer.layout.patch_size / 2)
-    if name == "noise":  # uniform over each channel's range, black to white
-        low, high = scorer.bounds or (pixels.amin(dim=(0, 2, 3)), pixels.amax(dim=(0, 2, 3)))
-        draw = torch.rand(pixels.shape, generator=torch.Generator().manual_seed(scorer.options.seed))
-        low, high = low.to(pixels).view(1, -1, 1, 1), high.to(pixels).view(1, -1, 1, 1)
+    if name == "noise":  # uniform over each channel's range, black to white (each image's own draw, its seed)
+        low, high = (v.to(pixels).view(1, -1, 1, 1) for v in scorer.bounds) if scorer.bounds else \
+            (pixels.amin(dim=(2, 3), keepdim=True), pixels.amax(dim=(2, 3), keepdim=True))
+        draw = torch.cat([torch.rand((1, *pixels.shape[1:]), generator=torch.Generator().manual_seed(scorer.seed(i)))
+                          for i in range(scorer.images)])
         return low + (high - low) * draw.to(pixels)
     return torch.zeros_like(pixels)
+
+
+def _points(scorer: Scorer) -> int:
+    """Integrated gradients' points per pass: BATCH for one image, for a batch as many as keep a pass at ROWS rows."""
+    return BATCH if scorer.images == 1 else max(1, ROWS // scorer.images)
 
 
 def _ig_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
@@ -513,8 +588,8 @@ def _ig_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
 
     with torch.enable_grad():
         for step in rel.integrated_gradients(target, scorer.pixels, ig_baseline(scorer),
-                                             n_steps=scorer.options.ig_steps, batch=BATCH):
-            yield step if isinstance(step, int) else step.detach()[0].sum(dim=0)
+                                             n_steps=scorer.options.ig_steps, batch=_points(scorer)):
+            yield step if isinstance(step, int) else step.detach().sum(dim=1)
 
 
 def _ig_mask_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
@@ -524,19 +599,20 @@ def _ig_mask_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
     seen: list[torch.Tensor] = []
     with torch.no_grad(), model.hooks([("hook_embed", lambda x, hook: seen.append(x))]):
         _forward(model, scorer.pixels, scorer.mask, scorer.head_mask)
-    embedded = seen[0].clone()  # (1, N, D)
+    embedded = seen[0].clone()  # (B, N, D)
     start = model.mask_token.detach().to(embedded).expand_as(embedded)
 
-    def target(points: torch.Tensor) -> torch.Tensor:  # points: (k, N, D) patch embeddings
+    def target(points: torch.Tensor) -> torch.Tensor:  # points: (B k, N, D) patch embeddings, image-major
         k = points.shape[0]
         mask = None if scorer.mask is None else scorer.mask.expand(k, -1)
         with model.hooks([("hook_embed", lambda x, hook: points)]):
-            out = _forward(model, scorer.pixels.expand(k, -1, -1, -1), mask, scorer.head_mask)
+            out = _forward(model, scorer.pixels.repeat_interleave(k // scorer.images, dim=0), mask, scorer.head_mask)
         return target_logit(out, scorer.resolved)
 
     with torch.enable_grad():
-        for step in rel.integrated_gradients(target, embedded, start, n_steps=scorer.options.ig_steps, batch=BATCH):
-            yield step if isinstance(step, int) else step.detach()[0].sum(dim=-1).reshape(scorer.layout.grid)
+        for step in rel.integrated_gradients(target, embedded, start, n_steps=scorer.options.ig_steps,
+                                             batch=_points(scorer)):
+            yield step if isinstance(step, int) else step.detach().sum(dim=-1).reshape(-1, *scorer.layout.grid)
 
 
 def integrated_gradients_map(scorer: Scorer, config: ViTConfig, job: Job) -> torch.Tensor:
@@ -565,21 +641,22 @@ def _occlusion_steps(scorer: Scorer) -> Iterator[int | torch.Tensor]:
     cover it; then the mean over each patch (yields progress, then the (gh, gw) map). One window per patch (the
     default) gives each patch's own drop."""
     h, w = scorer.pixels.shape[-2:]
-    p, device = scorer.layout.patch_size, scorer.pixels.device
+    p, device, b = scorer.layout.patch_size, scorer.pixels.device, scorer.images
     corners, (wh, ww) = _occlusion_windows(scorer)
-    base = scorer.score(*scorer.pixel_batch(torch.zeros((1, h, w), dtype=torch.bool, device=device)))[0]
-    total, count = np.zeros((h, w)), np.zeros((h, w))
-    for start in range(0, len(corners), BATCH):
-        removed = torch.zeros((len(corners[start:start + BATCH]), h, w), dtype=torch.bool, device=device)
-        for i, (y, x) in enumerate(corners[start:start + BATCH]):
+    base = scorer.score(*scorer.pixel_batch(torch.zeros((1, h, w), dtype=torch.bool, device=device)))  # (B,)
+    total, count = np.zeros((b, h, w)), np.zeros((h, w))
+    step = BATCH if b == 1 else max(1, ROWS // b)  # windows per pass (each image with every one)
+    for start in range(0, len(corners), step):
+        removed = torch.zeros((len(corners[start:start + step]), h, w), dtype=torch.bool, device=device)
+        for i, (y, x) in enumerate(corners[start:start + step]):
             removed[i, y:y + wh, x:x + ww] = True
-        drops = base - scorer.score(*scorer.pixel_batch(removed))  # (k,)
+        drops = base[:, None] - scorer.score(*scorer.pixel_batch(removed)).reshape(b, -1)  # (B, k)
         where = removed.cpu().numpy()
-        total += (where * drops[:, None, None]).sum(axis=0)
+        total += np.einsum("bk,khw->bhw", drops, where)
         count += where.sum(axis=0)
         yield start + len(removed)
     gh, gw = scorer.layout.grid
-    yield torch.from_numpy(total / count).reshape(gh, p, gw, p).mean(dim=(1, 3))
+    yield torch.from_numpy(total / count).reshape(b, gh, p, gw, p).mean(dim=(2, 4))
 
 
 def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
@@ -589,13 +666,14 @@ def gradient_x_input_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
     with torch.enable_grad():
         out = _forward(scorer.model, pixels, scorer.mask, scorer.head_mask)
         (grad,) = torch.autograd.grad(target_logit(out, scorer.resolved).sum(), pixels)
-    return (pixels.detach() * grad)[0].sum(dim=0)
+    return (pixels.detach() * grad).sum(dim=1)
 
 
 def random_map(scorer: Scorer, config: ViTConfig) -> torch.Tensor:
-    """The random-attribution baseline: uniform values per patch, seeded (Options.seed)."""
-    return torch.rand(scorer.layout.grid, generator=torch.Generator().manual_seed(scorer.options.seed),
-                      dtype=torch.float64)
+    """The random-attribution baseline: uniform values per patch, each image's seeded (Options.seed, or a batch's
+    seeds)."""
+    return torch.stack([torch.rand(scorer.layout.grid, generator=torch.Generator().manual_seed(scorer.seed(i)),
+                                   dtype=torch.float64) for i in range(scorer.images)])
 
 
 def _conserved_target(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
@@ -604,7 +682,7 @@ def _conserved_target(out: dict[str, Any], resolved: Resolved) -> torch.Tensor:
     if resolved.kind == "similarity":
         assert resolved.reference is not None
         embedding = out["logits"].float()
-        return (embedding / embedding.norm(dim=-1, keepdim=True).detach()) @ resolved.reference
+        return _similarity(embedding / embedding.norm(dim=-1, keepdim=True).detach(), resolved)
     return target_logit(out, resolved)
 
 
@@ -616,7 +694,7 @@ def attnlrp_map(scorer: Scorer, rules: attnlrp.Rules) -> torch.Tensor:
     with torch.enable_grad(), model.hooks(attnlrp.hooks(model, rules, scorer.layout)):
         out = _forward(model, pixels, scorer.mask, scorer.head_mask)
         (grad,) = torch.autograd.grad(_conserved_target(out, scorer.resolved).sum(), pixels)
-    return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)[0]
+    return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)
 
 
 def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
@@ -786,6 +864,12 @@ class Session:
         return self.loaded.config
 
 
+def input_bounds(loaded: LoadedModel) -> tuple[torch.Tensor, torch.Tensor]:
+    """(3,) each: black and white in the model's normalised input."""
+    mean, std = (torch.tensor(v, dtype=torch.float32) for v in (loaded.preprocessing.mean, loaded.preprocessing.std))
+    return -mean / std, (1 - mean) / std
+
+
 def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero", options: Options | None = None
             ) -> Session:
     """Check the inputs and options, run the model once on them, and make the target concrete."""
@@ -813,9 +897,7 @@ def prepare(inputs: Inputs, target: Target | None = None, baseline: str = "zero"
             return model(pixels)[0].float()
 
     resolved = resolve_target(loaded, target or Target(), run, unmasked)
-    mean, std = (torch.tensor(v, dtype=torch.float32) for v in (loaded.preprocessing.mean, loaded.preprocessing.std))
-    bounds = (-mean / std, (1 - mean) / std)  # black and white
-    scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline, options, bounds)
+    scorer = Scorer(model, pixels, layout, mask, head_mask, resolved, baseline, options, input_bounds(loaded))
     return Session(loaded, inputs, scorer, loaded.preprocessing.to_image(pixels))
 
 
@@ -851,7 +933,11 @@ def _smoothed(method: Method, scorer: Scorer, config: ViTConfig, job: Job) -> to
     n, sigma = scorer.options.smoothgrad, scorer.options.smoothgrad_sigma
     if not n or not method.gradient:
         return method.compute(scorer, config, job)
-    generator = torch.Generator().manual_seed(scorer.options.seed)
+    if scorer.images > 1:  # each image's noise of its own seed, as it is alone
+        return torch.cat([_smoothed(method, scorer.row(i), config, job.part(i / scorer.images,
+                                                                            (i + 1) / scorer.images))
+                          for i in range(scorer.images)])
+    generator = torch.Generator().manual_seed(scorer.seed())
     pixels = scorer.pixels.detach()
     spread = sigma * float(pixels.max() - pixels.min())
     total: torch.Tensor | None = None
@@ -881,33 +967,44 @@ def _in_float64(scorer: Scorer) -> Scorer:
                    head_mask=None if scorer.head_mask is None else scorer.head_mask.double())
 
 
+def _raw_maps(record: Method, scorer: Scorer, config: ViTConfig, job: Job) -> tuple[np.ndarray, np.ndarray | None]:
+    """(B, gh, gw) the method's maps of the scorer's images and, for a pixel-level method, (B, H, W) its pixels'."""
+    result = _smoothed(record, scorer, config, job).detach().cpu()
+    if tuple(result.shape[1:]) == scorer.layout.grid:
+        return result.numpy().astype(np.float64), None
+    per_patch = rel.per_patch(result[:, None], scorer.layout.patch_size)  # (B, H, W) summed over the channels
+    return per_patch.numpy().astype(np.float64), result.numpy().astype(np.float64)
+
+
+def batch_maps(scorer: Scorer, method: str, config: ViTConfig, *, job: Job | None = None) -> list[Maps]:
+    """One method's maps of each image of the scorer's batch (one pass of the batch, its rows image-major). A map that
+    comes out constant in float32 is computed again in float64 (that image alone); if it is still constant its note
+    says so."""
+    job = job or Job()
+    record = check_method(method, config)
+    relevance, pixels = _raw_maps(record, scorer, config, job)
+    out = []
+    for i in range(scorer.images):
+        maps, picture, note = relevance[i], None if pixels is None else pixels[i], ""
+        if _constant(maps, scorer.pixels.dtype) and not record.baseline:
+            if scorer.pixels.dtype != torch.float64:
+                again, again_pixels = _raw_maps(record, _in_float64(scorer.row(i)), config, job)
+                maps, picture = again[0], None if again_pixels is None else again_pixels[0]
+                note = "computed again in float64: in float32 its differences were lost to rounding"
+            if _constant(maps, torch.float64):
+                note = (f"the map is constant ({maps.reshape(-1)[0]:.3g} on every patch, in float64 too): it says "
+                        "nothing about where the evidence is")
+        if scorer.options.smoothgrad and not record.gradient and not record.baseline:
+            note = "; ".join(filter(None, [note, "SmoothGrad averages gradient methods only: computed once"]))
+        out.append(Maps(maps, picture if scorer.options.pixels else None, note))
+    job.progress(1.0)
+    return out
+
+
 def compute_maps(session: Session, method: str, *, job: Job | None = None, scorer: Scorer | None = None) -> Maps:
     """One method's maps (its own raw values) on the session's inputs (or on `scorer`: a randomised model's). A map
     that comes out constant in float32 is computed again in float64; if it is still constant its note says so."""
-    job = job or Job()
-    record = check_method(method, session.config)
-    scorer = scorer or session.scorer
-    p, note = scorer.layout.patch_size, ""
-
-    def run(on: Scorer) -> tuple[np.ndarray, np.ndarray | None]:
-        result = _smoothed(record, on, session.config, job).detach().cpu()
-        if result.shape == scorer.layout.grid:
-            return result.numpy().astype(np.float64), None
-        per_patch = rel.per_patch(result[None, None], p)[0]  # (H, W) summed over the channels -> (gh, gw)
-        return per_patch.numpy().astype(np.float64), result.numpy().astype(np.float64)
-
-    relevance, pixels = run(scorer)
-    if _constant(relevance, scorer.pixels.dtype) and not record.baseline:
-        if scorer.pixels.dtype != torch.float64:
-            relevance, pixels = run(_in_float64(scorer))
-            note = "computed again in float64: in float32 its differences were lost to rounding"
-        if _constant(relevance, torch.float64):
-            note = (f"the map is constant ({relevance.reshape(-1)[0]:.3g} on every patch, in float64 too): it says "
-                    "nothing about where the evidence is")
-    if scorer.options.smoothgrad and not record.gradient and not record.baseline:
-        note = "; ".join(filter(None, [note, "SmoothGrad averages gradient methods only: computed once"]))
-    job.progress(1.0)
-    return Maps(relevance, pixels if scorer.options.pixels else None, note)
+    return batch_maps(scorer or session.scorer, method, session.config, job=job)[0]
 
 
 def target_value(session: Session) -> float:
@@ -920,26 +1017,112 @@ def target_value(session: Session) -> float:
 
 def faithfulness(session: Session, relevance: np.ndarray, *, object_mask: np.ndarray | None = None,
                  job: Job | None = None) -> Faithfulness:
-    """Positive / negative perturbation, deletion / insertion of one map with the session's baseline; with an
-    (H, W) bool `object_mask` of the input also the pointing game and the 60 %-mass IoU."""
-    scorer = session.scorer
-    n = scorer.layout.num_patches
-    fractions = faith.deletion_fractions(n)
-    masks = [faith.perturbation_masks(relevance, True), faith.perturbation_masks(relevance, False),
-             faith.deletion_masks(relevance, fractions), faith.insertion_masks(relevance, fractions)]
-    stacked = np.concatenate(masks)
+    """Positive / negative perturbation, deletion / insertion and ROAD of one map with the session's baseline; with
+    an (H, W) bool `object_mask` of the input also the pointing game and the 60 %-mass IoU."""
+    return faithfulness_batch(session.scorer, [relevance], object_masks=[object_mask], job=job)[0]
+
+
+Part = tuple[int, torch.Tensor, torch.Tensor | None]  # an image of the batch, its passes' pixels and [MASK] mask
+
+
+def _stacked_scores(scorer: Scorer, parts: Iterator[Part], rows: int) -> Iterator[np.ndarray]:
+    """Each part's (k,) scores, in order, the parts of every image stacked into passes of at least `rows` rows (the
+    last fewer), each row scored for its image's target."""
+    pending: list[Part] = []
+
+    def flush() -> Iterator[np.ndarray]:
+        pixels = torch.cat([p for _, p, _ in pending])
+        owners = [i for i, part, _ in pending for _ in range(len(part))]
+        mask = None
+        if any(m is not None for _, _, m in pending):  # ROAD's passes have no [MASK] where the 'mask' baseline has
+            none = torch.zeros(scorer.layout.num_patches, dtype=torch.bool, device=pixels.device)
+            mask = torch.cat([none.expand(len(p), -1) if m is None else m for _, p, m in pending])
+        scores = scorer.score(pixels, mask, owners)
+        yield from np.split(scores, np.cumsum([len(p) for _, p, _ in pending])[:-1])
+        pending.clear()
+
+    for part in parts:
+        pending.append(part)
+        if sum(len(p) for _, p, _ in pending) >= rows:
+            yield from flush()
+    if pending:
+        yield from flush()
+
+
+def _road_pixels(scorer: Scorer, relevance: np.ndarray, most_first: bool, noise: float,
+                 generator: torch.Generator, job: Job) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """ROAD's (S, 3, H, W) imputed images of one image (`scorer` holds one) at faith.ROAD_FRACTIONS, most or least
+    relevant first, and their [MASK] mask (the user's)."""
+    image = scorer.pixels.detach()[0]  # (3, H, W)
+    p, (gh, gw) = scorer.layout.patch_size, scorer.layout.grid
+    pixel_level = tuple(np.shape(relevance)) == tuple(image.shape[-2:]) and p > 1
+    imputed = []
+    for removed in faith.road_masks(relevance, most_first):  # (N,) patches or (H * W,) pixels
+        job.check()
+        missing = removed.reshape(image.shape[-2:]) if pixel_level else \
+            removed.reshape(gh, 1, gw, 1).repeat(p, axis=1).repeat(p, axis=3).reshape(gh * p, gw * p)
+        imputed.append(faith.noisy_linear_imputation(image, missing, noise, generator))
+    pixels = torch.stack(imputed)  # (S, 3, H, W)
+    return pixels, None if scorer.mask is None else scorer.mask.expand(len(pixels), -1)
+
+
+def faithfulness_batch(scorer: Scorer, relevances: Sequence[np.ndarray], *,
+                       object_masks: Sequence[np.ndarray | None] | None = None, job: Job | None = None
+                       ) -> list[Faithfulness]:
+    """`faithfulness` of each image's map (relevances[i] of image i of the scorer's batch): every image's curves and
+    ROAD passes stacked into passes of ROWS rows (one image: BATCH), a removal that repeats within one image's curves
+    (positive perturbation is a subset of deletion) scored once; each image's ROAD noise from its own seed."""
     job = job or Job()
-    share = len(stacked) / (len(stacked) + ROAD_COST * 2 * len(faith.ROAD_FRACTIONS))
-    scores = _drive((s if isinstance(s, int) else torch.from_numpy(s)
-                     for s in faith.scores(scorer.scores, stacked, BATCH)), len(stacked),
-                    job.part(0.0, share)).numpy()
-    parts = np.split(scores, np.cumsum([len(m) for m in masks])[:-1])
-    pointing = iou = None
-    if object_mask is not None:
-        coverage = faith.patch_coverage(np.asarray(object_mask, dtype=bool), scorer.layout.patch_size)
-        pointing, iou = faith.pointing_hit(relevance, coverage), faith.mass_iou(relevance, coverage)
-    morf, lerf = road(scorer, relevance, job=job.part(share, 1.0, "ROAD"))
-    return Faithfulness(scorer.baseline, parts[0], parts[1], fractions, parts[2], parts[3], pointing, iou, morf, lerf)
+    b, n = scorer.images, scorer.layout.num_patches
+    if len(relevances) != b:
+        raise ValueError(f"{len(relevances)} maps for {b} images")
+    fractions = faith.deletion_fractions(n)
+    rows = [scorer.row(i) for i in range(b)]
+    sizes, unique, inverse = [], [], []
+    for relevance in relevances:
+        masks = [faith.perturbation_masks(relevance, True), faith.perturbation_masks(relevance, False),
+                 faith.deletion_masks(relevance, fractions), faith.insertion_masks(relevance, fractions)]
+        kept, back = np.unique(np.concatenate(masks), axis=0, return_inverse=True)
+        sizes.append([len(m) for m in masks])
+        unique.append(kept)
+        inverse.append(back.reshape(-1))
+    per_pass = BATCH if b == 1 else ROWS
+    road_rows = 2 * len(faith.ROAD_FRACTIONS)
+    total = sum(len(u) for u in unique) + ROAD_COST * road_rows * b
+    device = scorer.pixels.device
+
+    def parts() -> Iterator[Part]:
+        done = 0
+        for i, row in enumerate(rows):
+            for start in range(0, len(unique[i]), per_pass):
+                job.check()
+                removed = torch.from_numpy(unique[i][start:start + per_pass]).to(device)
+                done += len(removed)
+                job.progress(done / total)
+                yield i, *row.batch(removed)
+        for i, row in enumerate(rows):
+            generator = torch.Generator().manual_seed(row.seed())  # MoRF's draws first, then LeRF's
+            for most_first in (True, False):
+                yield i, *_road_pixels(row, relevances[i], most_first, faith.ROAD_NOISE, generator, job)
+                done += ROAD_COST * road_rows // 2
+                job.progress(done / total, "ROAD")
+
+    scored = _stacked_scores(scorer, parts(), per_pass)
+    curves = [np.concatenate([next(scored) for _ in range(0, len(u), per_pass)])[back]
+              for u, back in zip(unique, inverse, strict=True)]
+    out = []
+    for i, relevance in enumerate(relevances):
+        morf, lerf = next(scored), next(scored)
+        parts_i = np.split(curves[i], np.cumsum(sizes[i])[:-1])
+        pointing = iou = None
+        mask = None if object_masks is None else object_masks[i]
+        if mask is not None:
+            coverage = faith.patch_coverage(np.asarray(mask, dtype=bool), scorer.layout.patch_size)
+            pointing, iou = faith.pointing_hit(relevance, coverage), faith.mass_iou(relevance, coverage)
+        out.append(Faithfulness(scorer.baseline, parts_i[0], parts_i[1], fractions, parts_i[2], parts_i[3], pointing,
+                                iou, morf, lerf))
+    job.progress(1.0)
+    return out
 
 
 ROAD_COST = 4  # an imputation's time in forward passes, roughly (for the progress bar's shares)
@@ -955,22 +1138,10 @@ def road(scorer: Scorer, relevance: np.ndarray, *, noise: float = faith.ROAD_NOI
     (gh, gw) map of the patches, or an (H, W) map of the pixels (a pixel-level map: its shares are of the pixels).
     Returns (morf, lerf), (9,) each."""
     job = job or Job()
-    generator = torch.Generator().manual_seed(scorer.options.seed if seed is None else seed)
-    image = scorer.pixels.detach()[0]  # (3, H, W)
-    p, (gh, gw) = scorer.layout.patch_size, scorer.layout.grid
-    pixel_level = tuple(np.shape(relevance)) == tuple(image.shape[-2:]) and p > 1
-    curves: list[np.ndarray] = []
-    for most_first in (True, False):
-        masks = faith.road_masks(relevance, most_first)  # (S, N) patches or (S, H * W) pixels
-        imputed = []
-        for removed in masks:
-            job.check()
-            missing = removed.reshape(image.shape[-2:]) if pixel_level else \
-                removed.reshape(gh, 1, gw, 1).repeat(p, axis=1).repeat(p, axis=3).reshape(gh * p, gw * p)
-            imputed.append(faith.noisy_linear_imputation(image, missing, noise, generator))
-            job.progress((len(curves) * len(masks) + len(imputed)) / (2 * len(masks)))
-        pixels = torch.stack(imputed)  # (S, 3, H, W)
-        mask = None if scorer.mask is None else scorer.mask.expand(len(pixels), -1)
+    generator = torch.Generator().manual_seed(scorer.seed() if seed is None else seed)
+    curves = []
+    for n, most_first in enumerate((True, False)):
+        pixels, mask = _road_pixels(scorer, relevance, most_first, noise, generator, job.part(n / 2, (n + 1) / 2))
         curves.append(np.concatenate([scorer.score(pixels[i:i + BATCH], None if mask is None else mask[i:i + BATCH])
                                       for i in range(0, len(pixels), BATCH)]))
     return curves[0], curves[1]
