@@ -530,7 +530,8 @@ class ExplainView(View):
                 self._detail_extra = (wide, self.detail.height() - box[1])
             moved |= self._set_size(self.detail, big + self._detail_extra[0], big + self._detail_extra[1])
         room = width - self.detail.width() - self.detail_row.spacing()
-        beside = self._detail is not None and room >= max(CURVES_BESIDE_PX, self.curves.minimumSizeHint().width())
+        need = self.curves.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()  # its titles, axes and legend
+        beside = self._detail is not None and room >= max(CURVES_BESIDE_PX, need)
         self.detail_row.setDirection(QBoxLayout.Direction.LeftToRight if beside else
                                      QBoxLayout.Direction.TopToBottom)
         if self._kind() == "sanity check":
