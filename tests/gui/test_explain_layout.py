@@ -31,7 +31,7 @@ def on_screen(item, widget):
 def boxes(widget):
     return [on_screen(p.getViewBox(), widget) for p in widget.scene().items() if isinstance(p, pg.PlotItem)]
 
-viewport = view.scroll.viewport()
+viewport = view.maps_area.viewport()
 shown = QRect(viewport.mapTo(window, QPoint(0, 0)), viewport.size())
 curves = [p for p in view.curves.scene().items() if isinstance(p, pg.PlotItem)][0]
 legend = on_screen(curves.legend, view.curves)

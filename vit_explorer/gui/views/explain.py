@@ -158,13 +158,13 @@ class ExplainView(View):
         page.addWidget(self.plots, 1)
         page.addWidget(self.ranking_table)
         page.addWidget(self.ranking_plots)
-        self.scroll = QScrollArea()  # vertically only: every figure keeps the pane's width
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.setWidget(self.page)
+        self.maps_area = QScrollArea()  # vertically only: every figure keeps the pane's width
+        self.maps_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.maps_area.setWidgetResizable(True)
+        self.maps_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.maps_area.setWidget(self.page)
         self.body.addWidget(self.heading)
-        self.body.addWidget(self.scroll, 1)
+        self.body.addWidget(self.maps_area, 1)
         self._fitting = False  # a _fit pass is scheduled
         self._show_ranking()
         self.plots.scene().sigMouseClicked.connect(self._clicked)
@@ -402,7 +402,7 @@ class ExplainView(View):
         n = len(self._order)
         if not self.shows("curves"):
             return small_multiples_shape(n)[1]
-        return max(1, min(n, (self.scroll.viewport().width() - BAR_PX) // GRID_CELL_PX))
+        return max(1, min(n, (self.maps_area.viewport().width() - BAR_PX) // GRID_CELL_PX))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)  # the maps drawn again when the width of their titles changes
@@ -444,7 +444,7 @@ class ExplainView(View):
             strip = replace(sanity.strip_figure(chosen[0], compact=True), heading="")
             chars = max(len(title) for title in strip.titles)
             cell = max(GRID_CELL_PX, chars * figures.title_char_px())
-            fits = int((self.scroll.viewport().width() - BAR_PX) / cell)
+            fits = int((self.maps_area.viewport().width() - BAR_PX) / cell)
             strip = replace(strip, columns=max(1, min(len(strip.maps), fits)))
             self.note.setText(f"{sanity.strip_heading(chosen[0])}: {sanity.numbers_text(chosen[0])}")
             with self.titles_fitting(self.curves, strip.columns or 1, beside=BAR_PX, most=chars):
@@ -518,9 +518,9 @@ class ExplainView(View):
         and the sanity strip's data areas square in their columns; in a lesson's step the maps fill the pane."""
         self._fitting = False
         normal = self.shows("curves")
-        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn if normal else
+        self.maps_area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn if normal else
                                                Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        big, width = self._big(), self.scroll.viewport().width()
+        big, width = self._big(), self.maps_area.viewport().width()
         moved = False
         self.detail.setVisible(self._detail is not None)
         if self._detail is not None:
