@@ -378,3 +378,20 @@ def test_the_single_map_figure_says_the_budget() -> None:
     assert result.conservation is not None
     assert rel.map_figure(result).titles[0].endswith(result.conservation.text())
     assert "biases absorb" in result.conservation.text() and result.conservation.text() in rel.summary_text(result)
+
+
+@pytest.mark.parametrize("method", ["attnlrp", "cp-lrp"])
+def test_the_options_gamma_is_the_gamma_rule_on_every_linear_layer_type(loaded: LoadedModel, method: str) -> None:
+    """Options.attnlrp_gamma (the Explain view's 'AttnLRP γ') gives the maps of Rules(gamma=...) on every layer type
+    GAMMA_LAYERS names; 0 is LRP-0, the default."""
+    size = tuple(loaded.config.image_size)
+    inputs = Inputs.unmasked(loaded, _image(size), size)
+    options = rel.Options(attnlrp_gamma=0.5)
+    shown = rel.explain(inputs, [method], measure=False, options=options)[0].relevance
+    scorer = rel.prepare(inputs, options=options).scorer
+    rules = attnlrp.Rules(conservative=method == "cp-lrp", gamma=dict.fromkeys(attnlrp.GAMMA_LAYERS, 0.5))
+    np.testing.assert_allclose(shown, rel.attnlrp_map(scorer, rules).numpy(), rtol=1e-6, atol=1e-9)
+    plain = rel.explain(inputs, [method], measure=False)[0].relevance
+    assert not np.allclose(shown, plain)
+    with pytest.raises(ValueError, match="gamma"):
+        rel.prepare(inputs, options=rel.Options(attnlrp_gamma=-1.0))

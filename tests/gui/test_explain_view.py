@@ -72,7 +72,9 @@ present()
 window.show_view("Explain")
 view = window.views["Explain"]
 settle(lambda: view._drawn is not None and len(view._drawn.plots) == 6, seconds=300)
-print(json.dumps({"sides": [a.short_side for a in data_areas(view.plots, window)],
+settle(quiet=1.5)
+boxes = [view.plots.mapFromScene(p.getViewBox().sceneBoundingRect()).boundingRect() for p in view._drawn.plots]
+print(json.dumps({"sides": [min(b.width(), b.height()) for b in boxes],  # on the page: the pane scrolls to them
                   "titles": [plot.titleLabel.text for plot in view._drawn.plots], "height": window.height()}))
 """
 
@@ -82,7 +84,7 @@ print(json.dumps({"sides": [a.short_side for a in data_areas(view.plots, window)
 def test_every_map_of_the_grid_is_the_same_size_when_presenting(tmp_path: Path, screen: tuple[int, int]) -> None:
     """Presenting full screen on a projector's screen, the six default maps of the bundled model: a map whose
     title wrapped onto more lines was drawn smaller than the others (164 px against 197 at 1920x1080); every map
-    now has the same data area, as a person sees it (gui/measure.py)."""
+    now has the same data area (on the page, which scrolls vertically under the chosen map and its curves)."""
     shown = run_on_screen(tmp_path, screen, EQUAL_MAPS_CHILD)[-1]
     sides = shown["sides"]
     assert shown["height"] == screen[1] and len(sides) == 6, shown

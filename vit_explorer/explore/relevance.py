@@ -268,7 +268,8 @@ class Options:
     (max - min), their mean the map. occlusion_window / occlusion_stride: (height, width) in pixels, captum's
     Occlusion's sliding_window_shapes and strides (None: one patch, window = stride). pixels: the pixel-level maps
     (summed over the channels) of the methods that have them, beside the per-patch ones. seed: of every random
-    draw (the noise baseline, SmoothGrad, the random map)."""
+    draw (the noise baseline, SmoothGrad, the random map). attnlrp_gamma: AttnLRP's and CP-LRP's gamma rule on
+    every linear layer type the rule covers (attnlrp.GAMMA_LAYERS; 0: LRP-0, the default)."""
 
     ig_steps: int = 50
     ig_baseline: str = "zero"
@@ -279,6 +280,7 @@ class Options:
     occlusion_stride: tuple[int, int] | None = None
     pixels: bool = False
     seed: int = 0
+    attnlrp_gamma: float = 0.0
 
     def check(self, config: ViTConfig, size: tuple[int, int], baseline: str = "zero") -> None:
         """ValueError naming the CLI flag for a setting this model and input size (H, W) cannot take."""
@@ -290,6 +292,8 @@ class Options:
         if self.gradcam_block is not None and not 0 <= self.gradcam_block < blocks:
             raise ValueError(f"argument --gradcam-block: block {self.gradcam_block} does not exist; this model has "
                              f"blocks 0 to {blocks - 1}")
+        if not (math.isfinite(self.attnlrp_gamma) and self.attnlrp_gamma >= 0):
+            raise ValueError(f"AttnLRP's gamma: a number of at least 0 (0: LRP-0), got {self.attnlrp_gamma}")
         if not 0 <= self.smoothgrad <= 1000:
             raise ValueError(f"argument --smoothgrad: between 0 (off) and 1000 samples, got {self.smoothgrad}")
         if not (math.isfinite(self.smoothgrad_sigma) and 0 <= self.smoothgrad_sigma <= 10):
@@ -697,6 +701,12 @@ def attnlrp_map(scorer: Scorer, rules: attnlrp.Rules) -> torch.Tensor:
     return rel.per_patch(pixels.detach().float() * grad.float(), scorer.layout.patch_size)
 
 
+def lrp_rules(options: Options, conservative: bool = False) -> attnlrp.Rules:
+    """AttnLRP's (CP-LRP's: `conservative`) rules with the options' gamma on every linear layer type."""
+    gamma = {layer: options.attnlrp_gamma for layer in attnlrp.GAMMA_LAYERS} if options.attnlrp_gamma else {}
+    return attnlrp.Rules(conservative=conservative, gamma=gamma)
+
+
 def _one_pass(compute: Callable[[Scorer, ViTConfig], torch.Tensor]) -> Callable[[Scorer, ViTConfig, Job], torch.Tensor]:
     """A method of one pass (nothing to report or check until it is done) as a record's function."""
     return lambda scorer, config, job: compute(scorer, config)
@@ -724,11 +734,11 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "Zeiler & Fergus 2014; captum Occlusion's windows and strides", gradient=False),
     Method("gradient-x-input", _one_pass(gradient_x_input_map), "gradient × input", "grad × input",
            "the target's gradient at the input pixels", "captum InputXGradient", default=False, pixel_level=True),
-    Method("attnlrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, attnlrp.Rules())),
+    Method("attnlrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, lrp_rules(scorer.options))),
            "AttnLRP (Achtibat 2024)", "AttnLRP",
            "one pass with LXT's rules at the hook sites, and its modified gradient at the input pixels",
            "Achtibat et al., ICML 2024; LXT 2.1", attnlrp.refusal, default=False, conserves=True),
-    Method("cp-lrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, attnlrp.Rules(conservative=True))),
+    Method("cp-lrp", _one_pass(lambda scorer, config: attnlrp_map(scorer, lrp_rules(scorer.options, True))),
            "CP-LRP (attention held constant)", "CP-LRP",
            "one pass with LXT's rules at the hook sites, the attention probabilities constant",
            "Ali et al., ICML 2022; LXT 2.1", attnlrp.refusal, default=False, conserves=True),

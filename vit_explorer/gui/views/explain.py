@@ -1,13 +1,19 @@
 """Explain: why the model decides. Every chosen relevance method on the current image side by side, each with
 its faithfulness numbers and ranked by them ("which map to believe for this image"); a click on a map draws
-its perturbation, deletion / insertion or ROAD curves below. A seeded random-attribution row is computed beside
+its perturbation, deletion / insertion or ROAD curves beside it. A seeded random-attribution row is computed beside
 them: a map that does no better than random says so in its title and the heading. "sanity check" under the maps
 runs the cascading randomisation (explore.sanity) on a copy of the model, as a job on the view's one controls, and
 draws the clicked method's strip of maps with their Spearman correlation and SSIM to the trained map. The maps
 come from `explore.relevance`, computed in a worker with progress (cancellable); the image panel's [MASK] patches and
 the heads switched off apply. "Rank on
 dataset" ranks the chosen methods over the Dataset view's images (`explore.ranking`): a table of each method's mean
-AUCs with their 95 % bootstrap intervals and a figure of the score chosen, also a job on the view's one controls."""
+AUCs with their 95 % bootstrap intervals and a figure of the score chosen, also a job on the view's one controls.
+
+The chosen map (the best-ranked until a map is clicked) is drawn large, at least LARGEST_SHARE of the screen's height
+(its raw values; the pixel-level map where one was asked for), with its curves beside it (under it on a narrow
+screen); the ranked maps follow, as many a row as keep each readable, in a pane that scrolls vertically only. A
+lesson's step that shows the maps alone draws them in the whole pane, as before. "Parameters" sets the chosen
+methods' parameters (explain_parameters: relevance.Options, as the CLI's flags do)."""
 
 from __future__ import annotations
 
@@ -19,13 +25,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QComboBox,
+    QFrame,
     QLabel,
     QMenu,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -36,13 +46,19 @@ from ...explore.figures import small_multiples_shape
 from ...explore.relevance import Explanation
 from ...jobs import Job
 from .. import figures
+from ..measure import LARGEST_SHARE, SMALLEST_PX
 from ..session import Session
 from .base import Table, View
+from .explain_parameters import ExplainParameters
 from .job_controls import JobControls
 
 CURVE_KINDS = ["perturbation curves", "deletion / insertion", "ROAD", "sanity check"]
 TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
 MAPS_MIN_PX = 160
+GRID_CELL_PX = 180  # the ranked maps' column at least this wide (a map of ~160 px under its title)
+BAR_PX = 120  # a colour bar and its label beside a grid of maps
+CURVES_BESIDE_PX = 320  # the curves beside the chosen map when this much width is left to them, else under it
+TABLE_PX, RANKING_PX = 160, 240  # the dataset ranking's table and figure
 
 
 class ExplainView(View):
@@ -70,7 +86,7 @@ class ExplainView(View):
             action = self.methods_menu.addAction(rel.METHODS[name].label)
             action.setCheckable(True)
             action.setChecked(rel.METHODS[name].default)
-            action.toggled.connect(self.schedule)
+            action.toggled.connect(self._methods_changed)
             self.method_actions[name] = action
         self.methods_button.setMenu(self.methods_menu)
         self.target = QComboBox()
@@ -110,14 +126,21 @@ class ExplainView(View):
         self.rank_score = QComboBox()
         self.rank_score.setToolTip("The score the dataset ranking's figure draws.")
         self.rank_score.activated.connect(self._draw_ranking)
-        for widget in (self.methods_button, self.target, self.head, self.baseline, self.curve_kind, self.job,
-                       self.rank_button, self.rank_score):
+        self.parameters = ExplainParameters()
+        self.parameters.changed.connect(self._parameters_changed)
+        for widget in (self.methods_button, self.parameters, self.target, self.head, self.baseline, self.curve_kind,
+                       self.job, self.rank_button, self.rank_score):
             self.controls.addWidget(widget)
         self.ranking_table = QTableWidget()
         self.ranking_table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.ranking_table.setMinimumHeight(TABLE_PX)
         self.ranking_plots = pg.GraphicsLayoutWidget()
-        self.plots = pg.GraphicsLayoutWidget()
+        self.ranking_plots.setMinimumHeight(RANKING_PX)
+        self.plots = pg.GraphicsLayoutWidget()  # the ranked maps
         self.plots.setMinimumHeight(MAPS_MIN_PX)  # the maps are the view: never squeezed to a strip (a hidden tab too)
+        self.detail = pg.GraphicsLayoutWidget()  # the chosen map, large
+        self._detail: figures.MapsPlot | None = None
+        self._detail_extra = (150, 90)  # the detail's width and height beyond its data area (measured once drawn)
         self.curves = pg.GraphicsLayoutWidget()
         self.heading = QLabel("")  # what is explained and how the maps are ranked: one line over the maps
         self.heading.setWordWrap(True)
@@ -125,11 +148,24 @@ class ExplainView(View):
                                "least relevant first (higher is better). Deletion and insertion (Petsiuk et al.): "
                                "patches deleted from the image, or put back into the removed image, most relevant "
                                "first.")
+        self.page = QWidget()  # what scrolls: the chosen map and its curves, the ranked maps, the dataset ranking
+        page = QVBoxLayout(self.page)
+        page.setContentsMargins(0, 0, 0, 0)
+        self.detail_row = QBoxLayout(QBoxLayout.Direction.LeftToRight)
+        self.detail_row.addWidget(self.detail, 0, Qt.AlignmentFlag.AlignTop)
+        self.detail_row.addWidget(self.curves, 1, Qt.AlignmentFlag.AlignTop)
+        page.addLayout(self.detail_row)
+        page.addWidget(self.plots, 1)
+        page.addWidget(self.ranking_table)
+        page.addWidget(self.ranking_plots)
+        self.maps_area = QScrollArea()  # vertically only: every figure keeps the pane's width
+        self.maps_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.maps_area.setWidgetResizable(True)
+        self.maps_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.maps_area.setWidget(self.page)
         self.body.addWidget(self.heading)
-        self.body.addWidget(self.plots, 3)
-        self.body.addWidget(self.curves, 2)
-        self.body.addWidget(self.ranking_table, 1)
-        self.body.addWidget(self.ranking_plots, 2)
+        self.body.addWidget(self.maps_area, 1)
+        self._fitting = False  # a _fit pass is scheduled
         self._show_ranking()
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.job.progressed.connect(self._progressed)
@@ -138,7 +174,7 @@ class ExplainView(View):
         self._model_changed()
 
     def picture(self) -> QWidget:
-        return self.plots
+        return self.page
 
     def bring_up_to_date(self, seconds: float = 120.0) -> None:
         """As every view's, with the time six maps and their curves take on a CPU (a hybrid ResNet stem: a minute)."""
@@ -149,6 +185,9 @@ class ExplainView(View):
         if self.explanations:
             info["target"] = self.explanations[0].target.title
             info["baseline"] = self.baseline.currentText()
+        changed = self.parameters.changed_from_default()
+        if changed:
+            info["parameters"] = ", ".join(f"{label}: {value}" for label, value in changed)
         info["masked patches"] = str(int(self.session.mask.sum()))
         info["heads off"] = str(int((self.session.head_mask < 1).sum()))
         return info
@@ -162,7 +201,10 @@ class ExplainView(View):
         self.ranking = None
         self._show_ranking()
         self.plots.ci.clear()
+        self.detail.ci.clear()
+        self._detail = None
         self.curves.ci.clear()
+        self.parameters.set_model(loaded.config if loaded is not None else None)
         if loaded is None:
             return
         for name, action in self.method_actions.items():
@@ -173,7 +215,7 @@ class ExplainView(View):
         self.methods_menu.setToolTipsVisible(True)
         self.head.setVisible(bool(loaded.config.distilled and loaded.config.dist_head))
         self._fill_targets()
-        self.schedule()
+        self._methods_changed()
 
     def _fill_targets(self) -> None:
         """'top class' and the most likely classes of the current prediction, keeping the chosen one."""
@@ -197,6 +239,15 @@ class ExplainView(View):
     def methods(self) -> list[str]:
         return [name for name, action in self.method_actions.items() if action.isChecked() and action.isEnabled()]
 
+    def _methods_changed(self, *_: object) -> None:
+        self.parameters.show_for(self.methods())
+        self._parameters_changed()
+
+    def _parameters_changed(self) -> None:
+        changed = self.parameters.changed_from_default()
+        self.parameters.setText(f"Parameters ({len(changed)} set)" if changed else "Parameters")
+        self.schedule()
+
     def choose(self, *, methods: list[str] | None = None, target: int | str | None = None,
                baseline: str | None = None, top_class: bool = False) -> None:
         """Set the controls (tests, lessons) and recompute; `target` by index or label (ValueError for a label this
@@ -213,6 +264,7 @@ class ExplainView(View):
                 action.blockSignals(True)
                 action.setChecked(name in methods)
                 action.blockSignals(False)
+            self.parameters.show_for(self.methods())
         if target is not None:
             if self.target.findData(target) < 0:
                 self.target.addItem(f"{target}: {loaded.label(target) if loaded else target}", target)
@@ -236,13 +288,14 @@ class ExplainView(View):
         head = self.head.currentText() if not self.head.isHidden() else "average"
         target = rel.Target(self.target.currentData(), head)
         baseline = self.baseline.currentText()
+        options = self.parameters.options()
 
         baseline_row = [] if any(rel.METHODS[m].baseline for m in methods) else ["random"]
 
         def work(job: Job) -> list[Explanation]:
-            return rel.explain(inputs, [*methods, *baseline_row], target, baseline, job=job)
+            return rel.explain(inputs, [*methods, *baseline_row], target, baseline, job=job, options=options)
 
-        request = (tuple(methods), target.index, head, baseline)
+        request = (tuple(methods), target.index, head, baseline, options)
         self._asked = tuple(methods)  # the maps shown; the random row computed beside them is not one
         if request != self._request:  # other maps asked for: the old ones must not pass for them while these compute
             self._request = request
@@ -324,60 +377,83 @@ class ExplainView(View):
     # ------------------------------------------------------------------ drawing
     def restyle(self) -> None:
         self.plots.ci.clear()
+        self.detail.ci.clear()
         self.curves.ci.clear()
-        self._drawn = None
+        self._drawn = self._detail = None
         self.heading.setText("")
         if not self.explanations:
+            self._fit_soon()
             return
         only = [e.method for e in self.explanations] if self.shows("maps") else rel.rollout_and_best(self.explanations)
         figure = rel.ranking_figure(self._ranking(), only=only)  # numbered among all, the random row included
         self.heading_text = figure.heading + self._random_text() + (
             " · click a map for its curves" if self.shows("curves") else "")
         self.heading.setText(self.heading_text)
-        figure = replace(figure, heading="")  # said above, on one line: the maps keep the height
         self._order = [e for e in rel.ranked(self.explanations) if e.method in only]
-        columns = small_multiples_shape(len(self._order))[1]
-        with self.titles_fitting(self.plots, columns, beside=120, most=60):  # one colour bar beside the grid
+        columns = self._columns()
+        figure = replace(figure, heading="", columns=columns)  # the heading is said above, on one line
+        with self.titles_fitting(self.plots, columns, beside=BAR_PX, most=60):  # one colour bar beside the grid
             self._drawn = figures.MapsPlot(self.plots.ci, figure)
         self._draw_curves()
 
+    def _columns(self) -> int:
+        """The ranked maps a row: in a lesson's step (no curves) as square as possible in the whole pane; else as
+        many as leave each column GRID_CELL_PX."""
+        n = len(self._order)
+        if not self.shows("curves"):
+            return small_multiples_shape(n)[1]
+        return max(1, min(n, (self.maps_area.viewport().width() - BAR_PX) // GRID_CELL_PX))
+
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)  # the maps drawn again when the width of their titles changes
-        if self.explanations:
-            QTimer.singleShot(0, self, self._fit_height)
+        if self._drawn is not None and self._columns() != self._drawn.figure.shape()[1]:
+            self.restyle()
+        elif self.explanations:
+            self._fit_soon()
+
+    def _kind(self) -> str:
+        return CURVE_KINDS[self.curve_kind.currentIndex()]
+
+    def _draw_detail(self, chosen: Explanation | None) -> None:
+        """The chosen map large, its raw values (the pixel-level map where it was computed)."""
+        self.detail.ci.clear()
+        self._detail = None
+        if chosen is None or not self.shows("curves") or self._kind() == "sanity check":
+            return
+        figure = rel.pixel_figure(chosen) if chosen.pixels is not None else rel.map_figure(chosen)
+        chars = max(14, int(self._big() / figures.title_char_px()))  # never wider than the map
+        with figures.title_width(chars):
+            self._detail = figures.MapsPlot(self.detail.ci, figure)
 
     def _draw_curves(self, *_: object) -> None:
         self.curves.ci.clear()
         self.curves.setVisible(self.shows("curves"))
         chosen = [e for e in self.explanations if e.method == self.chosen and e.faithfulness is not None]
+        self._draw_detail(chosen[0] if chosen else None)
+        self._fit_soon()
         if not chosen:
             return
         name = rel.METHODS[chosen[0].method].short
-        kind = CURVE_KINDS[self.curve_kind.currentIndex()]
-        self.body.setStretchFactor(self.curves, 3 if kind == "sanity check" else 2)  # a strip of maps: as tall
-        # one-line titles: the curves keep the height of a short view
+        kind = self._kind()
         if kind == "sanity check":
             if chosen[0].sanity is None:
                 self.note.setText("Choose 'sanity check' under the maps to randomise a copy of the model.")
                 return
-            # as many maps a row as their short titles fit beside the colour bar; the heading and every number
-            # (the SSIM too) are said in the note
+            # the strip takes the detail's row: as many maps a row as keep each GRID_CELL_PX wide and fit their
+            # short titles; the heading and every number (the SSIM too) are said in the note
             strip = replace(sanity.strip_figure(chosen[0], compact=True), heading="")
             chars = max(len(title) for title in strip.titles)
-            fits = int((self.curves.width() - 120) / (chars * figures.title_char_px()))
+            cell = max(GRID_CELL_PX, chars * figures.title_char_px())
+            fits = int((self.maps_area.viewport().width() - BAR_PX) / cell)
             strip = replace(strip, columns=max(1, min(len(strip.maps), fits)))
             self.note.setText(f"{sanity.strip_heading(chosen[0])}: {sanity.numbers_text(chosen[0])}")
-            with self.titles_fitting(self.curves, strip.columns or 1, beside=120, most=chars):
+            with self.titles_fitting(self.curves, strip.columns or 1, beside=BAR_PX, most=chars):
                 figures.MapsPlot(self.curves.ci, strip)
-        elif kind == "perturbation curves":  # one chart at a time: two side by side do not fit a small screen
-            figure = replace(rel.perturbation_figure(chosen), title=f"{name}: positive and negative perturbation")
-            figures.draw(self.curves.ci, figure)
-        elif kind == "ROAD":
-            figures.draw(self.curves.ci, replace(rel.road_figure(chosen), title=f"{name}: ROAD, MoRF and LeRF"))
-        else:
-            figure = replace(rel.deletion_figure(chosen), title=f"{name}: deletion and insertion")
-            figures.draw(self.curves.ci, figure)
-        QTimer.singleShot(0, self, self._fit_height)  # once the plots' items know their sizes
+        else:  # one chart at a time, beside the map it is of (that names the method): narrow, its title short
+            figure, title = {"perturbation curves": (rel.perturbation_figure, "perturbation"),
+                             "ROAD": (rel.road_figure, "ROAD"),
+                             "deletion / insertion": (rel.deletion_figure, "deletion, insertion")}[kind]
+            figures.draw(self.curves.ci, replace(figure(chosen), title=f"{name}: {title}"))
 
     def _ranking(self) -> list[Explanation]:
         return [*self.explanations, *([self.random_row] if self.random_row is not None else [])]
@@ -407,12 +483,12 @@ class ExplainView(View):
         if inputs is None or not self.explanations:
             self.note.setText("Compute the maps first: the sanity check compares them with the randomised model's.")
             return
-        explanations, (_, index, head, baseline) = self.explanations, self._request
+        explanations, (_, index, head, baseline, options) = self.explanations, self._request
         originals = {e.method: e.relevance for e in explanations}
         target = rel.Target(index, head)
 
         def work(job: Job) -> dict[str, list[rel.SanityStep]]:
-            return sanity.run(rel.prepare(inputs, target, baseline), originals, job=job)
+            return sanity.run(rel.prepare(inputs, target, baseline, options), originals, job=job)
 
         def done(steps: dict[str, list[rel.SanityStep]]) -> None:
             if self.explanations is not explanations:  # other maps since: these steps are not theirs
@@ -424,18 +500,83 @@ class ExplainView(View):
         self.note.setText("sanity check: randomising a copy of the model from the head down…")
         self.job.start(inputs.model_id, work, done, self._failed)  # new maps asked for supersede it
 
-    def _fit_height(self) -> None:
-        """The curves at least as tall as their titles, axes and legends need (larger text needs more), taken
-        from the maps above; where both do not fit (a small screen with large text) the curves give way."""
-        if not self.shows("curves") or not self.explanations:
-            return
-        maps = self.plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
-        curves = self.curves.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).height()
-        room = self.plots.height() + (self.curves.height() + self.body.spacing() if self.curves.isVisible() else 0)
-        fits = maps + curves + self.body.spacing() <= room
-        self.curves.setMinimumHeight(math.ceil(curves) + 2 if fits else 0)
-        self.curves.setVisible(fits)
-        self.heading.setText(self.heading_text + ("" if fits else " · no room for the curves: enlarge the window"))
+    # ------------------------------------------------------------------ sizes
+    def _big(self) -> int:
+        """The chosen map's side: LARGEST_SHARE of the screen's height (what a lesson's figure gets)."""
+        screen = self.screen()
+        height = screen.geometry().height() if screen is not None else 800
+        return math.ceil(LARGEST_SHARE * height)
+
+    def _fit_soon(self) -> None:
+        """Size the figures once their items are laid out (a few passes: each measures what the last one gave)."""
+        if not self._fitting:
+            self._fitting = True
+            QTimer.singleShot(0, self, lambda: self._fit(4))
+
+    def _fit(self, passes: int) -> None:
+        """The chosen map's data area _big() square, its curves as tall beside it (or under it), the ranked maps'
+        and the sanity strip's data areas square in their columns; in a lesson's step the maps fill the pane."""
+        self._fitting = False
+        normal = self.shows("curves")
+        self.maps_area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn if normal else
+                                               Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        big, width = self._big(), self.maps_area.viewport().width()
+        moved = False
+        self.detail.setVisible(self._detail is not None)
+        if self._detail is not None:
+            box, room = self._box(self._detail.plots[0]), self.detail.ci.geometry()
+            if box is not None and box[0] <= room.width() and box[1] <= room.height():  # laid out: what is not data
+                wide = self.detail.width() - box[0] if box[0] < big else self._detail_extra[0]  # never narrower
+                self._detail_extra = (wide, self.detail.height() - box[1])
+            moved |= self._set_size(self.detail, big + self._detail_extra[0], big + self._detail_extra[1])
+        room = width - self.detail.width() - self.detail_row.spacing()
+        need = self.curves.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize).width()  # its titles, axes and legend
+        beside = self._detail is not None and room >= max(CURVES_BESIDE_PX, need)
+        self.detail_row.setDirection(QBoxLayout.Direction.LeftToRight if beside else
+                                     QBoxLayout.Direction.TopToBottom)
+        if self._kind() == "sanity check":
+            plots = [p for p in self.curves.ci.items if isinstance(p, pg.PlotItem)]
+            moved |= self._square(self.curves, plots, len(plots))
+        else:
+            moved |= self._set_size(self.curves, None, big + self._detail_extra[1])
+        if normal and self._drawn is not None:
+            moved |= self._square(self.plots, self._drawn.plots, self._drawn.figure.shape()[1])
+        else:
+            self.plots.setMinimumHeight(MAPS_MIN_PX)
+            self.plots.setMaximumHeight(16777215)
+        if moved and passes > 1:
+            self._fitting = True
+            QTimer.singleShot(0, self, lambda: self._fit(passes - 1))
+
+    @staticmethod
+    def _box(plot: pg.PlotItem) -> tuple[int, int] | None:
+        """The (width, height) of a plot's data area in the widget's pixels (None before it is laid out)."""
+        rect = plot.getViewBox().sceneBoundingRect()
+        return (round(rect.width()), round(rect.height())) if rect.width() > 1 and rect.height() > 1 else None
+
+    @staticmethod
+    def _set_size(widget: QWidget, width: int | None, height: int) -> bool:
+        """A fixed height (and width); whether it changed."""
+        if widget.minimumHeight() == widget.maximumHeight() == height and \
+                (width is None or widget.minimumWidth() == widget.maximumWidth() == width):
+            return False
+        widget.setFixedHeight(height)
+        if width is not None:
+            widget.setFixedWidth(width)
+        return True
+
+    def _square(self, widget: pg.GraphicsLayoutWidget, plots: list[pg.PlotItem], columns: int) -> bool:
+        """The widget's height such that its maps' data areas are square (at least SMALLEST_PX), the maps in rows
+        of `columns`: measured where they are laid out, else a first guess from the column's width."""
+        if not plots:
+            return False
+        rows = -(-len(plots) // max(columns, 1))
+        box, room = self._box(plots[0]), widget.ci.geometry()
+        if box is not None and room.height() <= widget.height() + 1:
+            height = widget.height() + rows * (max(box[0], SMALLEST_PX) - box[1])
+        else:
+            height = rows * ((widget.width() - BAR_PX) // max(columns, 1) + 60)
+        return self._set_size(widget, None, max(height, MAPS_MIN_PX))
 
     def _clicked(self, event: object) -> None:
         """A click on a map draws that method's curves."""
