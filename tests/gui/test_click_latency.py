@@ -4,6 +4,7 @@ model went into those re-layouts and repaints)."""
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import QEvent, QObject
 
 from vit_explorer.gui import figures
@@ -79,3 +80,38 @@ def test_the_photo_under_a_map_is_painted_from_its_cache(qtbot, window) -> None:
     view = window.views["Attention"]
     qtbot.waitUntil(lambda: view._drawn is not None and bool(view._drawn.photos), timeout=20000)
     assert all(photo.cacheMode() == QGraphicsItem.CacheMode.DeviceCoordinateCache for photo in view._drawn.photos)
+
+
+def _rendered(overlay_type: type, opacity: float) -> np.ndarray:
+    """A 16x16 photo under an 8x8 map scaled 8 times, the map at `opacity`, painted to a 128x128 image."""
+    import pyqtgraph as pg
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QGraphicsScene
+
+    rng = np.random.default_rng(0)
+    scene = QGraphicsScene()
+    photo = pg.ImageItem((rng.random((16, 16, 3)) * 255).astype(np.uint8), levels=(0, 255))
+    photo.setRect(QRectF(0, 0, 128, 128))
+    heat = overlay_type(rng.random((8, 8)).astype(np.float32), levels=(0.0, 1.0))
+    heat.setColorMap(pg.colormap.get("inferno"))
+    heat.setRect(QRectF(0, 0, 128, 128))
+    heat.setOpacity(opacity)
+    scene.addItem(photo)
+    scene.addItem(heat)
+    image = QImage(128, 128, QImage.Format.Format_RGB32)
+    painter = QPainter(image)
+    scene.render(painter, QRectF(0, 0, 128, 128), QRectF(0, 0, 128, 128))
+    painter.end()
+    return np.frombuffer(image.constBits(), np.uint8).reshape(128, 128, 4)[..., :3].astype(int)
+
+
+def test_a_map_over_the_photo_paints_as_a_translucent_image_item_does(qapp) -> None:
+    """The overlay paints its opacity from the map's alpha channel (Qt's fast path), pixel for pixel the picture a
+    plain ImageItem at that opacity paints (within rounding), and keeps the opacity it was given."""
+    import pyqtgraph as pg
+
+    for opacity in (0.6, 0.25, 1.0):
+        ours, plain = _rendered(figures.Overlay, opacity), _rendered(pg.ImageItem, opacity)
+        assert np.abs(ours - plain).max() <= 2, opacity
+    assert not np.array_equal(_rendered(figures.Overlay, 0.6), _rendered(figures.Overlay, 0.25))
