@@ -138,7 +138,9 @@ def click_latency(source: str, clicks: int) -> list[float]:
         timeout.start(5000)
         loop.exec()
         timeout.stop()
-        assert painted == set(viewports.values()), f"click {i}: painted only {sorted(painted)} in 5 s"
+        assert painted == set(viewports.values()), (f"click {i}: painted only {sorted(painted)} in 5 s (result "
+                                                    f"{'arrived' if arrived[0] else 'did not arrive'}, mask "
+                                                    f"{int(session.mask.sum())}, mode {panel.input_mode()})")
         if i:
             latencies.append(time.perf_counter() - t0)
     window.close()

@@ -115,3 +115,19 @@ def test_a_map_over_the_photo_paints_as_a_translucent_image_item_does(qapp) -> N
         ours, plain = _rendered(figures.Overlay, opacity), _rendered(pg.ImageItem, opacity)
         assert np.abs(ours - plain).max() <= 2, opacity
     assert not np.array_equal(_rendered(figures.Overlay, 0.6), _rendered(figures.Overlay, 0.25))
+
+
+def test_the_image_panel_paints_its_photo_from_a_cache_and_no_empty_highlight(qtbot, window) -> None:
+    """During a click's forward pass the image panel repaints (the hatches): its photo and patch grid come from their
+    caches, and the query highlight, transparent with no query, is not painted at all."""
+    from PySide6.QtWidgets import QGraphicsItem
+
+    panel = window.image_panel
+    cached = QGraphicsItem.CacheMode.DeviceCoordinateCache
+    assert panel.canvas.cacheMode() == cached and panel.grid_item.cacheMode() == cached
+    window.session.select(query=None)
+    assert not panel.mask_item.isVisible()
+    window.session.select(query=(1, 2))
+    assert panel.mask_item.isVisible() and panel.mask_item.image[1, 2, 3] > 0
+    window.session.select(query=None)
+    assert not panel.mask_item.isVisible()
