@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +90,10 @@ def open_window(source: str | None) -> tuple[Any, Any]:
     return app, window
 
 
-def click_latency(source: str, clicks: int) -> list[float]:
-    """Seconds from toggling a patch to the prediction and attention views having painted the new result, as the
-    app's own event loop paints them (no forced repaint: a paint the loop would do anyway is not done twice)."""
+def click_latency(source: str | None, clicks: int, reference: Callable[[], object]) -> tuple[list[float], list[float]]:
+    """(click seconds, reference seconds): from toggling a patch to the prediction and attention views having painted
+    the new result, as the app's own event loop paints them (no forced repaint: a paint the loop would do anyway is
+    not done twice); and `reference()` timed once just before each click, so the machine's load hits both alike."""
     from PySide6.QtCore import QEvent, QEventLoop, QObject, QPointF, QTimer
 
     app, window = open_window(source)
@@ -123,11 +125,15 @@ def click_latency(source: str, clicks: int) -> list[float]:
     spy = Painted()
     for viewport in viewports:
         viewport.installEventFilter(spy)
-    latencies = []
+    latencies, references = [], []
     for i in range(clicks + 1):  # the first click warms up
         for _ in range(3):  # idle before the click, as a person's click finds the app
             app.processEvents()
             time.sleep(0.02)
+        t0 = time.perf_counter()
+        reference()
+        if i:
+            references.append(time.perf_counter() - t0)
         row, col = divmod(i * 7 % (gh * gw), gw)
         arrived[0] = False
         t0 = time.perf_counter()
@@ -144,13 +150,13 @@ def click_latency(source: str, clicks: int) -> list[float]:
         if i:
             latencies.append(time.perf_counter() - t0)
     window.close()
-    return latencies
+    return latencies, references
 
 
-def timm_forward(model: Any, runs: int = 30) -> tuple[float, float]:
-    """(median seconds, largest logit difference): one plain forward of timm's VisionTransformer carrying `model`'s
-    weights and stem (bench/timm_twin.py; batch 1, no grad, in this process and on its threads), what a click's
-    latency is compared with, and how far its logits are from ours on the same input (checked under 1e-3)."""
+def timm_forward(model: Any) -> tuple[Callable[[], object], float]:
+    """(one plain forward, largest logit difference): timm's VisionTransformer carrying `model`'s weights and stem
+    (bench/timm_twin.py) on one input (batch 1, no grad, in this process and on its threads), what a click's latency
+    is compared with, and how far its logits are from ours on that input (checked under 1e-3)."""
     import torch
     from timm_twin import same_logits, timm_twin
 
@@ -158,14 +164,14 @@ def timm_forward(model: Any, runs: int = 30) -> tuple[float, float]:
     cfg = model.config
     x = torch.randn(1, cfg.in_chans, *cfg.image_size)  # (1, C, H, W)
     diff = same_logits(model, twin, x)
-    times = []
-    with torch.no_grad():
-        for i in range(runs + 3):  # three to warm up
-            t0 = time.perf_counter()
-            twin(x)
-            if i >= 3:
-                times.append(time.perf_counter() - t0)
-    return float(np.median(times)), diff
+
+    def forward() -> object:
+        with torch.no_grad():
+            return twin(x)
+
+    for _ in range(3):  # warm up
+        forward()
+    return forward, diff
 
 
 def training_gaps(source: str | None, seconds: float) -> np.ndarray:
@@ -235,16 +241,16 @@ def main() -> int:
             values = sorted(t[key] for t in times)
             print(f"launch to first {key}: median {values[1]:.2f} s (runs: {', '.join(f'{v:.2f}' for v in values)})")
         return 0
-    latencies = sorted(click_latency(source, args.clicks))
-    ms = [f"{v * 1000:.0f}" for v in latencies]
-    median = latencies[len(latencies) // 2]
-    print(f"mask click -> prediction + attention painted ({args.preset or source or 'bundled'}): "
-          f"median {median * 1000:.0f} ms, all (ms): {', '.join(ms)}")
     from vit_explorer.checkpoints import load
 
-    plain, diff = timm_forward(load(source or str(BUNDLED_MODEL), device="cpu").model)
-    print(f"timm's forward of the same model (its weights and stem; logits differ by at most {diff:.1e}), same run: "
-          f"{plain * 1000:.1f} ms; click / forward = {median / plain:.2f} (target <= 1.5)")
+    reference, diff = timm_forward(load(source or str(BUNDLED_MODEL), device="cpu").model)
+    latencies, references = click_latency(source, args.clicks, reference)
+    median, plain = float(np.median(latencies)), float(np.median(references))
+    ms = [f"{v * 1000:.0f}" for v in sorted(latencies)]
+    print(f"mask click -> prediction + attention painted ({args.preset or source or 'bundled'}): "
+          f"median {median * 1000:.1f} ms, all (ms): {', '.join(ms)}")
+    print(f"timm's forward of the same model (its weights and stem; logits differ by at most {diff:.1e}), timed "
+          f"before each click: median {plain * 1000:.1f} ms; click / forward = {median / plain:.2f} (target <= 1.5)")
     return 0
 
 
