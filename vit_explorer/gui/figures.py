@@ -741,9 +741,13 @@ class MapsPlot:
             self.heading.setText(wrap_title(figure.heading, heading=True), size=title_size(), bold=True)
         new_photo = figure.image is not None and (old.image is None or not np.array_equal(old.image, figure.image))
         new_mask = not _same_mask(old.masked, figure.masked)
+        # the same numbers (a head toggled in a later block, a click on the same patch): no map rendered again
+        new_values = (figure.scale != old.scale or tuple(old.shown_levels()) != tuple(levels)
+                      or not np.array_equal(old.maps, figure.maps))
         for i, (plot, heat) in enumerate(zip(self.plots, self.heats, strict=True)):
             set_title(plot, figure.titles[i])
-            heat.setImage(np.asarray(values[i], np.float32), levels=levels, autoLevels=False)
+            if new_values:
+                heat.setImage(np.asarray(values[i], np.float32), levels=levels, autoLevels=False)
             if new_photo:
                 self.photos[i].setImage(figure.image, levels=(0, 255), autoLevels=False)
             if new_mask and figure.image is not None:
@@ -752,7 +756,7 @@ class MapsPlot:
                 if figure.masked is not None and figure.masked.any():
                     draw_masked_cells(plot, figure.masked, *figure.image.shape[:2])
         even_title_rows(self.plots)
-        if self.bar is not None:
+        if self.bar is not None and tuple(self.bar.levels()) != tuple(levels):  # new ticks cost 1-2 ms of Python
             self.bar.setLevels(values=levels)
         if figure.opacity != old.opacity:
             self.set_opacity(figure.opacity)
