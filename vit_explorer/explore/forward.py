@@ -247,10 +247,10 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None, previous: Fo
     check_inputs(inputs)
     loaded, needs = inputs.loaded, inputs.needs
     model = loaded.model
-    same_image = previous is not None and previous.pixels is not None and previous.inputs.image is inputs.image and (
+    reused = previous if previous is not None and previous.inputs.image is inputs.image and (
         previous.inputs.loaded is loaded and previous.inputs.model_id == inputs.model_id
-        and tuple(previous.inputs.size) == tuple(inputs.size))
-    pixels = previous.pixels if same_image else pixels_for(inputs)  # (1, 3, H, W)
+        and tuple(previous.inputs.size) == tuple(inputs.size)) else None
+    pixels = reused.pixels if reused is not None and reused.pixels is not None else pixels_for(inputs)  # (1, 3, H, W)
     device = pixels.device
     mask = torch.from_numpy(inputs.mask.reshape(-1)).to(device) if inputs.mask.any() else None
     head_mask = None
@@ -277,7 +277,8 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None, previous: Fo
         cls_patch = patch_cls_similarity(torch.cat(states), layout).flatten(1).mean(1).double().cpu().numpy()
     return ForwardResult(
         inputs=inputs, layout=layout, logits=logits, pixels=pixels,
-        display=previous.display if same_image else loaded.preprocessing.to_image(pixels),
+        display=reused.display if reused is not None and reused.pixels is pixels else loaded.preprocessing.to_image(
+            pixels),
         probs=logits.softmax(-1).numpy(),
         head_probs={k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()},
         baseline_probs=baseline if inputs.masked else None,
