@@ -106,6 +106,7 @@ def click_latency(source: str | None, clicks: int, reference: Callable[[], objec
     viewports = {window.views[name].plots.viewport(): name for name in ("Prediction", "Attention")}
     arrived: list[bool] = [False]
     painted: set[str] = set()
+    seen: set[str] = set()  # the views painted at all (the window is on screen)
 
     def result(_: object) -> None:  # after the views' own slots: the Prediction view has drawn it
         arrived[0] = True
@@ -114,6 +115,8 @@ def click_latency(source: str | None, clicks: int, reference: Callable[[], objec
     class Painted(QObject):
         def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802
             name = viewports.get(obj)
+            if name and event.type() == QEvent.Type.Paint:
+                seen.add(name)
             if name and event.type() == QEvent.Type.Paint and arrived[0]:
                 if name == "Prediction" or not attention._refresh_pending:  # the Attention view draws a turn later
                     painted.add(name)
@@ -125,6 +128,10 @@ def click_latency(source: str | None, clicks: int, reference: Callable[[], objec
     spy = Painted()
     for viewport in viewports:
         viewport.installEventFilter(spy)
+    deadline = time.perf_counter() + 20
+    while (seen != set(viewports.values()) or session.working()) and time.perf_counter() < deadline:
+        app.processEvents()  # both views on screen and no pass left over from opening, before the first click
+        time.sleep(0.01)
     latencies, references = [], []
     for i in range(clicks + 1):  # the first click warms up
         for _ in range(3):  # idle before the click, as a person's click finds the app
@@ -144,9 +151,9 @@ def click_latency(source: str | None, clicks: int, reference: Callable[[], objec
         timeout.start(5000)
         loop.exec()
         timeout.stop()
-        assert painted == set(viewports.values()), (f"click {i}: painted only {sorted(painted)} in 5 s (result "
-                                                    f"{'arrived' if arrived[0] else 'did not arrive'}, mask "
-                                                    f"{int(session.mask.sum())}, mode {panel.input_mode()})")
+        missing = set(viewports.values()) - painted  # the warm-up click may find a view still settling
+        assert not i or not missing, (f"click {i}: {sorted(missing)} not painted in 5 s (result "
+                                      f"{'arrived' if arrived[0] else 'did not arrive'})")
         if i:
             latencies.append(time.perf_counter() - t0)
     window.close()
