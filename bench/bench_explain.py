@@ -15,7 +15,6 @@ Integrated gradients (50 passes) and occlusion (one pass per patch) are not one-
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import sys
 import tempfile
@@ -34,6 +33,9 @@ from vit_explorer.checkpoints import LoadedModel
 from vit_explorer.explore import relevance as rel
 from vit_explorer.explore.forward import Inputs
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # timm_twin, beside this file
+from timm_twin import same_logits, timm_twin  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MULTI_PASS = ("integrated-gradients", "occlusion")
 TARGET = 1.3
@@ -47,21 +49,6 @@ def timm_model(reduced: bool) -> torch.nn.Module:
         return timm.create_model("vit_small_patch16_224", pretrained=False, img_size=64, embed_dim=64, depth=2,
                                  num_heads=2, num_classes=10).eval()
     return timm.create_model("vit_small_patch16_224", pretrained=False).eval()
-
-
-def timm_classroom(loaded: LoadedModel) -> torch.nn.Module:
-    """timm's VisionTransformer carrying the bundled model's weights, its convolutional stem as the patch projection."""
-    from timm.models.vision_transformer import VisionTransformer
-
-    cfg, model = loaded.config, loaded.model
-    twin = VisionTransformer(img_size=cfg.image_size, patch_size=cfg.patch_size, embed_dim=cfg.embed_dim,
-                             depth=cfg.depth, num_heads=cfg.num_heads, mlp_ratio=cfg.mlp_ratio, pre_norm=cfg.pre_norm,
-                             num_classes=cfg.num_classes)
-    twin.patch_embed.proj = copy.deepcopy(model.patch_embed)
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("patch_embed.")}
-    missing, unexpected = twin.load_state_dict(state, strict=False)
-    assert not unexpected and all(k.startswith("patch_embed.") for k in missing), (missing, unexpected)
-    return twin.eval()
 
 
 def save(model: torch.nn.Module, folder: Path) -> Path:
@@ -119,8 +106,7 @@ def bench_model(name: str, loaded: LoadedModel, reference: torch.nn.Module, devi
                     np.ones((cfg.num_blocks, cfg.num_heads), np.float32))
     session = rel.prepare(inputs, rel.Target(index=3))
     pixels = session.scorer.pixels.detach().clone()
-    with torch.no_grad():
-        assert torch.allclose(reference(pixels), loaded.model(pixels), atol=1e-3), "not the same weights"
+    same_logits(loaded.model, reference, pixels)
 
     def timm_backward() -> object:
         reference.zero_grad(set_to_none=True)
@@ -154,7 +140,7 @@ def run(device: torch.device, rounds: int, reduced: bool) -> dict[str, Any]:
     vit = "reduced ViT" if reduced else "ViT-S/16"
     rows = bench_model(vit, loaded, reference, device, rounds, curve=True)
     classroom = load(str(ROOT / "resources" / "classroom"), device=str(device))
-    rows += bench_model("classroom", classroom, timm_classroom(classroom), device, rounds, curve=False)
+    rows += bench_model("classroom", classroom, timm_twin(classroom.model), device, rounds, curve=False)
     return {"device": str(device), "form": "reduced" if reduced else "ViT-S/16 224 and the classroom model",
             "threads": torch.get_num_threads(), "rows": rows}
 

@@ -291,3 +291,36 @@ def test_a_pass_in_another_thread_does_not_see_this_threads_hooks(pair) -> None:
         torch.testing.assert_close(seen["logits"], hooked)
     finally:
         ours.reset_hooks()
+
+
+def test_a_site_is_idle_again_once_every_pass_that_hooked_it_is_over(pair) -> None:
+    """An idle site skips the per-thread lookup (`HookPoint.locals`): every hooks() block, nested, failing or in
+    two threads at once, leaves the count it found, and a hook added while another thread's is in place still runs."""
+    import threading
+
+    _, ours = pair("vit")
+    site = ours.hook_dict["blocks.0.attn.hook_z"]
+    x = torch.randn(1, 3, 32, 32)
+    calls: list[str] = []
+    inner = threading.Event()
+    done = threading.Event()
+
+    def other() -> None:
+        with ours.hooks([(site.name, lambda z, hook: calls.append("other"))]):
+            inner.set()
+            done.wait(30)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    inner.wait(30)
+    assert site.locals == 1
+    with torch.no_grad(), ours.hooks([(site.name, lambda z, hook: calls.append("outer"))]):
+        with ours.hooks([(site.name, lambda z, hook: calls.append("inner"))]):
+            ours(x)
+        assert site.locals == 2
+        with pytest.raises(RuntimeError), ours.hooks([(site.name, lambda z, hook: None)]):
+            raise RuntimeError("a pass that fails")
+    done.set()
+    worker.join(30)
+    assert calls == ["outer", "inner"]  # the other thread's hook stayed in its thread
+    assert all(point.locals == 0 and not point.active for point in ours.hook_dict.values())

@@ -60,3 +60,28 @@ def test_each_need_alone_equals_the_pass_that_keeps_everything(overrides: dict[s
     for state in (0, 2):
         torch.testing.assert_close(tokens.tokens[state], full.tokens[state], **TOL)
     np.testing.assert_allclose(tokens.norms, full.norms, **TOL)
+
+
+def test_a_pass_after_a_mask_click_reuses_the_preprocessed_image_and_nothing_else() -> None:
+    """Given the last result, a pass of the same image object at the same size takes its preprocessed pixels (a mask
+    click changes neither) and gives the numbers a pass from the image gives; another image object or size is
+    preprocessed anew; [CLS]'s similarity to the patches (all states at once) is each state's, as before."""
+    from dataclasses import replace
+
+    from vit_explorer.analysis.tokens import patch_cls_similarity
+
+    inputs = _inputs({}, EVERYTHING)
+    first = run_forward(replace(inputs, mask=np.zeros_like(inputs.mask)))
+    again = run_forward(inputs, previous=first)
+    fresh = run_forward(inputs)
+    assert again.pixels is first.pixels and fresh.pixels is not first.pixels
+    np.testing.assert_array_equal(again.display, fresh.display)
+    np.testing.assert_allclose(again.probs, fresh.probs, **TOL)
+    np.testing.assert_allclose(again.norms, fresh.norms, **TOL)
+    states = [fresh.tokens[i] for i in sorted(fresh.tokens)]  # (1, T, D) each
+    np.testing.assert_allclose(fresh.cls_patch, [float(patch_cls_similarity(s, fresh.layout).mean()) for s in states],
+                               **TOL)
+    other = replace(inputs, image=inputs.image.transpose(Image.Transpose.FLIP_LEFT_RIGHT))
+    flipped = run_forward(other, previous=first)
+    assert flipped.pixels is not first.pixels
+    np.testing.assert_array_equal(flipped.display, first.display[:, ::-1])

@@ -124,6 +124,7 @@ class ForwardResult:
     cls_dist: np.ndarray | None = None  # DeiT: cosine of [CLS] and distillation token, input then each block
     cls_patch: np.ndarray | None = None  # mean cosine of [CLS] with the patch tokens, input then each block
     seconds: float = 0.0
+    pixels: torch.Tensor | None = None  # (1, 3, H, W) the preprocessed image, on the model's device
 
     @property
     def num_classes(self) -> int:
@@ -235,15 +236,21 @@ class _Reductions:
             self.query_maps.append(probs[:, :, list(needs.query_rows)].mean(dim=2).to(self.store))  # (1, heads, T)
 
 
-def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardResult:
+def run_forward(inputs: Inputs, baseline: np.ndarray | None = None, previous: ForwardResult | None = None
+                ) -> ForwardResult:
     """Run the model with the masks, computing what `inputs.needs` asks for; also the unmasked
     baseline if something is masked and no baseline is given. Inputs no pass can take, or whose pass would
-    exceed the budget, are refused first (`check_inputs`)."""
+    exceed the budget, are refused first (`check_inputs`). previous: an earlier result (the session's last), whose
+    preprocessed image is reused when it is of the same image object at the same size by the same model (a mask
+    click or a head toggle changes neither)."""
     start = time.perf_counter()
     check_inputs(inputs)
     loaded, needs = inputs.loaded, inputs.needs
     model = loaded.model
-    pixels = pixels_for(inputs)
+    reused = previous if previous is not None and previous.inputs.image is inputs.image and (
+        previous.inputs.loaded is loaded and previous.inputs.model_id == inputs.model_id
+        and tuple(previous.inputs.size) == tuple(inputs.size)) else None
+    pixels = reused.pixels if reused is not None and reused.pixels is not None else pixels_for(inputs)  # (1, 3, H, W)
     device = pixels.device
     mask = torch.from_numpy(inputs.mask.reshape(-1)).to(device) if inputs.mask.any() else None
     head_mask = None
@@ -266,10 +273,12 @@ def run_forward(inputs: Inputs, baseline: np.ndarray | None = None) -> ForwardRe
     cls_dist = cls_patch = None
     if "dist" in layout.prefix_names:  # DeiT: how alike [CLS] and the distillation token become
         cls_dist = cls_dist_similarity(states, layout)[0].cpu().numpy()
-    if "cls" in layout.prefix_names:
-        cls_patch = np.asarray([float(patch_cls_similarity(s, layout).mean()) for s in states])
+    if "cls" in layout.prefix_names:  # every state at once: (states, gh, gw) -> (states,)
+        cls_patch = patch_cls_similarity(torch.cat(states), layout).flatten(1).mean(1).double().cpu().numpy()
     return ForwardResult(
-        inputs=inputs, layout=layout, display=loaded.preprocessing.to_image(pixels), logits=logits,
+        inputs=inputs, layout=layout, logits=logits, pixels=pixels,
+        display=reused.display if reused is not None and reused.pixels is pixels else loaded.preprocessing.to_image(
+            pixels),
         probs=logits.softmax(-1).numpy(),
         head_probs={k: v[0].float().softmax(-1).cpu().numpy() for k, v in out["head_logits"].items()},
         baseline_probs=baseline if inputs.masked else None,

@@ -149,6 +149,8 @@ class ImagePanel(SessionWidget):
         for item in (self.mask_item, self.grid_item):
             item.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
             item.setAcceptHoverEvents(False)
+        for item in (self.canvas, self.grid_item):  # a click changes neither: painted from a pixmap at screen size
+            item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         layout.addWidget(self.plot, 1)
 
         self.hover_label = QLabel(HOVER_HINT)
@@ -447,3 +449,4 @@ class ImagePanel(SessionWidget):
             rgba[self.session.query] = QUERY_RGBA
         self.mask_item.setImage(rgba, autoLevels=False, levels=(0, 255))
         self.mask_item.setRect(0, 0, gw * p, gh * p)
+        self.mask_item.setVisible(self.session.query is not None)  # fully transparent: nothing to paint

@@ -430,7 +430,8 @@ class Session(QObject):
         key = (inputs.model_id, inputs.image_id, inputs.size)
         baseline = self._baseline[1] if self._baseline and self._baseline[0] == key else None
         self.busy.emit(True)
-        self.run("forward", lambda: run_forward(inputs, baseline), self._forward_done, self._forward_failed,
+        previous = self.result  # its preprocessed image serves while the image and size stay
+        self.run("forward", lambda: run_forward(inputs, baseline, previous), self._forward_done, self._forward_failed,
                  priority=FORWARD_PRIORITY)
 
     def current(self, inputs: Inputs) -> bool:
