@@ -75,15 +75,6 @@ class StepState:
     target: int | None  # the class the Explain view explains, by index (None: the top class)
     problems: tuple[str, ...] = ()  # what of the settings this model or image cannot show (the banner says it)
 
-    def same(self, other: StepState) -> bool:
-        """The same state, arrays compared by value."""
-        return all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
-                   for a, b in zip(_values(self), _values(other), strict=True))
-
-
-def _values(state: StepState) -> tuple[object, ...]:
-    return tuple(getattr(state, name) for name in state.__dataclass_fields__)
-
 
 def step_state(settings: StepSettings, loaded: LoadedModel, picture: Image.Image) -> StepState:
     """The state of a step whose settings are `settings`, on its model `loaded` and image `picture`. What the model
