@@ -1,5 +1,7 @@
 """A lesson step is a state: entered forwards, backwards, by a jump or after a burst of key presses, every step of
-every bundled lesson puts the app in the same state with the same numbers, and its claims (`expect`) hold."""
+every bundled lesson puts the app in the same state with the same numbers, that state is the one
+`explore.lesson_states.step_state` resolves (model, image, size, masks, heads, view, panels, mode, layer, head,
+query, click mode, hover, Explain target, compared model), and its claims (`expect`) hold."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from vit_explorer.explore.lesson_states import step_state
 from vit_explorer.explore.lessons import bundled_lessons, read_lesson
 
 from .conftest import wait_result
+from .test_lesson_export import image_name
 
 
 def state(window) -> dict[str, Any]:
@@ -34,6 +38,32 @@ def state(window) -> dict[str, Any]:
         "probs": session.result.probs.tolist(),
         "failures": list(runner.failures),
     }
+
+
+def resolved(window, lesson, index: int, start_view: str) -> None:
+    """The app holds the whole state the one resolver gives step `index` (on the model and image on screen)."""
+    session, explain = window.session, window.views["Explain"]
+    want = step_state(lesson.states[index], session.loaded, session.image)
+    where = f"{lesson.path.name}, step {index + 1}"
+    assert not want.problems, where
+    if want.model is not None and want.model.preset is not None:
+        assert session.loaded.config == want.model.config(), where
+    elif want.model is not None:
+        assert Path(session.loaded.source).resolve() == Path(want.model.source).resolve(), where
+    if want.image is not None:
+        assert session.image_name == image_name(want.image), where
+    assert tuple(session.size) == want.size, where
+    assert np.array_equal(session.mask, want.mask) and np.array_equal(session.head_mask, want.head_mask), where
+    assert (session.attention.mode, session.layer, session.head, session.heads, session.query) == (
+        want.mode, want.layer, want.head, want.heads, want.query), where
+    assert window.image_panel.input_mode() == want.input_mode and session.hover == want.hover, where
+    assert explain.target.currentData() == want.target, where
+    view = want.view or start_view
+    assert view in window.views_on_screen(), where
+    assert window.views[view].panels == (want.panels or window.views[view].PANELS), where
+    assert (session.compared is None) == (want.compare is None), where
+    if want.compare is not None and want.compare.preset is not None:
+        assert session.compared.config == want.compare.config(), where
 
 
 def enter(qtbot, window, lesson, index: int) -> dict[str, Any]:
@@ -59,6 +89,7 @@ def same(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
 def test_every_step_is_the_same_state_forwards_backwards_and_in_any_order(qtbot, window, path: Path) -> None:
     lesson = read_lesson(path)
     runner = window.lesson
+    start_view = window.current_view().title
     forwards = []
     for index in range(len(lesson.steps)):
         with qtbot.waitSignal(runner.applied, timeout=60000, check_params_cb=lambda i, n=index: i == n):
@@ -66,15 +97,18 @@ def test_every_step_is_the_same_state_forwards_backwards_and_in_any_order(qtbot,
         wait_result(qtbot, window.session)
         forwards.append(state(window))
         assert not forwards[-1]["failures"], forwards[-1]["failures"]  # the step's claims hold
+        resolved(window, lesson, index, start_view)
     for index in reversed(range(len(lesson.steps) - 1)):
         with qtbot.waitSignal(runner.applied, timeout=60000, check_params_cb=lambda i, n=index: i == n):
             runner.previous()
         wait_result(qtbot, window.session)
         same(forwards[index], state(window), f"{path.name}, step {index + 1}, backwards")
+        resolved(window, lesson, index, start_view)
     order = list(range(len(lesson.steps)))
     random.Random(27).shuffle(order)
     for index in order:
         same(forwards[index], enter(qtbot, window, lesson, index), f"{path.name}, step {index + 1}, jumped to")
+        resolved(window, lesson, index, start_view)
 
 
 @pytest.mark.parametrize("path", bundled_lessons(), ids=lambda p: p.stem)
@@ -82,6 +116,7 @@ def test_a_burst_of_key_presses_ends_on_the_state_of_its_last_step(qtbot, window
     lesson = read_lesson(path)
     runner = window.lesson
     last = len(lesson.steps) - 1
+    start_view = window.current_view().title
     expected = {index: enter(qtbot, window, lesson, index) for index in (last, 2)}
     runner.go(last)
     stale: list[int] = []  # results delivered for inputs the session no longer has
@@ -93,6 +128,7 @@ def test_a_burst_of_key_presses_ends_on_the_state_of_its_last_step(qtbot, window
     wait_result(qtbot, window.session)
     qtbot.waitUntil(lambda: not window.session.working(), timeout=30000)
     same(expected[2], state(window), f"{path.name}: a burst from step {last + 1} back to step 3")
+    resolved(window, lesson, 2, start_view)
     assert not stale, f"results of earlier inputs drawn at steps {stale}"
 
 

@@ -147,7 +147,7 @@ for path in bundled_lessons():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
+@pytest.mark.parametrize("screen", [(1280, 800), (1024, 768), (1920, 1080)], ids=["1280x800", "1024x768", "1920x1080"])
 def test_every_lesson_step_is_readable_on_a_projector(tmp_path: Path, screen: tuple[int, int]) -> None:
     """Presenting every step of every bundled lesson full screen on a projector's screen (an offscreen screen of
     that size): the step's figure is at least 35 % of the screen's height on its short side, none of its data
@@ -160,3 +160,50 @@ def test_every_lesson_step_is_readable_on_a_projector(tmp_path: Path, screen: tu
                 for s in steps if s["short"] or s["caption_cut"]}
     assert all(s["screen_height"] == screen[1] for s in steps), steps[0]
     assert not problems, problems
+
+
+GRIDS_CHILD = """
+import pyqtgraph as pg
+from PySide6.QtCore import QPoint
+from vit_explorer.explore.lessons import bundled_lessons, read_lesson
+
+present()
+lesson, done = read_lesson(bundled_lessons()[0]), []
+index = next(i for i, step in enumerate(lesson.steps) if step.view == "Compare" and step.panels == ("position",))
+window.lesson.applied.connect(done.append)
+window.lesson.start(lesson)
+settle(lambda: 0 in done)
+window.lesson.go(index)
+settle(lambda: index in done)
+view = window.views["Compare"]
+plots = view.plots
+origin = plots.viewport().mapTo(window, QPoint(0, 0))
+grids = [item for item in plots.scene().items() if isinstance(item, pg.ImageItem) and item.image.ndim == 2
+         and item.image.shape[0] > 8]  # the mosaics (a colour bar's gradient is one pixel wide)
+rects = [plots.mapFromScene(item.sceneBoundingRect()).boundingRect().translated(origin).getRect() for item in grids]
+bars = [plots.mapFromScene(item.sceneBoundingRect()).boundingRect().translated(origin).getRect()
+        for item in plots.scene().items() if isinstance(item, pg.ColorBarItem)]
+print(json.dumps({"step": index + 1, "areas": step_measure(window, "Compare")["areas"], "grids": sorted(rects),
+                  "bars": bars, "plots": plots.viewport().rect().translated(origin).getRect()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("screen", [(1024, 768), (1280, 800)], ids=["1024x768", "1280x800"])
+def test_the_compare_steps_two_pe_grids_are_the_same_size_and_evenly_spaced(tmp_path: Path,
+                                                                            screen: tuple[int, int]) -> None:
+    """Step 11 of the bundled lesson at 1024x768 used to draw the grids 272 and 254 px (the shared colour bar beside
+    the right one only): both data areas and both drawn grids equal within 2 px, each in the same place of its half
+    of the view, the colour bar whole in the view."""
+    (shown,) = run_on_screen(tmp_path, screen, GRIDS_CHILD)
+    areas, grids, (bar,), plots = shown["areas"], shown["grids"], shown["bars"], shown["plots"]
+    assert len(areas) == 2 and abs(areas[0] - areas[1]) <= 2, shown
+    assert len(grids) == 2, shown
+    (lx, ly, lw, lh), (rx, ry, rw, rh) = grids
+    assert abs(lw - rw) <= 2 and abs(lh - rh) <= 2 and abs(ly - ry) <= 2, shown
+    half = plots[2] / 2
+    assert abs((lx - plots[0]) - (rx - plots[0] - half)) <= 4, shown  # evenly spaced: the same offset in each half
+    assert rx > lx + lw  # side by side
+    x, y, w, h = bar
+    assert plots[0] <= x and x + w <= plots[0] + plots[2] and y + h <= plots[1] + plots[3], shown
+    assert min(areas) >= 0.35 * screen[1], shown

@@ -197,6 +197,7 @@ def page_data(lesson: Lesson, seed: int = 0,
     pixels: dict[str, dict[str, Any]] = {}
     steps = []
     for step, state in zip(lesson.steps, states, strict=True):
+        assert state.model is not None and state.image is not None  # lesson_states: every step names both
         used = [state.model] + ([state.compare] if state.compare is not None else [])
         image_ids = []
         for model in used:

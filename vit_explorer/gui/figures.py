@@ -368,18 +368,22 @@ def draw_image(layout: pg.GraphicsLayout, rgb: np.ndarray, *, title: str = "",
 
 def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.ImageItem], *,
                   levels: tuple[float, float], cmap: str, label: str = "", row: int | None = None,
-                  col: int | None = None, rowspan: int = 1) -> pg.ColorBarItem:
+                  col: int | None = None, rowspan: int = 1, colspan: int = 1,
+                  orientation: str = "vertical") -> pg.ColorBarItem:
     """A colour bar in its own layout cell for one image or several sharing `levels` (small multiples):
-    setting the bar's levels sets every image's."""
+    setting the bar's levels sets every image's. "horizontal": a thin row under figures side by side, which then
+    keep equal widths."""
     colormap = _colormap(cmap)
-    bar = pg.ColorBarItem(values=levels, colorMap=colormap, interactive=False, width=18, colorMapMenu=False)
+    bar = pg.ColorBarItem(values=levels, colorMap=colormap, interactive=False, width=18, colorMapMenu=False,
+                          orientation=orientation)
     bar.setImageItem(list(images) if isinstance(images, Sequence) else images)
     bar.axis.setTickFont(_tick_font())
     bar.axis.enableAutoSIPrefix(False)
-    bar.axis.setWidth(None)
+    if orientation == "vertical":  # sized to its labels (on a horizontal bar this would fix its length instead)
+        bar.axis.setWidth(None)
     if label:
         bar.axis.setLabel(html_text(label, MAX_TITLE), **{"font-size": label_size()})
-    layout.addItem(bar, row=row, col=col, rowspan=rowspan)
+    layout.addItem(bar, row=row, col=col, rowspan=rowspan, colspan=colspan)
     return bar
 
 
@@ -789,6 +793,7 @@ class SimilarityPlot:
         self.figure = figure
         self.levels = finite_levels(figure.similarity, figure.levels)  # one scale for every mosaic and map
         top = layout.addLayout()
+        top.setContentsMargins(0, 0, 0, 0)  # the layout around it has margins of its own: the pixels go to the grid
         self.mosaic_plot, self.mosaic = draw_similarity_grid(top, figure.similarity, title=figure.title,
                                                              levels=self.levels, colorbar_label=figure.colorbar_label,
                                                              colorbar=colorbar and not figure.others, note=figure.note)

@@ -245,27 +245,27 @@ class LessonRunner(QObject):
         self._arrange(index)
 
     def _arrange(self, index: int) -> None:
-        """Everything but the model, in the order that keeps each setting valid (size before the mask), each set
-        whole: what the step before left never shows through."""
-        from ..explore.attention import CLASS_ATTENTION
-        from ..explore.lesson_states import step_head_mask, step_mask
+        """Everything but the model: the step's whole state (`explore.lesson_states.step_state`, settled on the
+        model and image now on screen), each setting set whole, so what the step before left never shows through."""
+        from ..explore.lesson_states import step_state
 
-        window, session, state = self.window, self.window.session, self._states[index]
+        window, session = self.window, self.window.session
         assert self._start is not None
-        self._open_image(state.image)
+        settings = self._states[index]
+        self._open_image(settings.image)
+        if session.loaded is None:
+            return
+        state = step_state(settings, session.loaded, session.image)
+        for problem in state.problems:  # the banner says what this model cannot show; the rest applies
+            session.error.emit(f"lesson step {index + 1}: {problem}")
         try:
-            if state.size == "native":
-                window.image_panel.reset_size()
-            elif isinstance(state.size, tuple):
-                session.set_size(state.size)
-        except ValueError as error:  # a size this model cannot take: the banner says so, the rest applies
+            session.set_size(state.size)
+        except ValueError as error:  # over the budget: the banner says so, the model runs at the size it had
             session.error.emit(f"lesson step {index + 1}: {error}")
-        session.set_mask(step_mask(state, session.grid, session.mask))
-        session.set_head_mask(step_head_mask(state, session.head_mask.shape, session.head_mask))
-        cfg = session.loaded.config if session.loaded is not None else None
-        cait = cfg is not None and cfg.class_attn_depth > 0
-        # a CaiT-only mode on a model without class attention: what the app falls back to (Session.set_model)
-        session.set_attention(mode=state.mode if state.mode != CLASS_ATTENTION or cait else "mean of heads")
+        if state.mask.shape == session.grid:
+            session.set_mask(state.mask)
+        session.set_head_mask(state.head_mask)
+        session.set_attention(mode=state.mode)
         session.select(layer=state.layer, head=state.head, query=state.query, heads=state.heads)
         window.image_panel.set_input_mode(state.input_mode)
         window.presentation.arrange()  # the hover readout the step asks for (`Session.hover`)
@@ -275,7 +275,9 @@ class LessonRunner(QObject):
         tab = state.tab or self._start[3]
         if view == "Prediction" and tab is not None and tab != "Prediction":
             window.docks[tab].raise_()  # the tab beside it: the one the last step before showed
-        self._target(state.target, index)
+        explain = window.views["Explain"]
+        if explain.target.currentData() != state.target:  # explained again only when the class changes
+            explain.choose(target=state.target, top_class=state.target is None)
         if state.expand:
             try:
                 window.views["Parameters"].expand(state.expand)
@@ -287,17 +289,6 @@ class LessonRunner(QObject):
         if session.compared is not None:
             session.set_compared(None)
         self._applied(index)
-
-    def _target(self, target: int | str | None, index: int) -> None:
-        """The Explain view's class (None: the top class), set (and explained again) only when it changes."""
-        session, explain = self.window.session, self.window.views["Explain"]
-        labels = session.loaded.labels if session.loaded is not None else []
-        if isinstance(target, str) and target not in labels:  # the banner says so, the rest applies
-            session.error.emit(f"lesson step {index + 1}: target: {target!r} is not one of this model's labels")
-            return
-        wanted = labels.index(target) if isinstance(target, str) else target
-        if explain.target.currentData() != wanted:
-            explain.choose(target=wanted, top_class=wanted is None)
 
     def _open_image(self, source: str | None) -> None:
         """The step's image (None: the lesson's first), opened again only when another is on screen."""

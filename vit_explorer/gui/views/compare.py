@@ -5,6 +5,7 @@ second model is the session's (`Session.compared`)."""
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
+from dataclasses import replace
 
 import pyqtgraph as pg
 from PySide6.QtWidgets import QComboBox, QLineEdit, QPushButton, QWidget
@@ -18,6 +19,9 @@ from ..session import Session, could_not_load, model_name
 from .base import Table, View
 
 TOP_K = 3  # classes per side: the maps below need the height more (the Prediction panel lists five)
+# px of the view's width that two columns' titles cannot have: the margins (titles in a row across the columns), or
+# the margins, each column's patch axes and the colour bars beside its maps (titles over the figures)
+MARGINS, BESIDE = 40, 320
 
 
 class CompareView(View):
@@ -128,15 +132,27 @@ class CompareView(View):
         columns = []
         if [name for name in self.panels if name != "prediction"] or joint is None:
             columns = [self.plots.ci.addLayout(row=1, col=i) for i in range(2)]
+            for column in columns:
+                column.setContentsMargins(0, 0, 0, 0)  # the view's own margins hold: the pixels go to the figures
         for i in range(2):  # two equal columns
             self.plots.ci.layout.setColumnStretchFactor(i, 1)
-        with self._titles_fitting():
-            for column, one in zip(columns, sides if columns else (), strict=True):
-                last = one is sides[-1]
-                same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
-                    sides[0].similarity.levels == sides[1].similarity.levels is not None)
-                bar = last or not same_scale  # one colour bar, after the last column, when both share a scale
-                if not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
+        same_scale = sides[0].similarity is not None and sides[1].similarity is not None and (
+            sides[0].similarity.levels == sides[1].similarity.levels is not None)
+        # the grids alone (a lesson step on them): their titles in a row across the columns, and on one scale, one
+        # colour bar in a thin row under both, so that both are the same size; with the other panels above them, one
+        # colour bar after the last column (a row under all three panels would take the height they need)
+        alone = self.panels == ("position",)
+        grids = []
+        with self._titles_fitting(beside=MARGINS if alone else BESIDE):
+            for i, (column, one) in enumerate(zip(columns, sides if columns else (), strict=True)):
+                similarity = one.similarity
+                if similarity is not None and alone:  # each title names its side; the row is as tall as the longer
+                    title = figures.wrap_title(f"{one.name}: {similarity.title}")
+                    if similarity.note:
+                        title += f"<br><i>{figures.wrap_title(similarity.note)}</i>"
+                    self.plots.ci.addLabel(title, row=0, col=i, size=figures.title_size())
+                    similarity = replace(similarity, title="", note="")
+                elif not self.shows("prediction") or joint is not None:  # a side's own bars name it, else a heading
                     figures.add_title(column, one.name)
                     column.nextRow()
                 drawn = 0  # panels in this column so far: each after the first in a row of its own
@@ -148,10 +164,16 @@ class CompareView(View):
                         column.nextRow()
                     figures.MapsPlot(column, one.rollout)
                     drawn += 1
-                if one.similarity is not None and self.shows("position"):
+                if similarity is not None and self.shows("position"):
                     if drawn:
                         column.nextRow()
-                    figures.SimilarityPlot(column, one.similarity, colorbar=bar)
+                    bar = not same_scale or (not alone and one is sides[-1])
+                    grids.append(figures.SimilarityPlot(column, similarity, colorbar=bar))
+        if same_scale and alone and grids:
+            figure = grids[0].figure
+            figures.draw_colorbar(self.plots.ci, [grid.mosaic for grid in grids], levels=grids[0].levels,
+                                  cmap=figures.SIMILARITY_CMAP, label=figure.colorbar_label, row=2, col=0, colspan=2,
+                                  orientation="horizontal")
 
     def _draw_rows(self, sides: tuple[Side, ...]) -> None:
         """More than two models (a preset): a row each, its prediction (titled with its name) beside its rollout;
@@ -166,10 +188,10 @@ class CompareView(View):
                 if self.shows("rollout"):
                     figures.MapsPlot(row, one.rollout)
 
-    def _titles_fitting(self) -> AbstractContextManager[None]:
-        """Titles that fit one column (half the view; the rows of a preset too), each column's patch axes and
-        colour bar taking about 160 px."""
-        return self.titles_fitting(self.plots, 2, beside=320, most=44)
+    def _titles_fitting(self, beside: int = BESIDE) -> AbstractContextManager[None]:
+        """Titles that fit one column (half the view; the rows of a preset too), `beside` px of the view's width
+        going to the patch axes and colour bars."""
+        return self.titles_fitting(self.plots, 2, beside=beside, most=44)
 
     def restyle(self) -> None:
         if self.sides is not None:
