@@ -69,7 +69,7 @@ def scale_gradient(x: torch.Tensor, factor: float) -> torch.Tensor:
     if factor == 1.0 or not x.requires_grad:
         return x
     y = x.view_as(x)
-    y.register_hook(lambda g: g * factor)
+    y.register_hook(lambda g: g * factor)  # type: ignore[no-untyped-call]
     return y
 
 
