@@ -5,12 +5,18 @@ numpy recomputation from `run_with_cache`'s patterns."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
 
 from vit_explorer.analysis import registers as R
 from vit_explorer.explore.forward import pixels_for
 from vit_explorer.explore.registers import registers_title
+from vit_explorer.gui.measure import SMALLEST_PX
+
+from .screens import run_on_screen
 
 NEURONS = ((1, 3), (0, 5))
 
@@ -114,3 +120,26 @@ def test_entropy_heatmap_equals_numpy(qtbot, window) -> None:
     tokens = patterns[0].shape[-1]
     assert view.figure.levels == (0.0, np.log(tokens))
     assert f"log T = {np.log(tokens):.2f}" in view.figure.colorbar_label
+
+
+SIDE_BY_SIDE_CHILD = r"""
+maximise()
+window.show_view("Attention")
+view = window.views["Attention"]
+window.session.select(head=0)
+window.session.set_registers(on=True, neurons=((1, 3), (0, 5)), mode="mean", k=1)
+settle(lambda: view.shifted is not None and view._drawn is not None and len(view._drawn.plots) == 2, seconds=300)
+settle(quiet=1.0)
+boxes = [view.plots.mapFromScene(p.getViewBox().sceneBoundingRect()).boundingRect() for p in view._drawn.plots]
+print(json.dumps({"maps": [b.getRect() for b in boxes], "titles": list(view.figure.titles)}))
+"""
+
+
+@pytest.mark.slow
+def test_side_by_side_maps_are_the_same_size_at_1024x768(tmp_path: Path) -> None:
+    """The shifted side's longer title once made its column wider: 180 px against 310 px at 1024x768. The titles
+    wrap to a column's width now, so both maps are drawn at one size."""
+    out = run_on_screen(tmp_path, (1024, 768), SIDE_BY_SIDE_CHILD)[-1]
+    (_, _, w0, h0), (_, _, w1, h1) = out["maps"]
+    assert registers_title(1) in out["titles"][1], out
+    assert abs(w0 - w1) <= 2 and abs(h0 - h1) <= 2 and min(w0, h0) >= SMALLEST_PX, out

@@ -270,7 +270,8 @@ class AttentionView(View):
             self._drawn.update(figure)  # same plots: new numbers only (rebuilding plots is slow)
             return
         self.plots.ci.clear()
-        self._drawn = figures.MapsPlot(self.plots.ci, figure)
+        with self.titles_fitting(self.plots, figure.shape()[1], beside=120, most=44):  # side-by-side maps: titles
+            self._drawn = figures.MapsPlot(self.plots.ci, figure)  # wrap, so no column is wider than another
 
     def _draw_distance(self, distance: np.ndarray, layout: TokenLayout) -> None:
         self._clear("")
