@@ -390,7 +390,7 @@ def test_the_options_gamma_is_the_gamma_rule_on_every_linear_layer_type(loaded: 
     shown = rel.explain(inputs, [method], measure=False, options=options)[0].relevance
     scorer = rel.prepare(inputs, options=options).scorer
     rules = attnlrp.Rules(conservative=method == "cp-lrp", gamma=dict.fromkeys(attnlrp.GAMMA_LAYERS, 0.5))
-    np.testing.assert_allclose(shown, rel.attnlrp_map(scorer, rules).numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(shown, rel.attnlrp_map(scorer, rules)[0].numpy(), rtol=1e-6, atol=1e-9)  # (1, gh, gw)
     plain = rel.explain(inputs, [method], measure=False)[0].relevance
     assert not np.allclose(shown, plain)
     with pytest.raises(ValueError, match="gamma"):
