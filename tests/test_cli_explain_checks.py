@@ -9,8 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
+import vit_explorer
 from vit_explorer.cli import main
+from vit_explorer.explore import relevance as rel
+from vit_explorer.explore.forward import Inputs
 
 RESOURCES = Path(__file__).resolve().parents[1] / "resources"
 MODEL, IMAGE = str(RESOURCES / "classroom"), str(RESOURCES / "samples" / "star.png")
@@ -57,7 +61,20 @@ def test_parameters_and_pixel_maps(capsys) -> None:
     assert "pixel_relevance" not in json.loads(capsys.readouterr().out)
 
 
+def test_the_attnlrp_gamma_flag_is_the_options_gamma(capsys) -> None:
+    assert main(["explain", MODEL, IMAGE, "--method", "attnlrp", "--attnlrp-gamma", "0.5", "--json"]) == 0
+    shown = np.array(json.loads(capsys.readouterr().out)["relevance"])
+    loaded = vit_explorer.load(MODEL)
+    size = tuple(loaded.config.image_size)
+    inputs = Inputs.unmasked(loaded, Image.open(IMAGE).convert("RGB"), size)
+    expected = rel.explain(inputs, ["attnlrp"], measure=False, options=rel.Options(attnlrp_gamma=0.5))[0].relevance
+    plain = rel.explain(inputs, ["attnlrp"], measure=False)[0].relevance
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-7 * np.abs(expected).max())
+    assert not np.allclose(shown, plain, rtol=1e-3, atol=1e-3 * np.abs(plain).max())
+
+
 @pytest.mark.parametrize(("flags", "said"), [
+    (["--attnlrp-gamma", "-1"], "argument --attnlrp-gamma:"), (["--attnlrp-gamma", "inf"], "argument --attnlrp-gamma:"),
     (["--ig-steps", "0"], "argument --ig-steps:"), (["--ig-steps", "many"], "argument --ig-steps:"),
     (["--gradcam-block", "9"], "argument --gradcam-block: block 9 does not exist"),
     (["--smoothgrad-sigma", "0.3"], "argument --smoothgrad-sigma: SmoothGrad is off"),

@@ -90,6 +90,16 @@ def _share(text: str) -> float:
     return value
 
 
+def _gamma(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 <= value <= 100):
+        raise argparse.ArgumentTypeError(f"{text!r}: a number from 0 (LRP-0) to 100 (e.g. 0.25)")
+    return value
+
+
 def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
     """The methods' parameters (rel.Options), the random baseline's seed and the sanity check."""
     defaults = rel.Options()
@@ -112,6 +122,9 @@ def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
                             "patch)")
     group.add_argument("--occlusion-stride", type=_pixels("--occlusion-stride"), default=None, metavar="N|HxW",
                        help="occlusion: the window's step in pixels, captum's strides (default the window)")
+    group.add_argument("--attnlrp-gamma", type=_gamma, default=defaults.attnlrp_gamma, metavar="G",
+                       help="AttnLRP and CP-LRP: the gamma rule on every linear layer type (fc1, fc2, proj) with this "
+                            "gamma (default 0: LRP-0, as LXT)")
     group.add_argument("--pixels", action="store_true",
                        help="also the pixel-level maps of the gradient methods that have them (integrated gradients, "
                             "gradient x input): JSON 'pixel_relevance', <method>_pixels.png")
@@ -135,7 +148,7 @@ def options(args: argparse.Namespace) -> rel.Options:
                        smoothgrad_sigma=rel.Options().smoothgrad_sigma if args.smoothgrad_sigma is None else
                        args.smoothgrad_sigma,
                        occlusion_window=args.occlusion_window, occlusion_stride=args.occlusion_stride,
-                       pixels=args.pixels, seed=args.seed)
+                       pixels=args.pixels, seed=args.seed, attnlrp_gamma=args.attnlrp_gamma)
 
 
 def run(args: argparse.Namespace, render: Render | None) -> int:
