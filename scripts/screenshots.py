@@ -317,13 +317,17 @@ def train(app, window, steps: int, out: Path) -> None:
         time.sleep(0.02)
 
 
-def settle(app, window, seconds: float = 1.5) -> None:
-    """Let workers finish and views redraw."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end or window.session.working():
+def settle(app, window, seconds: float = 1.5, quiet: float = 0.5) -> None:
+    """Let workers finish and views redraw: at least `seconds`, and `quiet` seconds with no job running (a view
+    draws what a job delivered and lays itself out over a few turns of the event loop after it ends)."""
+    start = time.monotonic()
+    calm = None
+    while time.monotonic() - start < 60 + seconds:
         app.processEvents()
         time.sleep(0.02)
-        if time.monotonic() > end + 60:
+        now = time.monotonic()
+        calm = None if window.session.working() else (calm or now)
+        if now - start >= seconds and calm is not None and now - calm >= quiet:
             break
     app.processEvents()
 
