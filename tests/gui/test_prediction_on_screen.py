@@ -78,3 +78,41 @@ def test_the_register_settings_take_one_row_and_the_sentence_never_covers_the_ch
     assert shown["note_shown"], shown
     assert shown["note_top"] > shown["plots_bottom"], shown
     assert shown["note_height"] >= shown["note_needs"], shown
+
+
+MASKED = r"""
+present()
+view = window.views["Prediction"]
+if sys.argv[2] == "lesson":  # step 6: the Prediction view is the step's figure, 40 % of the patches masked
+    window.open_lesson(str(sys.argv[3]))
+    window.lesson.go(5)
+else:  # the dock beside the image: narrow
+    window.image_panel.percent.setValue(40)
+    window.image_panel.random_mask()
+settle(lambda: window.session.result is not None and window.session.result.baseline_probs is not None)
+settle()
+top = lambda w: w.mapTo(window, w.rect().topLeft()).y()
+bottom = lambda w: w.mapTo(window, w.rect().bottomLeft()).y()
+print(json.dumps({"shown": view.change.text(), "full": view.change.full_text, "tooltip": view.change.toolTip(),
+                  "needs": view.change.heightForWidth(view.change.width()), "height": view.change.height(),
+                  "note_top": top(view.change), "plots_top": top(view.plots), "plots_bottom": bottom(view.plots)}))
+"""
+LESSON = Path(__file__).resolve().parents[2] / "resources" / "lessons" / "vit-basics.json"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["lesson", "dock"])
+@pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_presented_the_masks_effect_is_said_and_never_covers_the_chart(tmp_path: Path, screen: tuple[int, int],
+                                                                     where: str) -> None:
+    """Lesson step 6 says "the prediction panel says how the probability of the class changed", but presented the
+    sentence was elided to one line at the number: "With 26 masked patches, 0 heads off: 'star' 8…". Presented, it
+    wraps now: whole in the step's wide view; in the narrow dock beside the image to at most three lines (the rest
+    in its tooltip), below the chart, which keeps at least 120 px."""
+    shown = run_on_screen(tmp_path, screen, MASKED, "", where, str(LESSON))[-1]
+    assert shown["full"].startswith("With ") and "→" in shown["full"], shown
+    if where == "lesson":
+        assert shown["shown"] == shown["full"] and not shown["tooltip"], shown
+    assert shown["shown"] == shown["full"] or shown["tooltip"] == shown["full"], shown
+    assert shown["height"] >= shown["needs"] and shown["note_top"] > shown["plots_bottom"], shown
+    assert shown["plots_bottom"] - shown["plots_top"] >= 120, shown

@@ -85,8 +85,9 @@ def step_state(settings: StepSettings, loaded: LoadedModel, picture: Image.Image
     size = native if settings.size == "native" else settings.size
     try:
         grid = loaded.model.check_image_size(*size)
-    except ConfigError as error:
-        problems.append(f"size: {error}; the model's own {native[0]}x{native[1]} instead")
+    except ConfigError:  # said as the image panel says it
+        problems.append(f"size: {size[0]}x{size[1]} is not a multiple of the patch size {cfg.patch_size}; the "
+                        f"model's own {native[0]}x{native[1]} instead")
         size, grid = native, loaded.model.check_image_size(*native)
     mode = settings.mode if settings.mode != CLASS_ATTENTION or cfg.class_attn_depth else FALLBACK_MODE
     layers = cfg.class_attn_depth if mode == CLASS_ATTENTION else cfg.depth
