@@ -502,10 +502,12 @@ class ExplainView(View):
 
     # ------------------------------------------------------------------ sizes
     def _big(self) -> int:
-        """The chosen map's side: LARGEST_SHARE of the screen's height (what a lesson's figure gets)."""
+        """The chosen map's side: LARGEST_SHARE of the screen's height (what a lesson's figure gets), or what the
+        pane's width leaves beside its axes and colour bar (large text in a narrow pane: nothing cut on the right)."""
         screen = self.screen()
         height = screen.geometry().height() if screen is not None else 800
-        return math.ceil(LARGEST_SHARE * height)
+        room = self.maps_area.viewport().width() - self._detail_extra[0]
+        return max(SMALLEST_PX, min(math.ceil(LARGEST_SHARE * height), room))
 
     def _fit_soon(self) -> None:
         """Size the figures once their items are laid out (a few passes: each measures what the last one gave)."""
