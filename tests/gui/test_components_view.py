@@ -91,6 +91,18 @@ def test_heads_component_and_another_image_corruption(qtbot, window) -> None:
     assert view.sweep.axis == "head" and view.sweep.raw.shape == (cfg.depth, cfg.num_heads)
 
 
+def test_sweep_pressed_on_another_tab_records_the_runs_then_sweeps(qtbot, window) -> None:
+    """Sweep pressed on the "By block" tab once said "open the Patching tab with a classifier model first": it opens
+    that tab, which records the clean and the corrupted run, and the sweep follows and is drawn in its tab."""
+    view = show(window, "Components")
+    qtbot.waitUntil(lambda: view.decomposed is not None, timeout=20000)
+    assert view.tab == "By block" and view.runs is None
+    view.sweep_button.click()
+    qtbot.waitUntil(lambda: view.sweep is not None, timeout=30000)
+    assert view.tab == "Sweep" and view.runs is not None
+    assert view.sweep.raw.shape == (window.session.loaded.config.depth, window.session.result.layout.num_tokens)
+
+
 def test_corruption_from_the_session_needs_a_mask(qtbot, window) -> None:
     view = show(window, "Components")
     view.tabs.setCurrentIndex(TABS.index("Patching"))
@@ -152,3 +164,37 @@ def test_distilled_and_features_only_models(qtbot, window, deit_checkpoint, tmp_
     assert view.decomposed.kind == "feature" and "no classifier" in view.note.full_text
     view.tabs.setCurrentIndex(TABS.index("Lens"))
     assert view.maps is None and "no classifier" in view.note.full_text
+
+
+SWEEP_CHILD = r"""
+import pyqtgraph as pg
+from vit_explorer.gui.views.components import TABS
+
+maximise()
+window.show_view("Components")
+view = window.views["Components"]
+settle(lambda: view.decomposed is not None)
+view.sweep_button.click()
+settle(lambda: view.sweep is not None and view.tab == "Sweep", quiet=1.0)
+page = view.tabs.currentWidget()
+boxes = [p.getViewBox().sceneBoundingRect() for p in view.sweep_plots.scene().items()
+         if isinstance(p, pg.PlotItem) and not isinstance(p, pg.ColorBarItem)]
+print(json.dumps({"screen": window.screen().geometry().height(), "sides": [min(b.width(), b.height()) for b in boxes],
+                  "page_width": page.widget().width(), "viewport_width": page.viewport().width(),
+                  "maps": len(view.sweep.layers)}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
+def test_the_sweeps_maps_are_as_large_as_a_lessons_figure(tmp_path, screen: tuple[int, int]) -> None:
+    """At 1280x800 in normal mode the sweep drew four maps of 161 px in the pane's height: each is now at least
+    LARGEST_SHARE of the screen's height, in as many columns as the pane's width holds, and the tab scrolls down
+    (never across) to the rest."""
+    from tests.gui.screens import run_on_screen
+    from vit_explorer.gui.measure import LARGEST_SHARE
+
+    out = run_on_screen(tmp_path, screen, SWEEP_CHILD)[-1]
+    assert len(out["sides"]) == out["maps"] == 4, out
+    assert min(out["sides"]) >= LARGEST_SHARE * out["screen"] - 2, out
+    assert out["page_width"] <= out["viewport_width"], out

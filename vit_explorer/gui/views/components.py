@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -47,6 +48,7 @@ from ...explore.forward import Inputs
 from ...jobs import Job
 from .. import figures
 from ..image_panel import QUERY_RGBA, PatchCanvas
+from ..measure import LARGEST_SHARE
 from ..session import Session
 from ..text import html as html_text
 from .base import Note, Table, View
@@ -55,6 +57,11 @@ from .job_controls import JobControls
 TABS = ("By block", "By head", "Lens", "Patching", "Sweep")
 TASKS = {"By block": "Parts", "By head": "Parts", "Lens": "Lens", "Patching": "Patching",
          "Sweep": "Patching"}  # what each tab computes (tabs of one task share it)
+SWEEP_TITLE_PX = 70  # the sweep's heading over its maps
+SWEEP_MAP_ROW_PX = 50  # a sweep map's title and margins over and under its data area
+SWEEP_MAP_COLUMN_PX = 20  # and beside it
+SWEEP_BAR_PX = 100  # the colour bar beside the sweep's maps
+SCROLL_BAR_PX = 24  # a tab page's vertical scroll bar and frame
 COMPONENT_NAMES = {"resid": "residual stream", "attn": "attention output", "mlp": "MLP output",
                    "head": "one head's output"}
 CORRUPTIONS = (("[MASK] over every patch", "mask-all"), ("[MASK] painted in the Image panel", "mask-session"),
@@ -149,6 +156,8 @@ class ComponentsView(View):
         self.runs: PatchRuns | None = None
         self.sweep: Sweep | None = None
         self.effect: float | None = None  # the painted patch's normalised effect
+        self._sweep_wanted = False  # Sweep was pressed before the runs were recorded: it starts once they are
+        self._sweep_shape: tuple[int, int] | None = None  # the position sweep drawn: (maps, maps a row)
         self.painted = np.zeros((1, 1), bool)
         self._paint_value = True
         self._done: dict[str, object] = {}  # tab -> the key of what it shows (drawn once per input)
@@ -163,11 +172,12 @@ class ComponentsView(View):
         inner = page.widget() if isinstance(page, QScrollArea) else None
         return inner if inner is not None else page
 
-    def _fit(self, plots: pg.GraphicsLayoutWidget) -> None:
-        """Once the figure's items know their sizes: the widget at least as large as the figure needs."""
+    def _fit(self, plots: pg.GraphicsLayoutWidget, least_height: int = 0) -> None:
+        """Once the figure's items know their sizes: the widget at least as large as the figure needs (and at least
+        `least_height` tall)."""
         def fit() -> None:
             need = plots.ci.effectiveSizeHint(Qt.SizeHint.MinimumSize)
-            plots.setMinimumSize(math.ceil(need.width()) + 2, math.ceil(need.height()) + 2)
+            plots.setMinimumSize(math.ceil(need.width()) + 2, max(math.ceil(need.height()) + 2, least_height))
             if plots is self.move_plots:  # the bars under the canvas take what they need; the canvas the rest
                 plots.setMaximumHeight(max(MOVE_HEIGHT, plots.minimumHeight()))
 
@@ -196,6 +206,7 @@ class ComponentsView(View):
         self.sweep_job.stop()
         loaded = self.session.loaded
         self.decomposed = self.maps = self.runs = self.sweep = None
+        self._sweep_wanted = False
         self.effect = None
         self._done.clear()
         self.target.clear()
@@ -272,6 +283,7 @@ class ComponentsView(View):
 
     def _failed(self, message: str) -> None:
         self._done.pop(self.task, None)
+        self._sweep_wanted = False
         self.note.setText(f"failed: {message}")
 
     def _record(self) -> None:
@@ -302,6 +314,8 @@ class ComponentsView(View):
         self.note.setText("")
         self._draw_canvas()
         self._patch()
+        if self._sweep_wanted:
+            self.start_sweep()
 
     def _positions(self) -> list[int] | None:
         if self.runs is None:
@@ -331,9 +345,11 @@ class ComponentsView(View):
     def start_sweep(self) -> None:
         """Sweep the current patching runs in a worker (the controls show its progress and cancel it)."""
         runs = self.runs
-        if runs is None:
-            self.note.setText("open the Patching tab with a classifier model first")
+        if runs is None:  # the runs first: the Patching tab records them, then the sweep starts
+            self._sweep_wanted = True
+            self.tabs.setCurrentIndex(TABS.index("Patching"))
             return
+        self._sweep_wanted = False
         self.note.setText("sweeping (batched)…")
         component = runs.component
 
@@ -478,15 +494,38 @@ class ComponentsView(View):
         if result is None or run is None:
             return
         self.sweep_plots.ci.clear()
+        self._sweep_shape = None
         if result.axis == "position":
-            figures.MapsPlot(self.sweep_plots.ci, sweep_figure(result, run.layout, run.display))
-            self._fit(self.sweep_plots)
+            figure = sweep_figure(result, run.layout, run.display)
+            columns = self._sweep_columns(len(figure.maps))
+            self._sweep_shape = len(figure.maps), columns
+            figures.MapsPlot(self.sweep_plots.ci, replace(figure, columns=columns))
+            # each block's map at least LARGEST_SHARE of the screen's height (what a lesson's figure gets), in as
+            # many columns as the pane's width holds at that size: the tab scrolls down to the rest
+            rows = -(-len(figure.maps) // columns)
+            self._fit(self.sweep_plots, SWEEP_TITLE_PX + rows * (self._big() + SWEEP_MAP_ROW_PX))
             return
         figures.draw_heatmap(self.sweep_plots.ci, result.effects.numpy(),
                              title="patching one head alone: normalised effect (1 = the clean run's answer)",
                              cmap=SHARE_CMAP, levels=(-1.0, 1.0), colorbar_label="normalised effect",
                              xlabel="head", ylabel="block")
         self._fit(self.sweep_plots)
+
+    def _big(self) -> int:
+        """A sweep map's side: LARGEST_SHARE of the screen's height."""
+        screen = self.screen()
+        return math.ceil(LARGEST_SHARE * (screen.geometry().height() if screen is not None else 800))
+
+    def _sweep_columns(self, maps: int) -> int:
+        """As many sweep maps a row as the Sweep tab's width holds at _big() each (beside one colour bar and the
+        page's vertical scroll bar; a tab not shown yet has no width of its own: the tab widget's)."""
+        width = self.tabs.width() - SCROLL_BAR_PX
+        return max(1, min(maps, (width - SWEEP_BAR_PX) // (self._big() + SWEEP_MAP_COLUMN_PX)))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)  # the sweep's maps a row follow the pane's width
+        if self._sweep_shape is not None and self._sweep_columns(self._sweep_shape[0]) != self._sweep_shape[1]:
+            self._draw_sweep()
 
     def table(self) -> Table | None:
         if self.task == "Parts" and self.decomposed is not None:
