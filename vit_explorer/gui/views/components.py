@@ -449,9 +449,19 @@ class ComponentsView(View):
         colours = class_colours(loaded.config.num_classes)
         shown = sorted(set(maps.classes.ravel().tolist()))[:MAX_KEYS]
         layout.nextRow()
-        key = "&nbsp; ".join(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
-                             f"{html_text(loaded.label(c))}" for c in shown)
-        layout.addLabel(key, colspan=columns, size=figures.label_size())
+        entries = [(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
+                    f"{html_text(loaded.label(c))}", len(loaded.label(c)) + 3) for c in shown]
+        room = (self.tabs.width() - SCROLL_BAR_PX) / figures.title_char_px()  # label characters are smaller
+        lines: list[list[str]] = [[]]
+        used = 0
+        for text, chars in entries:  # the key in lines that fit the pane: no scrolling across to read it
+            if lines[-1] and used + chars > room:
+                lines.append([])
+                used = 0
+            lines[-1].append(text)
+            used += chars
+        layout.addLabel("<br>".join("&nbsp; ".join(line) for line in lines), colspan=columns,
+                        size=figures.label_size())
         self._fit(self.lens_plots)
         self._say("Lens", f"Each patch's state read through the final norm and the head, at the input and after each "
                           f"block; dark = no class is probable. The model predicts {loaded.label(maps.final)}.")
