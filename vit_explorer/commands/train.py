@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: the GPU if there is one)")
     parser.add_argument("--threads", type=_threads, metavar="N|auto",
                         help="CPU threads to train on: a number, or auto to measure a few steps at 1-4 threads and "
-                             "take the fastest (default 1 on a CPU, or VIT_EXPLORER_THREADS)")
+                             "take the fastest (default auto on a CPU, 1 per process under torchrun, or "
+                             "VIT_EXPLORER_THREADS)")
     parser.add_argument("--no-state", action="store_true",
                         help="write only the model (no training_state.pt, so no --resume): for shipping")
     parser.add_argument("--resume", action="store_true", help="continue the run saved in --out")
@@ -270,8 +271,10 @@ def _train(args: argparse.Namespace, config: Any, data: Any, recipe: Any, rank: 
     printer = _Printer(args, len(data.train), quiet=rank != 0)
     for note in data.notes:
         printer.say(f"note: {note}")
+    one = _world() == 1  # one process: measured; each of several (torchrun) takes one thread
     choice = threads.choose(getattr(args, "threads", None), config, max(1, recipe.batch_size // _world()),
-                            resolve_device(args.device, default="auto", use="train"))
+                            resolve_device(args.device, default="auto", use="train"),
+                            default="auto" if one else threads.DEFAULT)
     threads.apply(choice)
     if choice.reason:
         printer.say(choice.reason)

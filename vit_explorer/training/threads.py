@@ -2,10 +2,11 @@
 
 torch's default (one thread per core) trains a classroom model slower the busier the machine: on a 2-core PC
 with other work running, one thread made 10-16x more steps than two (167 vs 16 in 20 s), because every step
-of a small model waits for the slowest of its threads. So on a CPU a run takes one thread by default; `auto`
-measures a few steps at each count from 1 to MAX_AUTO on the machine as it is and takes the fastest (the fewest
-threads within TIE of it); a number is taken as given. The choice is said when the run starts. On a GPU the
-threads are left as they are.
+of a small model waits for the slowest of its threads; on the same PC idle, two threads made 1.7x the steps of
+one. So `auto` measures a few steps at each count from 1 to MAX_AUTO on the machine as it is and takes the
+fastest (the fewest threads within TIE of it): the default of `vit-explorer train` (one process). The app's
+Training view takes one thread (DEFAULT), leaving the other cores to the window; a number is taken as given. The
+choice is said when the run starts. On a GPU the threads are left as they are.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch import nn
 from ..errors import UserError
 from ..models import VisionTransformer, ViTConfig
 
-DEFAULT = 1  # threads of a CPU run unless told otherwise
+DEFAULT = 1  # threads of a CPU run unless told otherwise (the app's; the train command's is "auto")
 ENV = "VIT_EXPLORER_THREADS"  # the app's (and the command's default) setting: a number or "auto"
 MAX_AUTO = 4  # `auto` tries 1 .. min(cores, MAX_AUTO)
 TIE = 0.10  # counts within this share of the fastest tie: the fewest threads win (they leave the rest free)
@@ -42,15 +43,15 @@ def parse(value: str) -> int | str:
     raise ThreadsError(f"{value[:40]!r} is not a number of threads from 1 to {MAX_THREADS} or 'auto'")
 
 
-def setting(given: str | None = None) -> int | str:
-    """The setting in force: `given` (--threads), else VIT_EXPLORER_THREADS, else DEFAULT."""
+def setting(given: str | None = None, default: int | str = DEFAULT) -> int | str:
+    """The setting in force: `given` (--threads), else VIT_EXPLORER_THREADS, else `default`."""
     for value, where in ((given, "--threads"), (os.environ.get(ENV), ENV)):
         if value:
             try:
                 return parse(value)
             except ThreadsError as error:
                 raise ThreadsError(f"{where}: {error}") from None
-    return DEFAULT
+    return default
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,13 @@ def measure(config: ViTConfig, batch_size: int, counts: list[int], steps: int = 
     return rates
 
 
-def choose(given: str | None, config: ViTConfig, batch_size: int, device: torch.device | str) -> Choice:
-    """The threads a run on `device` uses, and why (ThreadsError for a bad setting)."""
+def choose(given: str | None, config: ViTConfig, batch_size: int, device: torch.device | str,
+           default: int | str = DEFAULT) -> Choice:
+    """The threads a run on `device` uses, and why (ThreadsError for a bad setting); `default`: the setting when
+    neither --threads nor VIT_EXPLORER_THREADS gives one."""
     if torch.device(device).type != "cpu":
         return Choice(None, "", {})
-    wanted = setting(given)
+    wanted = setting(given, default)
     if isinstance(wanted, int):
         source = "--threads" if given else ENV if os.environ.get(ENV) else ""
         why = f"{source} {wanted}" if source else (
@@ -103,8 +106,9 @@ def choose(given: str | None, config: ViTConfig, batch_size: int, device: torch.
     fastest = max(rates.values())
     best = min(count for count, rate in rates.items() if rate >= (1 - TIE) * fastest)
     said = ", ".join(f"{count}: {rate:.1f}" for count, rate in rates.items())
-    return Choice(best, f"training on {best} CPU thread{'s' * (best > 1)} (auto: the fastest measured here, "
-                        f"steps/s {said})", rates)
+    source = "--threads auto" if given else f"{ENV} auto" if os.environ.get(ENV) else "auto, the default"
+    return Choice(best, f"training on {best} CPU thread{'s' * (best > 1)} ({source}: the fastest measured here, "
+                        f"steps/s {said}; --threads N to fix it)", rates)
 
 
 def apply(choice: Choice) -> None:
