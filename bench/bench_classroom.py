@@ -1,10 +1,10 @@
 """The classroom target in one run: validation accuracy on the built-in `shapes` set after 120 s of
-training on this CPU (one thread, as `vit-explorer train` takes, or --threads N), for the patchify and the
+training on this CPU (the threads `vit-explorer train` takes: measured, or --threads N), for the patchify and the
 convolutional stem, seeds 0-2, from the defaults of `vit-explorer train` (the same flags parsed by the same
 code; only --stem and --seed are given, with any extra flags after --).
 
     python bench/bench_classroom.py [--stems patchify conv] [--seeds 0 1 2] [--budget 120 | --steps N]
-        [--threads N] [--app] [--json] [-- EXTRA TRAIN FLAGS]
+        [--threads auto|N] [--app] [--json] [-- EXTRA TRAIN FLAGS]
 
 --steps N trains N steps instead of a time budget: on a machine shared with other work, a budget buys fewer
 steps the busier it is, so recipes are compared at the steps an idle machine makes in the budget (about
@@ -35,11 +35,14 @@ from vit_explorer.training.trainer import train
 TARGETS = {"patchify": 0.90, "conv": 0.95}  # issue 15: every seed, 120 s on an idle 2-core CPU
 
 
-def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str]) -> dict[str, Any]:
+def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str], count: str) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     add_arguments(parser, "train")
     args = parser.parse_args(["--stem", stem, "--seed", str(seed), *length, "--no-state", "--out", "unused", *extra])
     config, data, recipe = build(args)
+    if count != "0":  # as the train command chooses them (auto: measured now, before each run), or as given
+        threads.apply(threads.choose(None if count == "auto" else count, config, recipe.batch_size, "cpu",
+                                     default="auto"))
     if app:  # the Training view's recipe: its own event cadence, the default data (seed 0)
         from vit_explorer.data.datasets import load_data
 
@@ -55,7 +58,8 @@ def one_run(stem: str, seed: int, length: list[str], app: bool, extra: list[str]
         elif isinstance(event, ev.Error):
             raise RuntimeError(event.message)
     assert finished is not None and finished.val_accuracy is not None
-    return {"stem": stem, "seed": seed, "steps": finished.step, "train_s": round(finished.elapsed_s, 1),
+    return {"stem": stem, "seed": seed, "threads": torch.get_num_threads(), "steps": finished.step,
+            "train_s": round(finished.elapsed_s, 1),
             "wall_s": round(time.perf_counter() - start, 1), "val_accuracy": round(finished.val_accuracy, 4),
             "train_accuracy": None if train_accuracy is None else round(train_accuracy, 4)}
 
@@ -68,22 +72,22 @@ def main() -> None:
     length.add_argument("--budget", type=float, default=120.0, help="seconds of training per run")
     length.add_argument("--steps", type=int, help="optimizer steps per run instead of a time budget")
     parser.add_argument("--app", action="store_true", help="train as the app's Training view does")
-    parser.add_argument("--threads", type=int, default=threads.DEFAULT,
-                        help="torch threads (default: what `vit-explorer train` takes on a CPU, 1; 0: torch's own)")
+    parser.add_argument("--threads", default="auto",
+                        help="torch threads: auto (default: what `vit-explorer train` takes on a CPU, measured before "
+                             "each run), a number, or 0 (torch's own)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("extra", nargs="*", help="more `vit-explorer train` flags (after --), to try a change")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     length = ["--steps", str(args.steps)] if args.steps else ["--time-budget", str(args.budget)]
     within = f"{args.steps} steps" if args.steps else f"{args.budget:g} s"
     rows = []
     for stem in args.stems:
         for seed in args.seeds:
-            rows.append(one_run(stem, seed, length, args.app, args.extra))
+            rows.append(one_run(stem, seed, length, args.app, args.extra, args.threads))
             if not args.json:
                 r = rows[-1]
-                print(f"{r['stem']:<9} seed {r['seed']}  {r['steps']:>5} steps  {r['train_s']:>6.1f} s training  "
+                print(f"{r['stem']:<9} seed {r['seed']}  {r['threads']} thread(s)  {r['steps']:>5} steps  "
+                      f"{r['train_s']:>6.1f} s training  "
                       f"validation accuracy {r['val_accuracy']:.2%} (last training window {r['train_accuracy']:.2%})",
                       flush=True)
     summary = {stem: {"min": min(r["val_accuracy"] for r in rows if r["stem"] == stem),
@@ -93,13 +97,13 @@ def main() -> None:
     if args.json:
         print(json.dumps({"budget_s": None if args.steps else args.budget, "steps": args.steps,
                           "form": "app" if args.app else "train",
-                          "threads": torch.get_num_threads(), "flags": args.extra, "runs": rows,
+                          "threads": args.threads, "flags": args.extra, "runs": rows,
                           "summary": summary, "targets": TARGETS, "met": met}, indent=2))
         return
     for stem, s in summary.items():
         print(f"{stem:<9} min {s['min']:.2%}  mean {s['mean']:.2%}")
     wanted = ", ".join(f"{stem} >= {TARGETS.get(stem, 0.90):.0%}" for stem in args.stems)
-    print(f"target {wanted} for every run within {within} on {torch.get_num_threads()} thread(s): "
+    print(f"target {wanted} for every run within {within} (threads: {args.threads}): "
           f"{'met' if met else 'MISSED'}")
 
 
