@@ -37,7 +37,7 @@ def _spin() -> None:
 def run_args(steps: int) -> tuple[Any, Any, Any]:
     """(config, data, recipe) of `vit-explorer train --steps STEPS` on the CPU, its defaults otherwise."""
     parser = argparse.ArgumentParser()
-    add_arguments(parser)
+    add_arguments(parser, "train")
     return build(parser.parse_args(["--steps", str(steps), "--no-state", "--out", "unused", "--device", "cpu"]))
 
 
