@@ -344,7 +344,7 @@ class TrainingView(View):
                 data = load_data(dataset, image_size=cfg.image_size, train_size=size, val_size=max(64, size // 10))
                 cfg_run = cfg if data.num_classes == cfg.num_classes else cfg.replace(num_classes=data.num_classes)
                 yield DataReady(data, cfg_run)
-                # the threads `vit-explorer train` takes (one on a CPU, or VIT_EXPLORER_THREADS), set in this thread
+                # one thread on a CPU (the other cores paint the window), or VIT_EXPLORER_THREADS, set in this thread
                 choice = threads.choose(None, cfg_run, recipe.batch_size, resolve_device(None, default="auto"))
                 threads.apply(choice)
                 if choice.reason:
