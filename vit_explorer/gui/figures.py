@@ -112,6 +112,14 @@ def title_char_px() -> float:
     return QtGui.QFontMetricsF(font).averageCharWidth()
 
 
+def label_char_px() -> float:
+    """The width (px) of an average character of a figure's label (a key, an axis title) at the text scale in
+    force: how many characters a line of a key holds."""
+    font = QtGui.QFont()
+    font.setPointSizeF(LABEL_POINTS * _text_scale)
+    return QtGui.QFontMetricsF(font).averageCharWidth()
+
+
 @contextmanager
 def title_width(chars: int) -> Iterator[None]:
     """Titles drawn inside wrap at about `chars` characters: for figures in narrow columns (the Compare view's

@@ -451,7 +451,7 @@ class ComponentsView(View):
         layout.nextRow()
         entries = [(f'<span style="color:#{"".join(f"{v:02x}" for v in colours[c])}">&#9632;</span> '
                     f"{html_text(loaded.label(c))}", len(loaded.label(c)) + 3) for c in shown]
-        room = (self.tabs.width() - SCROLL_BAR_PX) / figures.title_char_px()  # label characters are smaller
+        room = 0.9 * (self.tabs.width() - SCROLL_BAR_PX) / figures.label_char_px()  # what a line holds, a tenth spare
         lines: list[list[str]] = [[]]
         used = 0
         for text, chars in entries:  # the key in lines that fit the pane: no scrolling across to read it
