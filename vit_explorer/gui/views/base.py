@@ -44,8 +44,8 @@ BUSY_NOTE_MS = 300  # a pass shorter than this shows no "computing…": the note
 class Note(QLabel):
     """A line of text under a view's controls that takes no room while it is empty. Compact (presentation
     mode), it is one line, elided to the width, the whole text in its tooltip: the figure keeps the room. A note
-    that keeps lines (`least_lines`: what the view is about in words, as the Prediction view's change) wraps in
-    presentation mode too, to at most one line more than it keeps (elided beyond: a narrow dock keeps its chart)."""
+    that keeps lines (`least_lines`: what the view is about in words, as the Prediction view's change) is elided in
+    the middle: its end, where the numbers are, stays on screen."""
 
     def __init__(self, least_lines: int = 0) -> None:
         super().__init__("")
@@ -55,7 +55,6 @@ class Note(QLabel):
         self.setVisible(False)
         self.full_text = ""
         self.compact = False
-        self.most_lines = 0  # presented, a note that keeps lines wraps to at most these (0: no limit)
         self._busy = QTimer(self)
         self._busy.setSingleShot(True)
         self._busy.timeout.connect(lambda: self.setText("computing…"))
@@ -75,25 +74,21 @@ class Note(QLabel):
             self.setText("")
 
     def set_compact(self, compact: bool) -> None:
-        self.compact = compact and not self.least_lines
-        self.most_lines = self.least_lines + 1 if compact and self.least_lines else 0  # 0: as many as it takes
-        self.setWordWrap(not self.compact)
-        if self.compact:
+        self.compact = compact
+        self.setWordWrap(not compact)
+        if compact:
             self.setMinimumHeight(0)
         self._show()
 
     def _show(self) -> None:
         if not self.compact:
-            text = self.full_text
-            if self.most_lines and self.width() > 40:  # elided to what those lines hold (words wrap: a tenth spare)
-                room = int(self.most_lines * self.width() * 0.9)
-                text = self.fontMetrics().elidedText(" ".join(text.split()), Qt.TextElideMode.ElideRight, room)
-            super().setText(text)
-            self.setToolTip(self.full_text if text != self.full_text else "")
+            super().setText(self.full_text)
+            self.setToolTip("")
             self._fit_wrapped()
             return
         line = " ".join(self.full_text.split())
-        super().setText(self.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, max(self.width(), 40)))
+        mode = Qt.TextElideMode.ElideMiddle if self.least_lines else Qt.TextElideMode.ElideRight
+        super().setText(self.fontMetrics().elidedText(line, mode, max(self.width(), 40)))
         self.setToolTip(self.full_text if super().text() != line else "")
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
@@ -109,7 +104,7 @@ class Note(QLabel):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if self.compact or self.most_lines:
+        if self.compact:
             self._show()
         elif event.size().width() != event.oldSize().width():
             self._fit_wrapped()
