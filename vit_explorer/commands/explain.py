@@ -80,24 +80,18 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= 10):
-        raise argparse.ArgumentTypeError(f"{text!r}: a share of the input's range from 0 to 10 (e.g. 0.15)")
-    return value
+def _number(high: float, said: str) -> Callable[[str], float]:
+    """An argparse type: a finite number from 0 to `high`; `said` what it is, in the refusal."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 <= value <= high):
+            raise argparse.ArgumentTypeError(f"{text!r}: {said}")
+        return value
 
-
-def _gamma(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= 100):
-        raise argparse.ArgumentTypeError(f"{text!r}: a number from 0 (LRP-0) to 100 (e.g. 0.25)")
-    return value
+    return parse
 
 
 def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
@@ -114,7 +108,8 @@ def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--smoothgrad", type=_whole(0, 1000), default=0, metavar="N",
                        help="SmoothGrad: average each gradient method over N noisy copies of the image (default 0: "
                             "off)")
-    group.add_argument("--smoothgrad-sigma", type=_share, default=None, metavar="S",
+    group.add_argument("--smoothgrad-sigma", type=_number(10, "a share of the input's range from 0 to 10 (e.g. 0.15)"),
+                       default=None, metavar="S",
                        help="SmoothGrad: the noise's standard deviation, a share of the input's range (default "
                             f"{defaults.smoothgrad_sigma})")
     group.add_argument("--occlusion-window", type=_pixels("--occlusion-window"), default=None, metavar="N|HxW",
@@ -122,7 +117,8 @@ def add_parameter_arguments(parser: argparse.ArgumentParser) -> None:
                             "patch)")
     group.add_argument("--occlusion-stride", type=_pixels("--occlusion-stride"), default=None, metavar="N|HxW",
                        help="occlusion: the window's step in pixels, captum's strides (default the window)")
-    group.add_argument("--attnlrp-gamma", type=_gamma, default=defaults.attnlrp_gamma, metavar="G",
+    group.add_argument("--attnlrp-gamma", type=_number(100, "a number from 0 (LRP-0) to 100 (e.g. 0.25)"),
+                       default=defaults.attnlrp_gamma, metavar="G",
                        help="AttnLRP and CP-LRP: the gamma rule on every linear layer type (fc1, fc2, proj) with this "
                             "gamma (default 0: LRP-0, as LXT)")
     group.add_argument("--pixels", action="store_true",
