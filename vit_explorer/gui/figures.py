@@ -55,14 +55,13 @@ COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.Wea
 
 TITLE_POINTS, LABEL_POINTS, TICK_POINTS = 14, 12, 11  # at text scale 1
 _text_scale = 1.0  # presentation mode and Ctrl+plus / Ctrl+minus scale every text of every figure
-_wrap_scale = 1.0  # the text scale against the page's width (zoomed pages are wider: set_text_scale)
 
 
-def set_text_scale(scale: float, zoom: float = 1.0) -> None:
-    """Scale the text of figures drawn from now on (views redraw to apply it); `zoom`: how much larger than the
-    dock the page they are drawn on is (gui/zoom.py), so titles wrap at the same words."""
-    global _text_scale, _wrap_scale
-    _text_scale, _wrap_scale = scale, scale / zoom
+def set_text_scale(scale: float) -> None:
+    """Scale the text of figures drawn from now on (views redraw to apply it); titles wrap at fewer characters, as
+    the page keeps its pane's width (gui/zoom.py)."""
+    global _text_scale
+    _text_scale = scale
 
 
 def title_size() -> str:
@@ -112,6 +111,26 @@ def title_char_px() -> float:
     return QtGui.QFontMetricsF(font).averageCharWidth()
 
 
+def titles_px(titles: Sequence[str], chars: int) -> float:
+    """The width (px) of the widest line of `titles` wrapped at `chars` characters (`title_width`), in the title
+    font at the text scale in force: the least width of a column of figures with these titles."""
+    font = QtGui.QFont()
+    font.setPointSizeF(TITLE_POINTS * _text_scale)
+    metrics = QtGui.QFontMetricsF(font)
+    with title_width(chars):
+        lines = [_html.unescape(line) for title in titles for line in wrap_title(title).split("<br>")]
+    return max((metrics.horizontalAdvance(line) for line in lines), default=0.0)
+
+
+def fitting_chars(titles: Sequence[str], px: float, most: int) -> int | None:
+    """The most characters (at text scale 1, up to `most`) `titles` can wrap at and still be `px` wide or less at
+    the text scale in force; None when even their narrowest wrap is wider."""
+    for chars in range(most, 11, -1):
+        if titles_px(titles, chars) <= px:
+            return chars
+    return None
+
+
 def label_char_px() -> float:
     """The width (px) of an average character of a figure's label (a key, an axis title) at the text scale in
     force: how many characters a line of a key holds."""
@@ -124,19 +143,19 @@ def label_char_px() -> float:
 def title_width(chars: int) -> Iterator[None]:
     """Titles drawn inside wrap at about `chars` characters: for figures in narrow columns (the Compare view's
     two sides), whose titles would otherwise set a minimum width wider than the column."""
-    global _title_chars, _wrap_scale
-    saved = _title_chars, _wrap_scale
-    _title_chars, _wrap_scale = chars, _text_scale  # measured on the page as it is: its text at its full scale
+    global _title_chars
+    saved = _title_chars
+    _title_chars = chars
     try:
         yield
     finally:
-        _title_chars, _wrap_scale = saved
+        _title_chars = saved
 
 
 def wrap_title(text: str, heading: bool = False) -> str:
     """A long title broken at spaces into lines of about `title_width` characters at text scale 1 (fewer when
     the text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
-    width = max(12, round((_title_chars + (4 if heading else 0)) / _wrap_scale))
+    width = max(12, round((_title_chars + (4 if heading else 0)) / _text_scale))
     lines: list[str] = []
     for word in elide(text, MAX_TITLE).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:
@@ -210,12 +229,24 @@ def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, lev
     bar = pg.ColorBarItem(values=levels, colorMap=cmap, interactive=False, width=18, colorMapMenu=False)
     bar.setImageItem(image, insert_in=plot)
     COLORBARS[plot] = bar
-    bar.axis.setTickFont(_tick_font())
-    bar.axis.enableAutoSIPrefix(False)  # "attention (x0.001)" confuses more than it helps
-    bar.axis.setWidth(None)  # the bar's fixed 45 px hides labels such as 0.0051; size to the labels
+    _bar_axis(bar, levels)
     if label:
         bar.axis.setLabel(html_text(label, MAX_TITLE), **{"font-size": label_size()})
     return bar
+
+
+def _bar_axis(bar: pg.ColorBarItem, levels: tuple[float, float]) -> None:
+    """A colour bar's labels: in the figures' tick font, no "(x0.001)"; a vertical bar as wide as its labels (the
+    fixed 45 px hides 0.0051), a horizontal one with its end values shown (drawn half past its ends)."""
+    bar.axis.setTickFont(_tick_font())
+    bar.axis.enableAutoSIPrefix(False)
+    if not bar.horizontal:  # on a horizontal bar this would fix its length instead
+        bar.axis.setWidth(None)
+        return
+    low, high = levels
+    ends = bar.axis.tickStrings([low, high], 1.0, abs(high - low) / 4 or 1.0)
+    metrics = QtGui.QFontMetrics(_tick_font())
+    bar.axis.setStyle(hideOverlappingLabels=max(metrics.horizontalAdvance(text) for text in ends) // 2 + 4)
 
 
 def _grid_lines(plot: pg.PlotItem, height: float, width: float, grid: tuple[int, int],
@@ -385,10 +416,7 @@ def draw_colorbar(layout: pg.GraphicsLayout, images: pg.ImageItem | Sequence[pg.
     bar = pg.ColorBarItem(values=levels, colorMap=colormap, interactive=False, width=18, colorMapMenu=False,
                           orientation=orientation)
     bar.setImageItem(list(images) if isinstance(images, Sequence) else images)
-    bar.axis.setTickFont(_tick_font())
-    bar.axis.enableAutoSIPrefix(False)
-    if orientation == "vertical":  # sized to its labels (on a horizontal bar this would fix its length instead)
-        bar.axis.setWidth(None)
+    _bar_axis(bar, levels)
     if label:
         bar.axis.setLabel(html_text(label, MAX_TITLE), **{"font-size": label_size()})
     layout.addItem(bar, row=row, col=col, rowspan=rowspan, colspan=colspan)
@@ -516,7 +544,7 @@ class BarsPlot:
             self.scatters.append(scatter)
             keys.append(f'<span style="color:{colour}">{glyph}</span> {html_text(name)}')  # a model name
         if keys:  # the key goes in the title, where it never hides a bar or a value; one entry a line if narrow
-            one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _wrap_scale
+            one_line = sum(len(name) + 4 for name in figure.markers) <= _title_chars / _text_scale
             key = ("&nbsp;&nbsp;" if one_line else "<br>").join(keys)
             set_title(self.plot, figure.title, f"{wrap_title(figure.title)}<br>{key}", label_size())
         # a fixed axis ends where its range does (probabilities at 100 %): the values go on a right-hand axis,
@@ -818,9 +846,10 @@ class SimilarityPlot:
             bottom = layout.addLayout()
             layout.layout.setRowStretchFactor(0, 3)
             layout.layout.setRowStretchFactor(1, 2)
-            for title, values in figure.maps:  # on the mosaic's scale: its colour bar serves them too
-                self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP, levels=self.levels,
-                                              grid=values.shape, colorbar=False))
+            with title_width(max(12, _title_chars // len(figure.maps))):  # side by side: each has a share of the row
+                for title, values in figure.maps:  # on the mosaic's scale: its colour bar serves them too
+                    self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP,
+                                                  levels=self.levels, grid=values.shape, colorbar=False))
 
     def show_map(self, title: str, values: np.ndarray) -> None:
         """Replace the first single map (a clicked patch's), in place."""

@@ -11,11 +11,19 @@ class FlowLayout(QLayout):
     def __init__(self, parent: QWidget | None = None, spacing: int = 6) -> None:
         super().__init__(parent)
         self._items: list[QLayoutItem] = []
+        self._tail: QWidget | None = None  # set_tail
         self.setSpacing(spacing)
         self.setContentsMargins(QMargins(0, 0, 0, 0))
 
     def addItem(self, item: QLayoutItem) -> None:  # noqa: N802 - Qt's name
         self._items.append(item)
+
+    def set_tail(self, widget: QWidget) -> None:
+        """`widget` goes after the others whatever is added later, at the right edge of their last line (a line of
+        its own if it does not fit there): a view's Export button, at the top right while the controls take one
+        line, under them when they wrap, never making the row wider than its widest control."""
+        self.addWidget(widget)
+        self._tail = widget
 
     def count(self) -> int:
         return len(self._items)
@@ -55,7 +63,8 @@ class FlowLayout(QLayout):
         area = rect.adjusted(margins.left(), margins.top(), -margins.right(), -margins.bottom())
         x, y, row_height = area.x(), area.y(), 0
         spacing = self.spacing()
-        for item in self._items:
+        tail = next((item for item in self._items if item.widget() is not None and item.widget() is self._tail), None)
+        for item in [item for item in self._items if item is not tail] + ([tail] if tail is not None else []):
             widget = item.widget()
             if widget is not None and widget.isHidden():
                 continue
@@ -63,11 +72,11 @@ class FlowLayout(QLayout):
             if x + hint.width() > area.right() + 1 and row_height > 0:
                 x, y, row_height = area.x(), y + row_height + spacing, 0
             if move:
-                item.setGeometry(QRect(QPoint(x, y), hint))
+                left = area.right() + 1 - hint.width() if item is tail else x  # the tail: at the line's right edge
+                item.setGeometry(QRect(QPoint(left, y), hint))
             x += hint.width() + spacing
             row_height = max(row_height, hint.height())
         return y + row_height - rect.y() + margins.bottom()
-
 
 def flow_row(widgets: list[QWidget]) -> QWidget:
     """A container whose widgets wrap onto more lines when it is narrow."""

@@ -99,13 +99,20 @@ class ControlsArea(QScrollArea):
         height = widget.heightForWidth(width) if widget.hasHeightForWidth() else widget.sizeHint().height()
         return QSize(super().sizeHint().width(), max(height, widget.minimumSizeHint().height()) + 2 * self.frameWidth())
 
+    def set_keep_whole(self, keep: bool) -> None:
+        self.keep_whole = keep
+        self._keep(self.width())
+
+    def _keep(self, width: int) -> None:
+        widget = self.widget()
+        need = widget.heightForWidth(width) + 2 * self.frameWidth() \
+            if self.keep_whole and widget is not None and widget.hasHeightForWidth() else 0
+        if need != self.minimumHeight():
+            self.setMinimumHeight(need)
+
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
-        widget = self.widget()
-        if self.keep_whole and widget is not None and widget.hasHeightForWidth():
-            need = widget.heightForWidth(event.size().width()) + 2 * self.frameWidth()
-            if need != self.minimumHeight():
-                self.setMinimumHeight(need)
+        self._keep(event.size().width())
         self.updateGeometry()  # a new width may need another height
 
 
@@ -171,6 +178,8 @@ class ImagePanel(SessionWidget):
             self.mode_group.addButton(button, i)
         self.mode_group.button(0).setChecked(True)
         self.compact = False  # presentation mode (set_compact)
+        self.zoom, self._unzoomed = 1.0, QSize()  # Ctrl+plus beyond the mode's text size (set_zoom)
+        self._least_side = 110  # small: the panel gives its height to the chart below first
         self.mode_group.idToggled.connect(lambda *_: self._drawing_tools())
         self.brush = QSpinBox()
         self.brush.setRange(1, 64)
@@ -253,13 +262,26 @@ class ImagePanel(SessionWidget):
             row.setVisible(not compact)
         self._drawing_tools()
         # compact, the few controls left are never scrolled away: the prediction below gives up the room
-        self.controls_area.keep_whole = compact
-        if not compact:
-            self.controls_area.setMinimumHeight(0)
-        side = min_image if compact else 110
-        self.plot.setMinimumSize(side, side)
+        self._least_side = min_image if compact else 110
+        self._keep_image()
         margin = 1 if compact else 9  # pyqtgraph's default margin: presenting, the pixels go to the image
         self.plot.ci.layout.setContentsMargins(margin, margin, margin, margin)
+
+    def set_zoom(self, zoom: float) -> None:
+        """Ctrl+plus beyond the mode's text size (its ZoomArea calls this): the page keeps its pane's width, so the
+        controls' rows wrap into more lines; the controls keep their whole height and the image its side, `zoom`
+        times larger as far as the width lets it, and the page grows down (it scrolls) instead."""
+        if self.zoom == 1 and zoom > 1:
+            self._unzoomed = self.plot.size()
+        self.zoom = zoom
+        self._keep_image()
+
+    def _keep_image(self) -> None:
+        self.plot.setMinimumSize(self._least_side, self._least_side)
+        if self.zoom > 1:  # taller only: the pane's width is the width
+            side = min(self._unzoomed.width(), self._unzoomed.height())
+            self.plot.setMinimumHeight(max(self._least_side, min(round(self.zoom * side), self._unzoomed.width())))
+        self.controls_area.set_keep_whole(self.compact or self.zoom > 1)
 
     def _drawing_tools(self) -> None:
         """Compact, the blank canvas and the brush only while drawing: the image keeps the room otherwise."""

@@ -118,7 +118,7 @@ class Presentation:
         from . import figures  # pyqtgraph: not before the window first paints
 
         zoom = max(1.0, scale / self.default)  # beyond the mode's default, text and figures grow together
-        figures.set_text_scale(scale, zoom)
+        figures.set_text_scale(scale)
         for view in self.window.views.values():
             view.restyle()
         for dock in self.window.docks.values():

@@ -1,10 +1,14 @@
-"""Ctrl+plus as a zoom: text and figures grow together, and what no longer fits scrolls.
+"""Ctrl+plus as a zoom: text and figures grow together, within the pane's width, and what no longer fits scrolls
+down.
 
-On a fixed screen a larger text can only take room from the figures; so beyond a mode's default text
-scale each dock's contents are laid out in `zoom` times its room, in both directions, and scroll, as a
-browser's zoom does. Text and data areas then grow by the same factor, and the image panel's controls
-get the room they need under the image: no figure gets smaller, no control is squeezed into a scroll
-area of its own. At the default scale a ZoomArea is its contents exactly (the same hints, no scroll bars).
+On a fixed screen a larger text can only take room from the figures. Beyond a mode's default text scale each dock's
+page keeps its pane's width and scrolls down only, as a web page does: laid out wider, it put its colour bars and
+control rows past the pane's right edge, where a scroll across hid them. A browser's zoom by `zoom` makes everything
+zoom^2 times larger in area; at the same width all of that goes down, so the page is laid out zoom^2 times the
+pane's height: its text wraps into more lines as it grows, and its figures still get more height. A figure the
+width bounds keeps its width less what its labels gain. A page that follows the zoom itself (`set_zoom`: the image
+panel, whose image keeps zoom times its side and whose controls keep their whole height) is laid out in the height
+it needs. At the default scale a ZoomArea is its contents exactly (the same hints, no scroll bars).
 """
 
 from __future__ import annotations
@@ -15,42 +19,60 @@ from PySide6.QtWidgets import QFrame, QScrollArea, QWidget
 
 
 class ZoomArea(QScrollArea):
+    """A dock's page. A page with a `set_zoom(zoom)` of its own (the image panel) follows the zoom itself and is
+    laid out in the room it needs; any other is laid out zoom^2 times the dock's height."""
+
     def __init__(self, widget: QWidget) -> None:
         super().__init__()
         self.zoom = 1.0
+        self._unzoomed_least = QSize()  # the page's least size before Ctrl+plus: the dock's while zoomed
+        self.follows = callable(getattr(widget, "set_zoom", None))  # the page follows the zoom itself
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setWidget(widget)  # sized here (_fit), not to its height for the width as widgetResizable would
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
     def set_zoom(self, zoom: float) -> None:
+        widget = self.widget()
+        if self.zoom == 1 and zoom > 1 and widget is not None:
+            self._unzoomed_least = widget.minimumSizeHint()
         self.zoom = max(1.0, zoom)
+        if self.follows:
+            widget.set_zoom(self.zoom)
         self.updateGeometry()
-        zoomed, off = Qt.ScrollBarPolicy.ScrollBarAlwaysOn, Qt.ScrollBarPolicy.ScrollBarAlwaysOff
-        self.setVerticalScrollBarPolicy(zoomed if self.zoom > 1 else off)
-        self.setHorizontalScrollBarPolicy(zoomed if self.zoom > 1 else off)
-        self._fit(self.size())
+        # down only (AsNeeded across is a last resort: what has a minimum width is scrolled to, never cut)
+        down = Qt.ScrollBarPolicy.ScrollBarAsNeeded if self.follows else Qt.ScrollBarPolicy.ScrollBarAlwaysOn
+        self.setVerticalScrollBarPolicy(down if self.zoom > 1 else Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded if self.zoom > 1 else
+                                          Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._fit()
 
     def fit(self) -> None:
         """Lay the page out in the room the dock gives now: a hidden dock's area gets no resize event until it is
         shown, so a view exported from a hidden tab asks for this first (View.bring_up_to_date)."""
-        self._fit(self.size())
+        self._fit()
 
-    def _fit(self, size: QSize) -> None:
+    def _fit(self) -> None:
         widget = self.widget()
         if widget is None:
             return
-        least = widget.minimumSizeHint()
-        widget.resize(max(least.width(), round(size.width() * self.zoom)),
-                      max(least.height(), round(size.height() * self.zoom)))
+        least, room = widget.minimumSizeHint(), self.maximumViewportSize()  # less the scroll bars always on
+        if self.follows:  # the height it needs
+            if least.height() > room.height():  # it scrolls down: the bar takes its width
+                room.setWidth(room.width() - self.verticalScrollBar().sizeHint().width())
+            widget.resize(max(least.width(), room.width()), max(least.height(), room.height()))
+            return
+        widget.resize(max(least.width(), room.width()), max(least.height(), round(room.height() * self.zoom ** 2)))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        """The contents' own at the default scale (their larger text scrolls): zooming never grows the window."""
+        """The contents' own at the default scale (zoomed, they scroll): zooming never grows the window, nor moves
+        the line between two docks (the vertical scroll bar, on while zoomed, comes beside the page's width)."""
         widget = self.widget()
         if widget is None:
             return super().minimumSizeHint()
-        least = widget.minimumSizeHint()
-        return QSize(round(least.width() / self.zoom), round(least.height() / self.zoom))
+        if self.zoom == 1:
+            return widget.minimumSizeHint()
+        return self._unzoomed_least + QSize(self.verticalScrollBar().sizeHint().width(), 0)  # and the scroll bar's
 
     def sizeHint(self) -> QSize:  # noqa: N802
         widget = self.widget()
@@ -58,7 +80,7 @@ class ZoomArea(QScrollArea):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802
         super().resizeEvent(event)
-        self._fit(event.size())
+        self._fit()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802
         """The page's own hints changed (a taller chart, a wrapped note): the dock hears of it, as it would if
@@ -66,5 +88,5 @@ class ZoomArea(QScrollArea):
         handled = super().eventFilter(watched, event)
         if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
             self.updateGeometry()
-            self._fit(self.size())
+            self._fit()
         return handled

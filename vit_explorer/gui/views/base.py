@@ -15,7 +15,6 @@ from PySide6.QtGui import QImage, QPainter, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QMenu,
     QStackedWidget,
@@ -28,7 +27,7 @@ from ...checkpoints.files import write_atomic
 from ...explore.views import VIEWS
 from ...text import MAX_TEXT, elide, one_line
 from .. import figures
-from ..flow import flow_row
+from ..flow import FlowLayout, flow_row
 from ..session import Session
 from ..session_widget import SessionWidget
 from ..settings import read_text
@@ -123,6 +122,11 @@ def placeholder_pane(text: str, content: QWidget) -> tuple[QStackedWidget, QLabe
     return pane, placeholder
 
 
+def title_chars(width: int, columns: int, most: int) -> int:
+    """The characters (at text scale 1, 14 to `most`) a title wraps at in one of `columns` columns of `width` px."""
+    return max(14, min(most, int(width / columns / figures.title_char_px())))
+
+
 class View(SessionWidget):
     """A live view of the session. Subclasses fill `self.body` and override `table()` for CSV."""
 
@@ -145,12 +149,11 @@ class View(SessionWidget):
         self._titles: tuple[Callable[[], int], int] | None = None  # titles_fitting's width now, and as drawn
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        self.toolbar = QWidget()  # hidden while a lesson is presented: the step has set what the figure shows
-        toolbar = QHBoxLayout(self.toolbar)
-        toolbar.setContentsMargins(0, 0, 0, 0)
-        holder = flow_row([])
-        self.controls = holder.layout()  # the view's own controls, wrapping onto more lines on a narrow screen
-        toolbar.addWidget(holder, 1)
+        # the view's own controls, wrapping onto more lines on a narrow screen; hidden while a lesson is presented
+        # (the step has set what the figure shows)
+        self.toolbar = flow_row([])
+        self.controls = self.toolbar.layout()
+        assert isinstance(self.controls, FlowLayout)
         self.export_button = QToolButton()
         self.export_button.setText("Export")
         self.export_button.setToolTip("Save the figure as a PNG (at 1, 2 or 3 times its size on screen) or the numbers "
@@ -162,7 +165,7 @@ class View(SessionWidget):
                            f"PNG, {scale}×", lambda scale=scale: self.ask_export("png", scale))
         menu.addAction("CSV", lambda: self.ask_export("csv"))
         self.export_button.setMenu(menu)
-        toolbar.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        self.controls.set_tail(self.export_button)
         layout.addWidget(self.toolbar)
         self.note = Note()  # what the view is doing or why something is missing
         layout.addWidget(self.note)
@@ -189,10 +192,8 @@ class View(SessionWidget):
         fit one of `columns` columns of `plots`, `beside` pixels of its width going to colour bars and axes:
         wider titles would make the columns wider than the view. A resize that changes that width draws the view
         again (`restyle`)."""
-        char_px = figures.title_char_px()
-
         def chars() -> int:
-            return max(14, min(most, int((plots.width() - beside) / columns / char_px)))
+            return title_chars(plots.width() - beside, columns, most)
 
         self._titles = chars, chars()
         with figures.title_width(self._titles[1]):

@@ -18,6 +18,7 @@ methods' parameters (explain_parameters: relevance.Options, as the CLI's flags d
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -48,7 +49,7 @@ from ...jobs import Job
 from .. import figures
 from ..measure import LARGEST_SHARE, SMALLEST_PX
 from ..session import Session
-from .base import Table, View
+from .base import Table, View, title_chars
 from .explain_parameters import ExplainParameters
 from .job_controls import JobControls
 
@@ -56,6 +57,8 @@ CURVE_KINDS = ["perturbation curves", "deletion / insertion", "ROAD", "sanity ch
 TARGET_CHOICES = 20  # the most likely classes offered as targets (besides "top class")
 MAPS_MIN_PX = 160
 GRID_CELL_PX = 180  # the ranked maps' column at least this wide (a map of ~160 px under its title)
+TITLE_PAD_PX = 12  # a title's label beyond its text's width
+MOST_TITLE_CHARS = 60  # the ranked maps' titles wrap at no more characters
 BAR_PX = 120  # a colour bar and its label beside a grid of maps
 CURVES_BESIDE_PX = 320  # the curves beside the chosen map when this much width is left to them, else under it
 TABLE_PX, RANKING_PX = 160, 240  # the dataset ranking's table and figure
@@ -390,23 +393,30 @@ class ExplainView(View):
             " · click a map for its curves" if self.shows("curves") else "")
         self.heading.setText(self.heading_text)
         self._order = [e for e in rel.ranked(self.explanations) if e.method in only]
-        columns = self._columns()
+        columns, chars = self._columns(figure.titles)
         figure = replace(figure, heading="", columns=columns)  # the heading is said above, on one line
-        with self.titles_fitting(self.plots, columns, beside=BAR_PX, most=60):  # one colour bar beside the grid
+        with self.titles_fitting(self.plots, columns, beside=BAR_PX, most=chars):  # one colour bar beside them
             self._drawn = figures.MapsPlot(self.plots.ci, figure)
         self._draw_curves()
 
-    def _columns(self) -> int:
-        """The ranked maps a row: in a lesson's step (no curves) as square as possible in the whole pane; else as
-        many as leave each column GRID_CELL_PX."""
-        n = len(self._order)
+    def _columns(self, titles: Sequence[str]) -> tuple[int, int]:
+        """The ranked maps a row and the characters their titles wrap at: in a lesson's step (no curves) as square
+        as possible in the whole pane; else as many as leave each column GRID_CELL_PX and room for its title's
+        lines wrapped as they need (large text: fewer columns, never a title wider than its column)."""
+        width = self.maps_area.viewport().width() - BAR_PX
         if not self.shows("curves"):
-            return small_multiples_shape(n)[1]
-        return max(1, min(n, (self.maps_area.viewport().width() - BAR_PX) // GRID_CELL_PX))
+            columns = small_multiples_shape(len(titles))[1]
+            return columns, title_chars(width, columns, MOST_TITLE_CHARS)
+        for columns in range(min(len(titles), width // GRID_CELL_PX), 1, -1):
+            most = title_chars(width, columns, MOST_TITLE_CHARS)
+            chars = figures.fitting_chars(titles, width / columns - TITLE_PAD_PX, most)
+            if chars is not None:
+                return columns, chars
+        return 1, title_chars(width, 1, MOST_TITLE_CHARS)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)  # the maps drawn again when the width of their titles changes
-        if self._drawn is not None and self._columns() != self._drawn.figure.shape()[1]:
+        if self._drawn is not None and self._columns(self._drawn.figure.titles)[0] != self._drawn.figure.shape()[1]:
             self.restyle()
         elif self.explanations:
             self._fit_soon()
@@ -528,7 +538,9 @@ class ExplainView(View):
         if self._detail is not None:
             box, room = self._box(self._detail.plots[0]), self.detail.ci.geometry()
             if box is not None and box[0] <= room.width() and box[1] <= room.height():  # laid out: what is not data
-                wide = self.detail.width() - box[0] if box[0] < big else self._detail_extra[0]  # never narrower
+                # what is not data: as the items are laid out (wider than the widget when its labels need more)
+                laid = max(self.detail.width(), math.ceil(room.width()))
+                wide = laid - box[0] if box[0] < big else max(self._detail_extra[0], laid - box[0])  # never narrower
                 self._detail_extra = (wide, self.detail.height() - box[1])
             moved |= self._set_size(self.detail, big + self._detail_extra[0], big + self._detail_extra[1])
         room = width - self.detail.width() - self.detail_row.spacing()
