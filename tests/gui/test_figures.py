@@ -114,3 +114,28 @@ def test_a_share_with_no_outliers_is_drawn_on_0_to_1(layout) -> None:
     plot = figures.draw(layout, share)
     low, high = plot.getViewBox().viewRange()[1]
     assert low == pytest.approx(0.0, abs=0.03) and high == pytest.approx(1.0, abs=0.03)
+
+
+def test_a_horizontal_colour_bar_labels_both_its_ends(qtbot) -> None:
+    """Lesson step 11's shared colour bar under the two PE grids (-1 to +1) showed no end labels: pyqtgraph drops a
+    label that stands half past the axis's end. Both ends are drawn."""
+    from PySide6.QtGui import QImage, QPainter
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    widget.resize(600, 400)
+    _, image = figures.draw_heatmap(widget.ci, np.linspace(-1, 1, 16).reshape(4, 4), title="grid", colorbar=False,
+                                    levels=(-1.0, 1.0))
+    bar = figures.draw_colorbar(widget.ci, image, levels=(-1.0, 1.0), cmap=figures.SIMILARITY_CMAP, row=1, col=0,
+                                orientation="horizontal")
+    widget.show()
+    qtbot.waitExposed(widget)
+    qtbot.wait(50)
+    canvas = QImage(600, 400, QImage.Format.Format_ARGB32)
+    painter = QPainter(canvas)
+    try:
+        *_, texts = bar.axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    values = [float(text.replace("−", "-")) for _, _, text in texts]
+    assert min(values) == -1.0 and max(values) == 1.0, values
