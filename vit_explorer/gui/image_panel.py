@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyqtgraph as pg
 from PIL import Image, ImageDraw
-from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtCore import QPointF, QSize, Qt, QTimer
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -100,8 +100,13 @@ class ControlsArea(QScrollArea):
         return QSize(super().sizeHint().width(), max(height, widget.minimumSizeHint().height()) + 2 * self.frameWidth())
 
     def set_keep_whole(self, keep: bool) -> None:
+        """Off: no least height. On: the contents' height at the width the pending layout gives (measured after it:
+        mid-change, the width is the old one, and its height could push the window past the screen)."""
         self.keep_whole = keep
-        self._keep(self.width())
+        if keep:
+            QTimer.singleShot(0, self, lambda: self._keep(self.width()))
+        else:
+            self._keep(self.width())
 
     def _keep(self, width: int) -> None:
         widget = self.widget()

@@ -25,7 +25,6 @@ class ZoomArea(QScrollArea):
     def __init__(self, widget: QWidget) -> None:
         super().__init__()
         self.zoom = 1.0
-        self._unzoomed_least = QSize()  # the page's least size before Ctrl+plus: the dock's while zoomed
         self.follows = callable(getattr(widget, "set_zoom", None))  # the page follows the zoom itself
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setWidget(widget)  # sized here (_fit), not to its height for the width as widgetResizable would
@@ -34,8 +33,6 @@ class ZoomArea(QScrollArea):
 
     def set_zoom(self, zoom: float) -> None:
         widget = self.widget()
-        if self.zoom == 1 and zoom > 1 and widget is not None:
-            self._unzoomed_least = widget.minimumSizeHint()
         self.zoom = max(1.0, zoom)
         if self.follows:
             widget.set_zoom(self.zoom)
@@ -65,14 +62,18 @@ class ZoomArea(QScrollArea):
         widget.resize(max(least.width(), room.width()), max(least.height(), round(room.height() * self.zoom ** 2)))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        """The contents' own at the default scale (zoomed, they scroll): zooming never grows the window, nor moves
-        the line between two docks (the vertical scroll bar, on while zoomed, comes beside the page's width)."""
+        """The contents' own at the default scale: zooming never grows the window, nor moves the line between two
+        docks."""
         widget = self.widget()
         if widget is None:
             return super().minimumSizeHint()
+        least = widget.minimumSizeHint()
         if self.zoom == 1:
-            return widget.minimumSizeHint()
-        return self._unzoomed_least + QSize(self.verticalScrollBar().sizeHint().width(), 0)  # and the scroll bar's
+            return least
+        # zoomed, the contents' own at the default scale (their larger text scrolls); a page that follows the zoom
+        # grows down with it (the image keeps zoom times its side), so its least height is none: it scrolls
+        least = QSize(round(least.width() / self.zoom), 0 if self.follows else round(least.height() / self.zoom))
+        return least + QSize(self.verticalScrollBar().sizeHint().width(), 0)  # and the scroll bar beside the page
 
     def sizeHint(self) -> QSize:  # noqa: N802
         widget = self.widget()
