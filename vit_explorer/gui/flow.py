@@ -78,6 +78,7 @@ class FlowLayout(QLayout):
             row_height = max(row_height, hint.height())
         return y + row_height - rect.y() + margins.bottom()
 
+
 def flow_row(widgets: list[QWidget]) -> QWidget:
     """A container whose widgets wrap onto more lines when it is narrow."""
     holder = QWidget()
