@@ -54,6 +54,7 @@ pg.setConfigOptions(imageAxisOrder="row-major")
 COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.WeakKeyDictionary()  # plot -> its bar
 
 TITLE_POINTS, LABEL_POINTS, TICK_POINTS = 14, 12, 11  # at text scale 1
+LEAST_TITLE_CHARS = 12  # a title's lines wrap at no fewer characters, however large its text
 _text_scale = 1.0  # presentation mode and Ctrl+plus / Ctrl+minus scale every text of every figure
 
 
@@ -125,7 +126,7 @@ def titles_px(titles: Sequence[str], chars: int) -> float:
 def fitting_chars(titles: Sequence[str], px: float, most: int) -> int | None:
     """The most characters (at text scale 1, up to `most`) `titles` can wrap at and still be `px` wide or less at
     the text scale in force; None when even their narrowest wrap is wider."""
-    for chars in range(most, 11, -1):
+    for chars in range(most, LEAST_TITLE_CHARS - 1, -1):
         if titles_px(titles, chars) <= px:
             return chars
     return None
@@ -155,7 +156,7 @@ def title_width(chars: int) -> Iterator[None]:
 def wrap_title(text: str, heading: bool = False) -> str:
     """A long title broken at spaces into lines of about `title_width` characters at text scale 1 (fewer when
     the text is larger; HTML line breaks), so a narrow figure keeps it whole instead of clipping or widening."""
-    width = max(12, round((_title_chars + (4 if heading else 0)) / _text_scale))
+    width = max(LEAST_TITLE_CHARS, round((_title_chars + (4 if heading else 0)) / _text_scale))
     lines: list[str] = []
     for word in elide(text, MAX_TITLE).split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= width:

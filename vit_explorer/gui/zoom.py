@@ -54,12 +54,10 @@ class ZoomArea(QScrollArea):
         if widget is None:
             return
         least, room = widget.minimumSizeHint(), self.maximumViewportSize()  # less the scroll bars always on
-        if self.follows:  # the height it needs
-            if least.height() > room.height():  # it scrolls down: the bar takes its width
-                room.setWidth(room.width() - self.verticalScrollBar().sizeHint().width())
-            widget.resize(max(least.width(), room.width()), max(least.height(), room.height()))
-            return
-        widget.resize(max(least.width(), room.width()), max(least.height(), round(room.height() * self.zoom ** 2)))
+        height = room.height() if self.follows else round(room.height() * self.zoom ** 2)
+        if self.follows and least.height() > room.height():  # it scrolls down: the bar, shown as needed, takes width
+            room.setWidth(room.width() - self.verticalScrollBar().sizeHint().width())
+        widget.resize(max(least.width(), room.width()), max(least.height(), height))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         """The contents' own at the default scale: zooming never grows the window, nor moves the line between two
