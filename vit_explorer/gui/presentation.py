@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtCore import QByteArray, QSettings, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication, QWidget
 
@@ -33,6 +33,7 @@ class Presentation:
         self.window = window
         self.presenting = False
         self._was_maximized = False
+        self._default_layout: QByteArray | None = None  # the panes' sizes at the mode's default text size
 
     @property
     def key(self) -> str:
@@ -60,13 +61,25 @@ class Presentation:
         else:
             i = SCALES.index(self.scale) + direction
             new = SCALES[max(0, min(i, len(SCALES) - 1))]
+        if self.scale == self.default and new != self.default:  # leaving the default: its panes' sizes
+            self._default_layout = self.window.saveState()
         QSettings().setValue(self.key, new)
         self.apply()
+        if new == self.default and self._default_layout is not None:
+            # back to the default, the panes as they were: dock title bars and tabs change height with the text, and
+            # Qt shares the difference out anew each time (the image lost 1 px per Ctrl+plus / Ctrl+0 presenting)
+            layout, self._default_layout = self._default_layout, None
+            QTimer.singleShot(0, lambda: self._restore(layout))
+
+    def _restore(self, layout: QByteArray) -> None:
+        QApplication.sendPostedEvents()  # the sizes at the new text first, then the panes'
+        self.window.restoreState(layout)
 
     def toggle(self) -> None:
         """Presentation mode on or off: full screen, without the model toolbar and the status bar."""
         window = self.window
         self.presenting = not self.presenting
+        self._default_layout = None  # the other mode's
         if self.presenting:
             self._was_maximized = window.isMaximized()
             window.showFullScreen()

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyqtgraph as pg
-from PySide6.QtCore import QEventLoop, QPoint, QSettings, QSize, Qt, QTimer
+from PySide6.QtCore import QEvent, QEventLoop, QPoint, QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QImage, QPainter, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
@@ -98,7 +98,8 @@ class Note(QLabel):
         """A note that keeps lines asks the height its text wraps to at its width: a squeezed dock then takes the room
         from its neighbours rather than drawing the text over the figure above."""
         if self.least_lines and not self.compact:
-            wrapped = self.heightForWidth(self.width()) if self.full_text and self.width() > 40 else 0
+            self.setMinimumHeight(0)  # QLabel's height for a width is at least its least height: a larger text's
+            wrapped = self.heightForWidth(self.width()) if self.full_text and self.width() > 40 else 0  # would stay
             self.setMinimumHeight(max(self.least_lines * self.fontMetrics().lineSpacing(), wrapped))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
@@ -107,6 +108,11 @@ class Note(QLabel):
             self._show()
         elif event.size().width() != event.oldSize().width():
             self._fit_wrapped()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # Ctrl+plus / Ctrl+0: its lines are taller or shorter now
+            self._show()
 
 
 def placeholder_pane(text: str, content: QWidget) -> tuple[QStackedWidget, QLabel]:
