@@ -3,11 +3,14 @@
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshots.py --out shots [--size 1280x800] [--source SOURCE]
         [--image IMAGE] [--compare SOURCE] [--presentation] [--lesson resources/lessons/vit-basics.json]
-        [--theme light|dark] [--views Explain,Dataset]
+        [--theme light|dark] [--views Explain,Dataset] [--user-settings]
         [--dataset shapes [--dataset-limit N] [--sae DIR]]  (only the Dataset view, one screenshot per tab; with
         --sae, a folder of `vit-explorer sae --out`, its Features (SAE) tab and a steering example too)
 
 Without --source the bundled classroom model is used (or, if it is missing, a freshly built one).
+
+The app opens with a fresh installation's settings (its default text size, theme and layout), not the ones
+Ctrl+plus or the View menu left behind; --user-settings opens with yours.
 
 Offscreen, the screen is made --size (Qt's offscreen screen is 800x800 otherwise, and a presented window
 fills it): a presented window then has a real full-screen window's size, so the sizes printed equal a real
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", default=None, help="a second model for the Compare view")
     parser.add_argument("--presentation", action="store_true", help="in presentation mode (full screen, large text)")
     parser.add_argument("--theme", choices=("light", "dark"), default=None,
-                        help="the colour theme (remembered, as the View menu does; default: the remembered one)")
+                        help="the colour theme (default: a fresh installation's; with --user-settings, your "
+                             "remembered one)")
     parser.add_argument("--views", default=None,
                         help="comma-separated view titles to shoot (default: every view and mode)")
     parser.add_argument("--lesson", default=None, help="a lesson file: one screenshot per step, and nothing else")
@@ -44,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sae", default=None, help="with --dataset: a trained SAE's folder for the Features (SAE) tab")
     parser.add_argument("--train-steps", type=int, default=40,
                         help="steps of the two short training runs shown in the Training view (0: none)")
+    parser.add_argument("--user-settings", action="store_true",
+                        help="open with your remembered settings (text size, theme, layout); by default a fresh "
+                             "installation's, so a text size left by Ctrl+plus is not measured")
     parser.add_argument("--registers", default=None, metavar="BLOCK:UNIT,...",
                         help="also shoot the Prediction view's test-time-registers toggle with these neurons "
                              "('finder': its top 4 over the samples) and the Features view's register diagnosis")
@@ -51,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     width, height = (int(v) for v in args.size.lower().split("x"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if not args.user_settings:  # what a person who has just installed the app sees
+        os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="vit-explorer-shots-")
     if os.environ.get("QT_QPA_PLATFORM", "offscreen") == "offscreen":  # a screen of --size, as a real one is
         screen = out / "offscreen_screen.json"
         screen.write_text(json.dumps({"screens": [{"name": f"{width}x{height}", "x": 0, "y": 0, "width": width,
@@ -295,7 +305,7 @@ def shoot(window, path: Path, view=None) -> None:
         from vit_explorer.gui.measure import data_areas
 
         areas = [(a.rect.width(), a.rect.height()) for a in data_areas(view.picture(), window)]
-        print(json.dumps({"shot": path.name, "data_areas": areas}))
+        print(json.dumps({"shot": path.name, "data_areas": areas, "text_scale": window.presentation.scale}))
 
 
 def train(app, window, steps: int, out: Path) -> None:
