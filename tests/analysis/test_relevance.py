@@ -7,6 +7,9 @@ order and integrate as stated."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 import torch
@@ -184,10 +187,8 @@ def test_the_rules_equal_their_straightforward_form(shape: tuple[int, int, int, 
                                rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "beit-b16", "eva02-ti14", "aimv2-l14"])
-def test_a_block_forms_z_from_its_projections_outputs_as_from_their_inputs(name: str, monkeypatch) -> None:
-    """Every linear layer whose output the pass shows (qkv from q, k, v less BEiT's biases; fc1; the projections
-    where no LayerScale follows) gives the block the relevance the two-product form gives, within 1e-5."""
+def _one_block(name: str) -> tuple[VisionTransformer, torch.Tensor]:
+    """A one-block model of preset `name` (its weights large and random) and a random input to its block."""
     overrides = dict(image_size=(12, 16), patch_size=4, embed_dim=32, depth=1, num_heads=4)
     if preset(name).rope_ref_grid:
         overrides["rope_ref_grid"] = (3, 3)
@@ -195,46 +196,46 @@ def test_a_block_forms_z_from_its_projections_outputs_as_from_their_inputs(name:
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.3)
-    layout = model.layout()
-    x = torch.randn(1, layout.num_tokens, 32)
-    relevance = torch.zeros(1, layout.num_tokens, 32)
-    relevance[:, 0] = torch.rand(32)  # the readout's row alone, as the last block gets it
-    block = model.blocks[0]
+    return model, torch.randn(1, model.layout().num_tokens, 32)
+
+
+@contextmanager
+def _block_pass(model: VisionTransformer, x: torch.Tensor) -> Iterator[dict[str, torch.Tensor]]:
+    """Block 0's own pass on `x`, the values at its sites kept (by site), under its hooks and without grad."""
+    layout, block = model.layout(), model.blocks[0]
     bias = model.pos_scheme.attention_bias(block, model.config, layout.grid, layout.num_prefix_tokens)
     values: dict[str, torch.Tensor] = {}
     keep = [(f"blocks.0.{site}", lambda t, hook: values.__setitem__(hook.name.split(".", 2)[2], t))
             for site in lrp.block_sites(block)]
     with torch.no_grad(), model.hooks(keep):
         block(x, rope=model.rope_angles(layout.grid), bias=bias, num_prefix=layout.num_prefix_tokens)
-        r_in, r_attn = lrp.block_relevance(block, values, relevance)
+        yield values
+
+
+@pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "beit-b16", "eva02-ti14", "aimv2-l14"])
+def test_a_block_forms_z_from_its_projections_outputs_as_from_their_inputs(name: str, monkeypatch) -> None:
+    """Every linear layer whose output the pass shows (qkv from q, k, v less BEiT's biases; fc1; the projections
+    where no LayerScale follows) gives the block the relevance the two-product form gives, within 1e-5."""
+    model, x = _one_block(name)
+    relevance = torch.zeros_like(x)
+    relevance[:, 0] = torch.rand(32)  # the readout's row alone, as the last block gets it
+    with _block_pass(model, x) as values:
+        r_in, r_attn = lrp.block_relevance(model.blocks[0], values, relevance)
         monkeypatch.setattr(lrp, "REUSED", 0)  # every layer large enough to take z+ from its output
-        reused_in, reused_attn = lrp.block_relevance(block, values, relevance)
+        reused_in, reused_attn = lrp.block_relevance(model.blocks[0], values, relevance)
     for ours, expected in ((reused_in, r_in), (reused_attn, r_attn)):
         assert float((ours - expected).abs().max()) <= 1e-5 * float(expected.abs().max())
 
 
 @pytest.mark.parametrize("name", ["vit-s16", "deit3-s16", "eva02-ti14", "dinov2-g14", "beit-b16"])
 def test_a_whole_block_conserves_relevance_and_gives_its_attention_map_a_share(name: str) -> None:
-    overrides = dict(image_size=(12, 16), patch_size=4, embed_dim=32, depth=1, num_heads=4)
-    if preset(name).rope_ref_grid:
-        overrides["rope_ref_grid"] = (3, 3)
-    model = VisionTransformer(preset(name, **overrides)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3)
-    layout = model.layout()
-    x = torch.randn(1, layout.num_tokens, 32)
-    relevance = torch.rand(1, layout.num_tokens, 32)
-    block = model.blocks[0]
-    bias = model.pos_scheme.attention_bias(block, model.config, layout.grid, layout.num_prefix_tokens)
-    values: dict[str, torch.Tensor] = {}
-    sites = lrp.block_sites(block)
-    keep = [(f"blocks.0.{site}", lambda t, hook: values.__setitem__(hook.name.split(".", 2)[2], t)) for site in sites]
-    with torch.no_grad(), model.hooks(keep):  # the block's own pass, its sites' values kept
-        block(x, rope=model.rope_angles(layout.grid), bias=bias, num_prefix=layout.num_prefix_tokens)
-        r_in, r_attn = lrp.block_relevance(block, values, relevance)
+    model, x = _one_block(name)
+    relevance = torch.rand_like(x)
+    with _block_pass(model, x) as values:
+        r_in, r_attn = lrp.block_relevance(model.blocks[0], values, relevance)
     torch.testing.assert_close(r_in.sum(), relevance.sum(), atol=1e-3, rtol=1e-4)
-    assert r_attn.shape == (1, 4, layout.num_tokens, layout.num_tokens) and torch.isfinite(r_attn).all()
+    n = model.layout().num_tokens
+    assert r_attn.shape == (1, 4, n, n) and torch.isfinite(r_attn).all()
 
 
 def test_gradcam_weights_channels_by_their_mean_gradient_and_keeps_the_positive_part() -> None:
