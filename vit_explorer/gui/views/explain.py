@@ -161,6 +161,7 @@ class ExplainView(View):
         page.addWidget(self.plots, 1)
         page.addWidget(self.ranking_table)
         page.addWidget(self.ranking_plots)
+        page.addStretch(0)  # sized figures (not a lesson's maps, which fill the pane): the room left goes under them
         self.maps_area = QScrollArea()  # vertically only: every figure keeps the pane's width
         self.maps_area.setFrameShape(QFrame.Shape.NoFrame)
         self.maps_area.setWidgetResizable(True)
@@ -530,6 +531,8 @@ class ExplainView(View):
         and the sanity strip's data areas square in their columns; in a lesson's step the maps fill the pane."""
         self._fitting = False
         normal = self.shows("curves")
+        page = self.page.layout()
+        page.setStretch(page.count() - 1, 1 if normal else 0)
         self.maps_area.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOn if normal else
                                                Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         big, width = self._big(), self.maps_area.viewport().width()
