@@ -118,7 +118,7 @@ def test_a_share_with_no_outliers_is_drawn_on_0_to_1(layout) -> None:
 
 def test_a_horizontal_colour_bar_labels_both_its_ends(qtbot) -> None:
     """Lesson step 11's shared colour bar under the two PE grids (-1 to +1) showed no end labels: pyqtgraph drops a
-    label that stands half past the axis's end. Both ends are drawn."""
+    label that stands half past the axis's end. Both ends are drawn, inside the view."""
     from PySide6.QtGui import QImage, QPainter
 
     widget = pg.GraphicsLayoutWidget()
@@ -139,3 +139,6 @@ def test_a_horizontal_colour_bar_labels_both_its_ends(qtbot) -> None:
         painter.end()
     values = [float(text.replace("−", "-")) for _, _, text in texts]
     assert min(values) == -1.0 and max(values) == 1.0, values
+    # and whole: a bar as wide as its view had them cut in half at its edges ("-1.0" read ".0")
+    shown = [widget.mapFromScene(bar.axis.mapRectToScene(rect)).boundingRect() for rect, _, _ in texts]
+    assert all(widget.viewport().rect().contains(rect) for rect in shown), [r.getRect() for r in shown]

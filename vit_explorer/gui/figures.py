@@ -247,7 +247,10 @@ def _bar_axis(bar: pg.ColorBarItem, levels: tuple[float, float]) -> None:
     low, high = levels
     ends = bar.axis.tickStrings([low, high], 1.0, abs(high - low) / 4 or 1.0)
     metrics = QtGui.QFontMetrics(_tick_font())
-    bar.axis.setStyle(hideOverlappingLabels=max(metrics.horizontalAdvance(text) for text in ends) // 2 + 4)
+    half = max(metrics.horizontalAdvance(text) for text in ends) // 2 + 4
+    bar.axis.setStyle(hideOverlappingLabels=half)
+    bar.layout.setContentsMargins(half, 1, half, 1)  # the end labels inside the bar's cell: a bar as wide as its
+    # view had them cut in half at the view's edges (step 11's "-1.0" read ".0")
 
 
 def _grid_lines(plot: pg.PlotItem, height: float, width: float, grid: tuple[int, int],
