@@ -128,6 +128,7 @@ def test_what_a_step_shows_is_validated(tmp_path: Path, step: dict, fragment: st
 
 
 PROJECTOR_CHILD = """
+from PySide6.QtCore import Qt
 from vit_explorer.explore.lessons import bundled_lessons, read_lesson
 
 present()
@@ -139,7 +140,12 @@ for path in bundled_lessons():
         settle(lambda: index in done)
         panel = window.lesson.panel
         cut = panel.caption.height() < panel.caption.heightForWidth(panel.caption.width())
+        tree = window.views["Parameters"].tree  # the rows a step names, inside the tree's edges (not to scroll to)
+        below = [name for name in step.expect.get("rows", ()) if not any(
+            tree.viewport().rect().contains(tree.visualItemRect(item))
+            for item in tree.findItems(name, Qt.MatchFlag.MatchExactly | Qt.MatchFlag.MatchRecursive))]
         print(json.dumps({"lesson": path.name, "step": index + 1, "caption_cut": cut,
+                          "claims": list(window.lesson.failures) + [f"{name} not in sight" for name in below],
                           **step_measure(window, step.view)}), flush=True)
     window.lesson.leave()
     window.lesson.applied.disconnect(done.append)
@@ -152,12 +158,13 @@ def test_every_lesson_step_is_readable_on_a_projector(tmp_path: Path, screen: tu
     """Presenting every step of every bundled lesson full screen on a projector's screen (an offscreen screen of
     that size): the step's figure is at least 35 % of the screen's height on its short side, none of its data
     areas under 120 px, the input image at least 25 %, the caption whole (gui/measure.py, the same measurement
-    `scripts/screenshots.py --lesson` prints from a real window)."""
+    `scripts/screenshots.py --lesson` prints from a real window), its caption's claims holding, and the parameter
+    rows it names in sight (at 1024x768, ls2.gamma of step 17 was below the tree's edge)."""
     steps = run_on_screen(tmp_path, screen, PROJECTOR_CHILD)
     assert len(steps) == sum(len(read_lesson(p).steps) for p in bundled_lessons())
     problems = {f"{s['lesson']} step {s['step']} ({s['view']})": s["short"] + (["caption cut"] if s["caption_cut"]
-                                                                               else [])
-                for s in steps if s["short"] or s["caption_cut"]}
+                                                                               else []) + s["claims"]
+                for s in steps if s["short"] or s["caption_cut"] or s["claims"]}
     assert all(s["screen_height"] == screen[1] for s in steps), steps[0]
     assert not problems, problems
 

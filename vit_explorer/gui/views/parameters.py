@@ -68,8 +68,12 @@ class ParametersView(View):
             parent = found[0]
             parent.setExpanded(True)
         self.tree.setCurrentItem(parent)
-        # at the top: the row's own children (a block's tensors, LayerScale's among them) get the room below it
+        # at the top: the row's own children (a block's tensors, LayerScale's among them) get the room below it; its
+        # last child on screen too (at 1024x768 presented, a block's 18 tensors are a row more than the tree shows:
+        # ls2.gamma, which the LayerScale step names, was below the edge)
         self.tree.scrollToItem(parent, QAbstractItemView.ScrollHint.PositionAtTop)
+        if parent.childCount():
+            self.tree.scrollToItem(parent.child(parent.childCount() - 1), QAbstractItemView.ScrollHint.EnsureVisible)
 
     def open_rows(self) -> tuple[str, ...]:
         """The names of the tree's rows on screen: those whose parents are all expanded."""
