@@ -98,8 +98,8 @@ class Note(QLabel):
         """A note that keeps lines asks the height its text wraps to at its width: a squeezed dock then takes the room
         from its neighbours rather than drawing the text over the figure above."""
         if self.least_lines and not self.compact:
-            self.setMinimumHeight(0)  # QLabel's height for a width is at least its least height: a larger text's
-            wrapped = self.heightForWidth(self.width()) if self.full_text and self.width() > 40 else 0  # would stay
+            self.setMinimumHeight(0)  # QLabel's height for a width is never under its least height: measured afresh
+            wrapped = self.heightForWidth(self.width()) if self.full_text and self.width() > 40 else 0
             self.setMinimumHeight(max(self.least_lines * self.fontMetrics().lineSpacing(), wrapped))
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
