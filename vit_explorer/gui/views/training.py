@@ -107,6 +107,7 @@ def runs_folder() -> Path:
     return Path(base) / "vit-explorer" / "runs"
 
 
+LEGEND_SAMPLE_PX = 48  # a legend key's width beside its name: its sample line and the gaps
 HEALTH_MIN_PX = 700  # the plot pane's width from which the attention-health plots are drawn (see _roomy)
 
 
@@ -623,12 +624,21 @@ class TrainingView(View):
         self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
         self._thumb, self._health = None, {}
         self._beside, self._with_health = self._wide(), self._roomy()
+        # one legend for every curve, in a row of its own: it never covers a curve. A pane with the health plots has it
+        # over the curves (the PE grid and the thumbnail beside them keep the whole height); a narrower one over every
+        # figure: over the curves alone its width pushed the PE grid past the pane's edge (at 1024x768)
+        over_all = not self._with_health
+        keys = [run.name for run in runs] + ["validation"]  # (and "uniform (log T)" with the health plots)
+        columns = _legend_columns(keys, self.pane.width()) if over_all else len(keys)
+        legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=columns,
+                                       labelTextColor=pg.getConfigOption("foreground"))
+        if over_all:
+            self.plots.ci.addItem(legend, colspan=2 if self._beside else 1)
+            self.plots.ci.nextRow()
         curves = self.plots.ci.addLayout()
-        # one legend for both curves, in a row of its own above them: it never covers a curve
-        legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=len(runs) + 1,
-                                              labelTextColor=pg.getConfigOption("foreground"))
-        curves.addItem(legend, colspan=2)
-        curves.nextRow()
+        if not over_all:
+            curves.addItem(legend, colspan=2)
+            curves.nextRow()
         # two by two: loss | accuracy, then attention health (issue 29): entropy per block against log T | the
         # largest token norm; each keeps a data area a room can read at 1280x800
         names = {"loss": "loss", "accuracy": "accuracy", "entropy": "entropy (nats)", "norm": "max token norm"}
@@ -695,3 +705,12 @@ class TrainingView(View):
             rows += [(r.name, split, s, loss, acc) for split, s, loss, acc in sorted(points, key=lambda p: p[1])]
         return (["run", "split", "step", "loss", "accuracy"], rows) if rows else None
 
+
+def _legend_columns(keys: list[str], width: float) -> int:
+    """As many of a legend's keys a row as `width` px hold (a key: its sample line and its name; the legend fills its
+    rows in turn, each column as wide as its widest key)."""
+    widths = [len(key) * figures.label_char_px() + LEGEND_SAMPLE_PX for key in keys]
+    for columns in range(len(keys), 1, -1):
+        if sum(max(widths[c::columns]) for c in range(columns)) <= width:
+            return columns
+    return 1
