@@ -155,7 +155,10 @@ settle()
 
 
 def sizes():
+    from PySide6.QtWidgets import QTabBar
     return {"image": max(a.short_side for a in data_areas(window.image_panel, window.image_panel)),
+            "tabs": [bar.tabRect(i).width() for bar in window.findChildren(QTabBar) if bar.isVisible()
+                     for i in range(bar.count())],  # whole names (restoring the window's state elided them)
             **{name: [dock.width(), dock.height()] for name, dock in window.docks.items()
                if not dock.visibleRegion().isEmpty()}}  # on screen (a tab behind another is "visible" too)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QByteArray, QSettings, QTimer
+from PySide6.QtCore import QSettings, QSize, Qt, QTimer
 from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication, QDockWidget, QWidget
 
 from .settings import read_number
 from .theme import FONT_POINTS
@@ -33,7 +33,7 @@ class Presentation:
         self.window = window
         self.presenting = False
         self._was_maximized = False
-        self._default_layout: QByteArray | None = None  # the panes' sizes at the mode's default text size
+        self._default_layout: dict[QDockWidget, QSize] | None = None  # the panes' sizes at the mode's default text
 
     @property
     def key(self) -> str:
@@ -62,7 +62,7 @@ class Presentation:
             i = SCALES.index(self.scale) + direction
             new = SCALES[max(0, min(i, len(SCALES) - 1))]
         if self.scale == self.default and new != self.default:  # leaving the default: its panes' sizes
-            self._default_layout = self.window.saveState()
+            self._default_layout = {dock: dock.size() for dock in self._panes()}
         QSettings().setValue(self.key, new)
         self.apply()
         if new == self.default and self._default_layout is not None:
@@ -71,9 +71,22 @@ class Presentation:
             layout, self._default_layout = self._default_layout, None
             QTimer.singleShot(0, lambda: self._restore(layout))
 
-    def _restore(self, layout: QByteArray) -> None:
+    def _restore(self, layout: dict[QDockWidget, QSize]) -> None:
+        """The panes at these sizes (the separators only: restoring the window's whole state re-laid out the tab
+        bars, which then elided every view's name to its first letter)."""
         QApplication.sendPostedEvents()  # the sizes at the new text first, then the panes'
-        self.window.restoreState(layout)
+        shown = self._panes()
+        for dock, size in layout.items():  # one at a time: Qt reads several sizes as proportions of their sum
+            if dock in shown:
+                self.window.resizeDocks([dock], [size.width()], Qt.Orientation.Horizontal)
+                self.window.resizeDocks([dock], [size.height()], Qt.Orientation.Vertical)
+
+    def _panes(self) -> list[QDockWidget]:
+        """The docks on screen: the image's, the lesson's and the views' in front (not a tab behind another, whose
+        size is stale)."""
+        window, shown = self.window, self.window.views_on_screen()
+        return [dock for title, dock in window.docks.items()
+                if title in shown or (title not in window.views and dock.isVisible())]
 
     def toggle(self) -> None:
         """Presentation mode on or off: full screen, without the model toolbar and the status bar."""
