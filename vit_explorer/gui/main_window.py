@@ -519,6 +519,13 @@ class MainWindow(QMainWindow):
         """The titles of the views on screen: the tab in front, and the docks beside the tabs."""
         return tuple(title for title, view in self.views.items() if view.on_screen and self.docks[title].isVisible())
 
+    def docks_on_screen(self) -> list[QDockWidget]:
+        """The docks on screen: the views' in front (not a tab behind another) and the others shown (the image's,
+        the lesson's)."""
+        shown = self.views_on_screen()
+        return [dock for title, dock in self.docks.items()
+                if title in shown or (title not in self.views and dock.isVisible())]
+
     def current_view(self) -> Any:
         """The view holding the keyboard focus, else the big view on screen (the current tab)."""
         focus = self.focusWidget()

@@ -62,7 +62,7 @@ class Presentation:
             i = SCALES.index(self.scale) + direction
             new = SCALES[max(0, min(i, len(SCALES) - 1))]
         if self.scale == self.default and new != self.default:  # leaving the default: its panes' sizes
-            self._default_layout = {dock: dock.size() for dock in self._panes()}
+            self._default_layout = {dock: dock.size() for dock in self.window.docks_on_screen()}
         QSettings().setValue(self.key, new)
         self.apply()
         if new == self.default and self._default_layout is not None:
@@ -75,18 +75,11 @@ class Presentation:
         """The panes at these sizes (the separators only: restoring the window's whole state re-laid out the tab
         bars, which then elided every view's name to its first letter)."""
         QApplication.sendPostedEvents()  # the sizes at the new text first, then the panes'
-        shown = self._panes()
+        shown = self.window.docks_on_screen()
         for dock, size in layout.items():  # one at a time: Qt reads several sizes as proportions of their sum
             if dock in shown:
                 self.window.resizeDocks([dock], [size.width()], Qt.Orientation.Horizontal)
                 self.window.resizeDocks([dock], [size.height()], Qt.Orientation.Vertical)
-
-    def _panes(self) -> list[QDockWidget]:
-        """The docks on screen: the image's, the lesson's and the views' in front (not a tab behind another, whose
-        size is stale)."""
-        window, shown = self.window, self.window.views_on_screen()
-        return [dock for title, dock in window.docks.items()
-                if title in shown or (title not in window.views and dock.isVisible())]
 
     def toggle(self) -> None:
         """Presentation mode on or off: full screen, without the model toolbar and the status bar."""
