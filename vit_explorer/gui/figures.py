@@ -65,6 +65,11 @@ def set_text_scale(scale: float) -> None:
     _text_scale = scale
 
 
+def text_scale() -> float:
+    """The scale of the figures' text now (see set_text_scale)."""
+    return _text_scale
+
+
 def title_size() -> str:
     return f"{TITLE_POINTS * _text_scale:.4g}pt"  # not rounded: text grows exactly with the zoom (gui/zoom.py)
 

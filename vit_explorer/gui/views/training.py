@@ -108,7 +108,8 @@ def runs_folder() -> Path:
 
 
 LEGEND_SAMPLE_PX = 48  # a legend key's width beside its name: its sample line and the gaps
-HEALTH_MIN_PX = 700  # the plot pane's width from which the attention-health plots are drawn (see _roomy)
+HEALTH_MIN_PX = 700  # the plot pane's width from which the attention-health plots are drawn, at the default text size
+# (see _roomy; presented at 1920x1080 with the settings shown, 780 px cut the PE grid and the thumbnail at the edge)
 
 
 class TrainingView(View):
@@ -528,7 +529,7 @@ class TrainingView(View):
         120 px on its short side): a narrower pane (1024x768) draws the loss, the accuracy and the PE grid alone
         (the health is still logged, and drawn as soon as the pane is widened: a hidden settings form, a wider
         window)."""
-        return self.pane.width() >= HEALTH_MIN_PX
+        return self.pane.width() >= HEALTH_MIN_PX * figures.text_scale()  # larger text: larger axes and labels
 
     def _wide(self) -> bool:
         """Whether the PE grid goes beside the curves (it needs about a square) rather than below them: three
