@@ -184,3 +184,36 @@ def test_ctrl_plus_then_ctrl_0_gives_back_the_layout_it_found(tmp_path: Path, mo
     assert len(after) == 2
     changed = [{k: (start.get(k), v) for k, v in sizes.items() if start.get(k) != v} for sizes in after]
     assert changed == [{}, {}], changed
+
+
+BLANK_CHILD = r"""
+import pyqtgraph as pg
+from PySide6.QtCore import QPoint
+
+present() if sys.argv[2] == "presenting" else maximise()
+window.show_view("Attention")
+settle()
+for _ in range(2):
+    window.menu_actions["Larger text"].trigger()
+    settle()
+area, view = window.docks["Attention"].widget(), window.views["Attention"]
+page = area.widget()
+image = next(item for item in view.plots.scene().items() if isinstance(item, pg.ImageItem) and item.isVisible())
+rect = view.plots.mapFromScene(image.sceneBoundingRect()).boundingRect()
+top = view.plots.mapTo(page, QPoint(0, rect.top())).y()
+print(json.dumps({"top": top, "bottom": top + rect.height(), "width": rect.width(), "page": page.height(),
+                  "shown": area.viewport().height()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["normal", "presenting"])
+def test_two_ctrl_plus_keep_the_attention_map_under_its_title(tmp_path: Path, mode) -> None:
+    """Zoomed, a page is laid out taller than its pane, and a map the pane's width binds sat in the middle of the
+    extra height: at 1024x768 presented, after two Ctrl+plus, the Attention map began under a blank band 60 % down
+    the visible pane. Now the page loses the rows no figure draws on: the map begins in the pane's upper third and
+    the page ends just under it (its bottom axis), so scrolling never shows a blank screen."""
+    (row,) = run_on_screen(tmp_path, (1024, 768), BLANK_CHILD, "", mode)
+    assert row["width"] > 200, row  # the map itself, drawn
+    assert row["top"] < row["shown"] / 3, row
+    assert row["page"] - row["bottom"] < 100, row

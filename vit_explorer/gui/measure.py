@@ -56,6 +56,24 @@ def data_areas(widget: QWidget, window: QWidget) -> list[Area]:
     return areas
 
 
+def blank_height(widget: QWidget) -> int:
+    """The rows of pixels (on screen) that every figure inside `widget` leaves blank: a map whose aspect is locked
+    and whose width binds sits in the middle of a taller data area, with blank rows above and below it. 0 when a
+    figure uses its whole height (a curve, or a map the height binds) or there is no figure."""
+    blank = None
+    for view in [widget] * isinstance(widget, pg.GraphicsView) + widget.findChildren(pg.GraphicsView):
+        if not view.isVisible():
+            continue
+        for item in view.scene().items():
+            if not isinstance(item, pg.ViewBox) or not item.isVisible() or _in_colorbar(item):
+                continue
+            (t0, t1), (v0, v1) = item.targetRange()[1], item.viewRange()[1]
+            height = view.mapFromScene(item.sceneBoundingRect()).boundingRect().height()
+            spare = height * (1 - (t1 - t0) / (v1 - v0)) if item.state["aspectLocked"] and v1 - v0 > t1 - t0 else 0
+            blank = spare if blank is None else min(blank, spare)
+    return max(0, int(blank or 0))
+
+
 def _in_colorbar(box: pg.ViewBox) -> bool:
     parent = box.parentItem()
     while parent is not None:

@@ -6,7 +6,8 @@ page keeps its pane's width and scrolls down only, as a web page does: laid out 
 control rows past the pane's right edge, where a scroll across hid them. A browser's zoom by `zoom` makes everything
 zoom^2 times larger in area; at the same width all of that goes down, so the page is laid out zoom^2 times the
 pane's height: its text wraps into more lines as it grows, and its figures still get more height. A figure the
-width bounds keeps its width less what its labels gain. A page that follows the zoom itself (`set_zoom`: the image
+width bounds keeps its width less what its labels gain; the rows it cannot use (a map whose aspect is locked sits in
+the middle of them) go, so the page ends under its last figure instead of a blank band above and below a map. A page that follows the zoom itself (`set_zoom`: the image
 panel, whose image keeps zoom times its side and whose controls keep their whole height) is laid out in the height
 it needs. At the default scale a ZoomArea is its contents exactly (the same hints, no scroll bars).
 """
@@ -16,6 +17,10 @@ from __future__ import annotations
 from PySide6.QtCore import QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QScrollArea, QWidget
+
+from .measure import blank_height
+
+MAX_TRIMS = 4  # a zoomed page loses the blank rows of its maps at most this many times a fit (rows of a grid)
 
 
 class ZoomArea(QScrollArea):
@@ -57,7 +62,16 @@ class ZoomArea(QScrollArea):
         height = room.height() if self.follows else round(room.height() * self.zoom ** 2)
         if self.follows and least.height() > room.height():  # it scrolls down: the bar, shown as needed, takes width
             room.setWidth(room.width() - self.verticalScrollBar().sizeHint().width())
-        widget.resize(max(least.width(), room.width()), max(least.height(), height))
+        width = max(least.width(), room.width())
+        widget.resize(width, max(least.height(), height))
+        if self.follows or self.zoom == 1:
+            return
+        for _ in range(MAX_TRIMS):  # the height no figure draws on goes (a map the width binds drew in the middle
+            # of it, under a blank band as tall as the screen); each trim is one row's blank of a grid of maps
+            trimmed = max(least.height(), room.height(), widget.height() - blank_height(widget))
+            if trimmed >= widget.height():
+                return
+            widget.resize(width, trimmed)
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
         """The contents' own at the default scale: zooming never grows the window, nor moves the line between two
