@@ -56,3 +56,26 @@ def test_a_comparison_never_runs_off_the_view(tmp_path: Path, screen: tuple[int,
     for row in rows:
         assert row["fits"], row
         assert row["seen"] == row["whole"] and all(min(side) > 0 for side in row["seen"]), row
+
+
+LARGE_CHILD = r"""
+maximise()
+window.show_view("Position embeddings")
+settle()
+view = window.views["Position embeddings"]
+print(json.dumps({"areas": sorted((a.short_side for a in data_areas(view, window)), reverse=True),
+                  "maps": len(view.figure.maps), "height": window.height()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("screen", [(1280, 800), (1920, 1080)], ids=["1280x800", "1920x1080"])
+def test_the_mosaic_is_as_large_as_a_lesson_figure_in_normal_mode(tmp_path: Path, screen: tuple[int, int]) -> None:
+    """Issue 27 item 7's rule, on the view a lesson's position-embedding steps use: at 1280x800 in normal mode the
+    mosaic drew 265 px (33 % of the screen's height) over its two single maps, which took the rest of the height
+    half empty. A wide pane now puts the maps in a column beside the mosaic: the mosaic at least 35 % of the
+    screen's height, each map still readable (120 px)."""
+    (row,) = run_on_screen(tmp_path, screen, LARGE_CHILD, "")
+    assert row["maps"] == 2 and len(row["areas"]) == 3, row
+    assert row["areas"][0] >= 0.35 * screen[1], row
+    assert row["areas"][-1] >= 120, row

@@ -82,6 +82,7 @@ PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 GRID_PEN = pg.mkPen(255, 255, 255, 110, width=1)
 SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "p", "h", "t1")
 MARKER_SYMBOLS = (("t", "▼"), ("d", "◆"), ("s", "■"), ("o", "●"))  # pyqtgraph symbol, the glyph that names it
+MAPS_COLUMN_SHARE = 0.3  # the width a similarity figure's single maps take in a column beside its mosaic
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -829,12 +830,14 @@ def _colorbar_of(plot: pg.PlotItem) -> pg.ColorBarItem | None:
 
 class SimilarityPlot:
     """A SimilarityFigure: the similarity mosaic (and any others beside it) in a full-width row, and the
-    single maps in the row below on the same scale, with one colour bar after the last."""
+    single maps in the row below (or in a column beside) on the same scale, with one colour bar after the last."""
 
     def __init__(self, layout: pg.GraphicsLayout, figure: SimilarityFigure, colorbar: bool = True,
-                 columns: int = 0) -> None:
+                 columns: int = 0, maps_beside: bool = False) -> None:
         """`colorbar=False` leaves the colour bar to a figure beside it on the same scale (Compare's other side);
-        `columns`: mosaics a row (0: all in one), the others wrap onto the rows below."""
+        `columns`: mosaics a row (0: all in one), the others wrap onto the rows below; `maps_beside`: the single
+        maps in a column right of the mosaics, a MAPS_COLUMN_SHARE of the width (a wide pane: the mosaic gets
+        the whole height)."""
         self.figure = figure
         self.levels = finite_levels(figure.similarity, figure.levels)  # one scale for every mosaic and map
         top = layout.addLayout()
@@ -851,13 +854,21 @@ class SimilarityPlot:
             top.layout.setColumnStretchFactor(column, 1)
         self.maps: list[tuple[pg.PlotItem, pg.ImageItem]] = []
         if figure.maps:
-            layout.nextRow()
-            bottom = layout.addLayout()
-            layout.layout.setRowStretchFactor(0, 3)
-            layout.layout.setRowStretchFactor(1, 2)
-            with title_width(max(12, _title_chars // len(figure.maps))):  # side by side: each has a share of the row
-                for title, values in figure.maps:  # on the mosaic's scale: its colour bar serves them too
-                    self.maps.append(draw_heatmap(bottom, values, title=title, cmap=SIMILARITY_CMAP,
+            if maps_beside:
+                column = layout.addLayout()
+                layout.layout.setColumnStretchFactor(0, round(10 * (1 - MAPS_COLUMN_SHARE)))
+                layout.layout.setColumnStretchFactor(1, round(10 * MAPS_COLUMN_SHARE))
+            else:
+                layout.nextRow()
+                column = layout.addLayout()
+                layout.layout.setRowStretchFactor(0, 3)
+                layout.layout.setRowStretchFactor(1, 2)
+            chars = round(_title_chars * MAPS_COLUMN_SHARE) if maps_beside else _title_chars // len(figure.maps)
+            with title_width(max(12, chars)):  # beside: the column's share; below: side by side, a share each
+                for i, (title, values) in enumerate(figure.maps):  # on the mosaic's scale: its colour bar serves
+                    if maps_beside and i:  # them too
+                        column.nextRow()
+                    self.maps.append(draw_heatmap(column, values, title=title, cmap=SIMILARITY_CMAP,
                                                   levels=self.levels, grid=values.shape, colorbar=False))
 
     def show_map(self, title: str, values: np.ndarray) -> None:

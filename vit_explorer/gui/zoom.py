@@ -7,9 +7,10 @@ control rows past the pane's right edge, where a scroll across hid them. A brows
 zoom^2 times larger in area; at the same width all of that goes down, so the page is laid out zoom^2 times the
 pane's height: its text wraps into more lines as it grows, and its figures still get more height. A figure the
 width bounds keeps its width less what its labels gain; the rows it cannot use (a map whose aspect is locked sits in
-the middle of them) go, so the page ends under its last figure instead of a blank band above and below a map. A page that follows the zoom itself (`set_zoom`: the image
-panel, whose image keeps zoom times its side and whose controls keep their whole height) is laid out in the height
-it needs. At the default scale a ZoomArea is its contents exactly (the same hints, no scroll bars).
+the middle of them) go, so the page ends under its last figure instead of a blank band above and below a map. A
+page that follows the zoom itself (`set_zoom`: the image panel, whose image keeps zoom times its side and whose
+controls keep their whole height) is laid out in the height it needs. At the default scale a ZoomArea is its
+contents exactly (the same hints, no scroll bars).
 """
 
 from __future__ import annotations

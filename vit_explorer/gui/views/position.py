@@ -38,6 +38,7 @@ class PositionView(View):
         self.figure: SimilarityFigure | None = None
         self._drawn: figures.SimilarityPlot | None = None
         self._drawn_layout = (0, 0, True)  # (mosaics a row, title characters, maps) of the figure drawn
+        self._beside = False  # the single maps of one mosaic drawn beside it (_maps_beside), not below
         self.compare = QComboBox()
         self.compare.addItem("no comparison", "")
         for scheme in SCHEMES.values():
@@ -168,8 +169,9 @@ class PositionView(View):
         rotation = self.inside.similarity if self.inside is not None else None  # EVA-02: its RoPE beside its table
         figure = position.pe_figure(sim, position.title(loaded.model, sim.grid), self.patch, others, rotation)
         self.figure = figure if self.shows("maps") else replace(figure, maps=())
-        if not self.figure.others:  # one mosaic: the figure's own layout
-            self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure)
+        if not self.figure.others:  # one mosaic: its maps below it, or beside it in a wide view
+            self._beside = self._maps_beside()
+            self._drawn = figures.SimilarityPlot(self.plots.ci, self.figure, maps_beside=self._beside)
             return
         self._drawn_layout = columns, chars, maps = self._mosaic_layout()
         if not maps and self.figure.maps:
@@ -204,9 +206,25 @@ class PositionView(View):
             columns = max(fits, key=lambda c: side(c, 1.0))
         return columns, max(MIN_TITLE_CHARS, min(44, int((width / columns - 30) / 10))), maps
 
+    def _maps_beside(self) -> bool:
+        """One mosaic and its single maps: the maps go in a column beside the mosaic when that draws the mosaic
+        larger than the rows below it would (a wide pane: at 1280x800 in normal mode, 458 px rather than 265)
+        and each map is still readable."""
+        if self.figure is None or not self.figure.maps or self.figure.others:
+            return False
+        width, height = self.plots.width() - COLORBAR_PX, self.plots.height()
+        below = min(width - MOSAIC_FRAME_PX[0], MOSAIC_SHARE * height - MOSAIC_FRAME_PX[1])
+        column = figures.MAPS_COLUMN_SHARE * self.plots.width()
+        beside = min(width - column - MOSAIC_FRAME_PX[0], height - MOSAIC_FRAME_PX[1])
+        maps = min(column - MOSAIC_FRAME_PX[0], height / len(self.figure.maps) - MOSAIC_FRAME_PX[1])
+        return beside > below and maps >= READABLE_PX
+
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if self.figure is not None and self.figure.others and self._mosaic_layout() != self._drawn_layout:
+        if self.figure is None:
+            return
+        if (self._mosaic_layout() != self._drawn_layout) if self.figure.others else (
+                self._maps_beside() != self._beside):
             self.redraw()
 
     def table(self) -> Table | None:
