@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QRect
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QGraphicsLayout, QWidget
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,9 @@ def blank_height(widget: QWidget) -> int:
     for view in [widget] * isinstance(widget, pg.GraphicsView) + widget.findChildren(pg.GraphicsView):
         if not view.isVisible():
             continue
+        layout = getattr(view.centralWidget, "layout", None)  # a figure drawn since the last resize: laid out now
+        if isinstance(layout, QGraphicsLayout):
+            layout.activate()
         for item in view.scene().items():
             if not isinstance(item, pg.ViewBox) or not item.isVisible() or _in_colorbar(item):
                 continue

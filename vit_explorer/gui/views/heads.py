@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QScrollArea, QWidget
 
 from ...explore.forward import Inputs
@@ -23,6 +24,7 @@ NO_CLASSIFIER = ("This model has no classifier (features only): head importance,
 
 
 SHOWN_DECIMALS = 3  # the cells write importance as +0.000
+CELL_LEAST_PX, CELL_MOST = 28, 3  # a cell's height: at least this, at most this many times a button's own
 
 
 def importance_colour(value: float, top: float) -> str:
@@ -59,9 +61,10 @@ class HeadsView(View):
         self.grid_widget = QWidget()
         self.grid = QGridLayout(self.grid_widget)
         self.grid.setSpacing(3)
-        scroll = QScrollArea()
+        self.cells_area = scroll = QScrollArea()
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.grid_widget)
+        scroll.viewport().installEventFilter(self)  # its height shares out to the cells (_fit_cells)
         self.body.addWidget(scroll, 1)
         self.legend = QLabel("Click a head to switch it off (dark) or on; the number is its importance: the drop in "
                              "the predicted class's probability when that head alone is removed.")
@@ -75,6 +78,31 @@ class HeadsView(View):
 
     def picture(self) -> QWidget:
         return self.grid_widget
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        if watched is self.cells_area.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_cells()
+        return super().eventFilter(watched, event)
+
+    def restyle(self) -> None:
+        super().restyle()
+        self._fit_cells()
+
+    def _fit_cells(self) -> None:
+        """The cells share the pane's height: a grid the room reads (4 x 4 heads drew as a 150 px strip at the top
+        of a 500 px pane), at least CELL_LEAST_PX and a button's own height, at most CELL_MOST times that; more
+        layers than the pane holds scroll."""
+        if not self.buttons:
+            return
+        own = max(CELL_LEAST_PX, QPushButton("+0.000").sizeHint().height())
+        header = max(label.sizeHint().height() for label in self.grid_widget.findChildren(QLabel))
+        margins = self.grid.contentsMargins()
+        room = (self.cells_area.viewport().height() - margins.top() - margins.bottom() - header
+                - self.grid.spacing() * len(self.buttons))
+        height = max(own, min(CELL_MOST * own, room // len(self.buttons)))
+        for buttons in self.buttons:
+            for button in buttons:
+                button.setFixedHeight(height)
 
     @property
     def importance(self) -> np.ndarray | None:
@@ -118,13 +146,13 @@ class HeadsView(View):
                 button = QPushButton("")
                 button.setCheckable(True)
                 button.setChecked(True)
-                button.setMinimumHeight(28)
                 button.setToolTip(f"{name}, head {h}: click to remove or restore this head.")
                 button.clicked.connect(lambda checked, i=i, h=h: self.toggle(i, h, checked))
                 self.grid.addWidget(button, i + 1, h + 1)
                 buttons.append(button)
             self.buttons.append(buttons)
         self.grid.setRowStretch(layers + 1, 1)  # keep the rows together at the top
+        self._fit_cells()
         self._sync()
         self._measure_next_result = classifier and layers * cfg.num_heads <= AUTO_MEASURE_CELLS
 

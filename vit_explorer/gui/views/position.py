@@ -23,6 +23,9 @@ from .base import Table, View
 # least side of a compared mosaic before the maps give way
 MOSAIC_FRAME_PX, COLORBAR_PX, COLUMN_MIN_PX, MOSAIC_SHARE, READABLE_PX = (70, 110), 90, 230, 0.6, 120
 MIN_TITLE_CHARS = 12
+# one mosaic alone: its room around the data area across (axis and colour bar) and down (title and axis), and a
+# single map's (axis; title of up to three lines), at text scale 1 (measured at 1280x800: 91 and 118; 83 and 91 px)
+ONE_MOSAIC_FRAME_PX, MAP_FRAME_PX = (95, 120), (85, 95)
 
 
 class PositionView(View):
@@ -208,15 +211,16 @@ class PositionView(View):
 
     def _maps_beside(self) -> bool:
         """One mosaic and its single maps: the maps go in a column beside the mosaic when that draws the mosaic
-        larger than the rows below it would (a wide pane: at 1280x800 in normal mode, 458 px rather than 265)
+        larger than the rows below it would (a wide pane: at 1280x800 in normal mode, 456 px rather than 265)
         and each map is still readable."""
         if self.figure is None or not self.figure.maps or self.figure.others:
             return False
-        width, height = self.plots.width() - COLORBAR_PX, self.plots.height()
-        below = min(width - MOSAIC_FRAME_PX[0], MOSAIC_SHARE * height - MOSAIC_FRAME_PX[1])
-        column = figures.MAPS_COLUMN_SHARE * self.plots.width()
-        beside = min(width - column - MOSAIC_FRAME_PX[0], height - MOSAIC_FRAME_PX[1])
-        maps = min(column - MOSAIC_FRAME_PX[0], height / len(self.figure.maps) - MOSAIC_FRAME_PX[1])
+        scale, share = figures.text_scale(), figures.MAPS_COLUMN_SHARE
+        (across, down), (map_across, map_down) = ONE_MOSAIC_FRAME_PX, MAP_FRAME_PX
+        width, height = self.plots.width(), self.plots.height()
+        below = min(width - across * scale, MOSAIC_SHARE * height - down * scale)
+        beside = min((1 - share) * width - across * scale, height - down * scale)
+        maps = min(share * width - map_across * scale, height / len(self.figure.maps) - map_down * scale)
         return beside > below and maps >= READABLE_PX
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name

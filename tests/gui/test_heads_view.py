@@ -1,0 +1,35 @@
+"""The Heads view's grid as a figure a room reads: its cells share the pane's height."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .screens import run_on_screen
+
+GRID_CHILD = r"""
+from PySide6.QtWidgets import QScrollArea
+
+present() if sys.argv[2] == "presenting" else maximise()
+window.show_view("Heads")
+settle()
+view = window.views["Heads"]
+area = view.findChild(QScrollArea)
+cells = [button.geometry() for row in view.buttons for button in row]
+print(json.dumps({"top": min(c.top() for c in cells), "bottom": max(c.bottom() for c in cells),
+                  "cell": [cells[0].width(), cells[0].height()], "room": area.viewport().height(),
+                  "layers": len(view.buttons), "scrolls": area.verticalScrollBar().maximum()}), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["normal", "presenting"])
+def test_the_head_grid_fills_the_pane(tmp_path: Path, mode: str) -> None:
+    """At 1280x800 the classroom model's 4 x 4 heads drew as a strip of 28 px buttons at the top of the pane, two
+    thirds of it blank (lesson step 10 too). The cells now share the pane's height, up to three times a button's
+    own: the grid takes most of the pane, and a small model's never scrolls."""
+    (row,) = run_on_screen(tmp_path, (1280, 800), GRID_CHILD, "", mode)
+    assert row["layers"] == 4 and row["scrolls"] == 0, row
+    assert row["cell"][1] >= 60, row
+    assert row["bottom"] - row["top"] >= 0.55 * row["room"], row
