@@ -86,7 +86,7 @@ MAPS_COLUMN_SHARE = 0.3  # the width a similarity figure's single maps take in a
 
 
 # ---------------------------------------------------------------------------- helpers
-def _tick_font() -> QtGui.QFont:
+def tick_font() -> QtGui.QFont:
     font = QtGui.QFont()
     font.setPointSizeF(TICK_POINTS * _text_scale)
     return font
@@ -209,7 +209,7 @@ def _new_plot(layout: pg.GraphicsLayout, title: str, xlabel: str = "", ylabel: s
         set_title(plot, title, f"{wrap_title(title)}<br><i>{wrap_title(note)}</i>" if note else None)
     for side, text in (("bottom", xlabel), ("left", ylabel)):
         axis = plot.getAxis(side)
-        axis.setTickFont(_tick_font())
+        axis.setTickFont(tick_font())
         axis.enableAutoSIPrefix(False)
         if text:
             plot.setLabel(side, html_text(text, MAX_TITLE), **{"font-size": label_size()})
@@ -245,14 +245,14 @@ def _add_colorbar(plot: pg.PlotItem, image: pg.ImageItem, cmap: pg.ColorMap, lev
 def _bar_axis(bar: pg.ColorBarItem, levels: tuple[float, float]) -> None:
     """A colour bar's labels: in the figures' tick font, no "(x0.001)"; a vertical bar as wide as its labels (the
     fixed 45 px hides 0.0051), a horizontal one with its end values shown (drawn half past its ends)."""
-    bar.axis.setTickFont(_tick_font())
+    bar.axis.setTickFont(tick_font())
     bar.axis.enableAutoSIPrefix(False)
     if not bar.horizontal:  # on a horizontal bar this would fix its length instead
         bar.axis.setWidth(None)
         return
     low, high = levels
     ends = bar.axis.tickStrings([low, high], 1.0, abs(high - low) / 4 or 1.0)
-    metrics = QtGui.QFontMetrics(_tick_font())
+    metrics = QtGui.QFontMetrics(tick_font())
     half = max(metrics.horizontalAdvance(text) for text in ends) // 2 + 4
     bar.axis.setStyle(hideOverlappingLabels=half)
     bar.layout.setContentsMargins(half, 1, half, 1)  # the end labels inside the bar's cell: a bar as wide as its
@@ -538,7 +538,7 @@ class BarsPlot:
             self.bars = pg.BarGraphItem(x0=0, y=pos, height=0.7, width=figure.values, brushes=brushes, pen=None)
             self.plot.invertY(True)
             # a row per bar at least as tall as its label, so no two labels overlap
-            self.plot.vb.setMinimumHeight(n * (QtGui.QFontMetrics(_tick_font()).height() + 2))
+            self.plot.vb.setMinimumHeight(n * (QtGui.QFontMetrics(tick_font()).height() + 2))
         else:
             self.plot = _new_plot(layout, figure.title, "", figure.xlabel)
             self.bars = pg.BarGraphItem(x=pos, y0=0, width=0.7, height=figure.values, brushes=brushes, pen=None)
@@ -564,7 +564,7 @@ class BarsPlot:
         self.texts = [] if self.value_axis else [pg.TextItem("", color=pg.getConfigOption("foreground"),
                                                                anchor=anchor) for _ in range(n)]
         for text in self.texts:
-            text.setFont(_tick_font())
+            text.setFont(tick_font())
             self.plot.addItem(text)
         if self.value_axis:
             assert figure.value_range is not None
@@ -600,15 +600,15 @@ class BarsPlot:
         bottom = self.plot.getAxis("bottom")
         bottom.setTicks([major, minor])
         # "0%" and "100%" stand half outside the axis: room for them (False gives 15 px, too few for large text)
-        metrics = QtGui.QFontMetrics(_tick_font())
+        metrics = QtGui.QFontMetrics(tick_font())
         bottom.setStyle(hideOverlappingLabels=max(metrics.horizontalAdvance(major[0][1]),
                                                   metrics.horizontalAdvance(major[-1][1])) // 2 + 4)
         self.plot.showAxis("right")
         right = self.plot.getAxis("right")
-        right.setTickFont(_tick_font())
+        right.setTickFont(tick_font())
         right.setStyle(tickLength=0)
         widest = max((value_format.format(v) for v in (low, high, -abs(high))), key=len)
-        right.setWidth(QtGui.QFontMetrics(_tick_font()).horizontalAdvance(widest + "0") + 8)
+        right.setWidth(QtGui.QFontMetrics(tick_font()).horizontalAdvance(widest + "0") + 8)
 
     def _set_values(self, figure: BarsFigure) -> None:
         values = np.asarray(figure.values, dtype=np.float64)

@@ -107,6 +107,8 @@ def runs_folder() -> Path:
     return Path(base) / "vit-explorer" / "runs"
 
 
+ENTROPY_RAMP, ENTROPY_RAMP_END = pg.colormap.get("viridis"), 0.8  # the blocks' entropy, first to last (no yellow)
+CURVES_SHARE = 3 / 5  # the four curves' share of the width, with the PE grid and the thumbnail beside them
 LEGEND_SAMPLE_PX = 48  # a legend key's width beside its name: its sample line and the gaps
 HEALTH_MIN_PX = 700  # the plot pane's width from which the attention-health plots are drawn, at the default text size
 # (see _roomy; presented at 1920x1080 with the settings shown, 780 px cut the PE grid and the thumbnail at the edge)
@@ -258,6 +260,7 @@ class TrainingView(View):
         self._side: pg.GraphicsLayout | None = None  # the PE grid and the [CLS] thumbnail, beside or below the curves
         self._thumb: tuple[pg.PlotItem, pg.ImageItem] | None = None  # the last block's [CLS] attention
         self._health: dict[str, pg.PlotDataItem] = {}  # "entropy:<series>" / "norm:<run>" -> curve
+        self._entropy_labels: dict[str, pg.TextItem] = {}  # "block <b>" -> its name at its line's end
         self._with_health = True  # the attention-health plots drawn (a pane wide enough for six figures)
         self._beside = True  # the PE grid beside the curves (a wide pane) or below them (a tall one)
         self._fit_form()
@@ -573,15 +576,26 @@ class TrainingView(View):
         newest = runs[-1]
         steps, entropy, _ = health_series(newest.health)
         plot = self._plots["entropy"]
-        for i, (name, values) in enumerate(entropy.items()):
+        blocks = [name for name in entropy if not name.startswith("uniform")]
+        for name, values in entropy.items():
             if f"entropy:{name}" not in self._health:
                 uniform = name.startswith("uniform")
-                colour = "#888888" if uniform else figures.PALETTE[i % len(figures.PALETTE)]
+                # the blocks on a ramp of their own, each named at its line's end: in the runs' colours block 0
+                # read as run 1 (the lines are the newest run's blocks)
+                colour = "#888888" if uniform else ENTROPY_RAMP.map(
+                    ENTROPY_RAMP_END * blocks.index(name) / max(1, len(blocks) - 1), mode="qcolor")
                 pen = pg.mkPen(colour, width=2, **({"style": Qt.PenStyle.DashLine} if uniform else {}))
                 self._health[f"entropy:{name}"] = curve = plot.plot([], [], pen=pen, name=name)
                 if uniform and self._legend is not None:  # the one legend says what the dashed line is
                     self._legend.addItem(curve, "uniform (log T)")
+                if not uniform:
+                    label = self._entropy_labels[name] = pg.TextItem(name.replace("block ", "b"), color=colour,
+                                                                     anchor=(1, 1))
+                    label.setFont(figures.tick_font())
+                    plot.addItem(label)
             self._health[f"entropy:{name}"].setData(steps, values)
+            if name in self._entropy_labels and steps:
+                self._entropy_labels[name].setPos(steps[-1], values[-1])
         for run in runs:
             run_steps, _, norms = health_series(run.health)
             if f"norm:{run.name}" in self._health:
@@ -591,6 +605,8 @@ class TrainingView(View):
             if self._thumb is None:
                 self._side.nextRow()
                 self._thumb = figures.draw_attention_thumbnail(self._side, last.cls_attention, title="")
+                self._side.layout.setRowStretchFactor(0, 3)  # the grid, with its colour bar and axes, has more to
+                self._side.layout.setRowStretchFactor(1, 2)  # draw around its data than the thumbnail
             with figures.title_width(PE_TITLE_CHARS):
                 figures.set_title(self._thumb[0], f"[CLS] at step {last.step}")
             self._thumb[1].setImage(last.cls_attention, autoLevels=True)
@@ -623,14 +639,17 @@ class TrainingView(View):
         the PE grid and [CLS] thumbnail beside them on a wide pane (below them on a tall one)."""
         self.plots.ci.clear()
         self._curves, self._plots, self._pe, self._drawn_snapshot = {}, {}, None, None
-        self._thumb, self._health = None, {}
+        self._thumb, self._health, self._entropy_labels = None, {}, {}
         self._beside, self._with_health = self._wide(), self._roomy()
         # one legend for every curve, in a row of its own: it never covers a curve. A pane with the health plots has it
         # over the curves (the PE grid and the thumbnail beside them keep the whole height); a narrower one over every
-        # figure: over the curves alone its width pushed the PE grid past the pane's edge (at 1024x768)
+        # figure: over the curves alone its width pushed the PE grid past the pane's edge (at 1024x768). Either way
+        # it has as many keys a row as its room holds: in one row over the curves, a comparison run's name widened
+        # their column and cut the PE grid's colour bar at the pane's edge (at 1280x800)
         over_all = not self._with_health
-        keys = [run.name for run in runs] + ["validation"]  # (and "uniform (log T)" with the health plots)
-        columns = _legend_columns(keys, self.pane.width()) if over_all else len(keys)
+        keys = [run.name for run in runs] + ["validation"] + ([] if over_all else ["uniform (log T)"])
+        room = self.pane.width() * (CURVES_SHARE if self._beside and not over_all else 1)
+        columns = _legend_columns(keys, room)
         legend = self._legend = Legend(labelTextSize=figures.label_size(), colCount=columns,
                                        labelTextColor=pg.getConfigOption("foreground"))
         if over_all:
@@ -667,8 +686,8 @@ class TrainingView(View):
         if not self._beside:
             self.plots.ci.nextRow()
         else:  # four curves two by two, and the grid over the thumbnail: the curves take three fifths of the width
-            self.plots.ci.layout.setColumnStretchFactor(0, 3 if self._with_health else 1)
-            self.plots.ci.layout.setColumnStretchFactor(1, 2 if self._with_health else 1)
+            self.plots.ci.layout.setColumnStretchFactor(0, round(5 * CURVES_SHARE) if self._with_health else 1)
+            self.plots.ci.layout.setColumnStretchFactor(1, round(5 * (1 - CURVES_SHARE)) if self._with_health else 1)
         newest = runs[-1]
         side = self._side = self.plots.ci.addLayout()
         with figures.title_width(PE_TITLE_CHARS):
