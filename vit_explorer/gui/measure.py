@@ -61,7 +61,8 @@ def blank_height(widget: QWidget) -> int:
     and whose width binds sits in the middle of a taller data area, with blank rows above and below it. 0 when a
     figure uses its whole height (a curve, or a map the height binds) or there is no figure."""
     blank = None
-    for view in [widget] * isinstance(widget, pg.GraphicsView) + widget.findChildren(pg.GraphicsView):
+    views = [widget] if isinstance(widget, pg.GraphicsView) else []
+    for view in views + widget.findChildren(pg.GraphicsView):
         if not view.isVisible():
             continue
         layout = getattr(view.centralWidget, "layout", None)  # a figure drawn since the last resize: laid out now
