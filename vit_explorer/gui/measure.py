@@ -40,18 +40,14 @@ def _visible_rect(widget: QWidget, window: QWidget) -> QRect:
 
 def data_areas(widget: QWidget, window: QWidget) -> list[Area]:
     """The data areas of every plot inside `widget` (colour bars aside), clipped as they are on screen."""
-    views = [widget] if isinstance(widget, pg.GraphicsView) else []
-    views += widget.findChildren(pg.GraphicsView)
     areas = []
-    for view in views:
+    for view in _plot_views(widget):
         shown = _visible_rect(view.viewport(), window)
         if shown.isEmpty():
             continue
         origin = view.viewport().mapTo(window, QPoint(0, 0))
-        for item in view.scene().items():
-            if not isinstance(item, pg.ViewBox) or not item.isVisible() or _in_colorbar(item):
-                continue
-            rect = view.mapFromScene(item.sceneBoundingRect()).boundingRect().translated(origin)
+        for box in _data_boxes(view):
+            rect = view.mapFromScene(box.sceneBoundingRect()).boundingRect().translated(origin)
             areas.append(Area(rect.intersected(shown)))
     return areas
 
@@ -61,21 +57,29 @@ def blank_height(widget: QWidget) -> int:
     and whose width binds sits in the middle of a taller data area, with blank rows above and below it. 0 when a
     figure uses its whole height (a curve, or a map the height binds) or there is no figure."""
     blank = None
-    views = [widget] if isinstance(widget, pg.GraphicsView) else []
-    for view in views + widget.findChildren(pg.GraphicsView):
+    for view in _plot_views(widget):
         if not view.isVisible():
             continue
         layout = getattr(view.centralWidget, "layout", None)  # a figure drawn since the last resize: laid out now
         if isinstance(layout, QGraphicsLayout):
             layout.activate()
-        for item in view.scene().items():
-            if not isinstance(item, pg.ViewBox) or not item.isVisible() or _in_colorbar(item):
-                continue
-            (t0, t1), (v0, v1) = item.targetRange()[1], item.viewRange()[1]
-            height = view.mapFromScene(item.sceneBoundingRect()).boundingRect().height()
-            spare = height * (1 - (t1 - t0) / (v1 - v0)) if item.state["aspectLocked"] and v1 - v0 > t1 - t0 else 0
+        for box in _data_boxes(view):
+            (t0, t1), (v0, v1) = box.targetRange()[1], box.viewRange()[1]
+            height = view.mapFromScene(box.sceneBoundingRect()).boundingRect().height()
+            spare = height * (1 - (t1 - t0) / (v1 - v0)) if box.state["aspectLocked"] and v1 - v0 > t1 - t0 else 0
             blank = spare if blank is None else min(blank, spare)
     return max(0, int(blank or 0))
+
+
+def _plot_views(widget: QWidget) -> list[pg.GraphicsView]:
+    """`widget` itself if it is a plot view, and every plot view inside it."""
+    return ([widget] if isinstance(widget, pg.GraphicsView) else []) + widget.findChildren(pg.GraphicsView)
+
+
+def _data_boxes(view: pg.GraphicsView) -> list[pg.ViewBox]:
+    """The data areas shown in a plot view, colour bars aside."""
+    return [item for item in view.scene().items()
+            if isinstance(item, pg.ViewBox) and item.isVisible() and not _in_colorbar(item)]
 
 
 def _in_colorbar(box: pg.ViewBox) -> bool:

@@ -94,7 +94,7 @@ class HeadsView(View):
         layers than the pane holds scroll."""
         if not self.buttons:
             return
-        own = max(CELL_LEAST_PX, QPushButton("+0.000").sizeHint().height())
+        own = max(CELL_LEAST_PX, self.buttons[0][0].sizeHint().height())  # one line of text: as tall as any
         header = max(label.sizeHint().height() for label in self.grid_widget.findChildren(QLabel))
         margins = self.grid.contentsMargins()
         room = (self.cells_area.viewport().height() - margins.top() - margins.bottom() - header
