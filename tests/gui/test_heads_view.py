@@ -33,3 +33,21 @@ def test_the_head_grid_fills_the_pane(tmp_path: Path, mode: str) -> None:
     assert row["layers"] == 4 and row["scrolls"] == 0, row
     assert row["cell"][1] >= 60, row
     assert row["bottom"] - row["top"] >= 0.55 * row["room"], row
+
+
+FONT_CHILD = r"""
+window.show_view("Heads")
+view = window.views["Heads"]
+settle(lambda: view.importance is not None)
+present()
+print(json.dumps({"cell": view.buttons[0][0].fontInfo().pixelSize(), "text": view.legend.fontInfo().pixelSize()}),
+      flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_presenting_grows_the_cells_numbers_with_the_text(tmp_path: Path) -> None:
+    """A cell's colour is a style sheet, and a button with one kept the font it had: presented after the view was
+    shown, every other text grew to 24 px and the cells' numbers stayed at 16 (seen in a real 1920x1080 window)."""
+    (row,) = run_on_screen(tmp_path, (1920, 1080), FONT_CHILD, "")
+    assert row["cell"] == row["text"] > 16, row

@@ -94,6 +94,9 @@ class HeadsView(View):
         layers than the pane holds scroll."""
         if not self.buttons:
             return
+        for buttons in self.buttons:  # a button with a style sheet (its colour) keeps the font it was polished
+            for button in buttons:  # with: presented, its number stayed at the normal size (16 px beside 24)
+                button.setFont(self.font())
         own = max(CELL_LEAST_PX, self.buttons[0][0].sizeHint().height())  # one line of text: as tall as any
         header = max(label.sizeHint().height() for label in self.grid_widget.findChildren(QLabel))
         margins = self.grid.contentsMargins()
