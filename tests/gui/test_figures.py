@@ -142,3 +142,17 @@ def test_a_horizontal_colour_bar_labels_both_its_ends(qtbot) -> None:
     # and whole: a bar as wide as its view had them cut in half at its edges ("-1.0" read ".0")
     shown = [widget.mapFromScene(bar.axis.mapRectToScene(rect)).boundingRect() for rect, _, _ in texts]
     assert all(widget.viewport().rect().contains(rect) for rect in shown), [r.getRect() for r in shown]
+
+
+def test_spread_keeps_labels_a_gap_apart_and_by_their_values() -> None:
+    from vit_explorer.gui.figures import spread
+
+    values = [2.52, 1.0, 2.5, 2.51, 4.0]
+    heights = spread(values, 0.1)
+    ordered = sorted(heights)
+    assert all(b - a >= 0.1 - 1e-12 for a, b in zip(ordered, ordered[1:], strict=False))
+    assert heights[1] == 1.0 and heights[4] == 4.0  # alone: at their values
+    assert heights[2] < heights[3] < heights[0]  # the group keeps its order
+    assert np.isclose(np.mean([heights[0], heights[2], heights[3]]), np.mean([2.52, 2.5, 2.51]))  # and its centre
+    assert spread([], 1.0) == []
+    assert spread([1.0, 1.0], 0.5) == [0.75, 1.25]

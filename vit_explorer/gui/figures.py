@@ -92,6 +92,29 @@ def tick_font() -> QtGui.QFont:
     return font
 
 
+def spread(values: Sequence[float], gap: float) -> list[float]:
+    """Heights for labels at `values` (in their order) at least `gap` apart: labels that would overlap form a group,
+    evenly spaced and centred on their values' mean, so close lines' end labels stay apart and each stays by its
+    line."""
+    def centre(group: list[int]) -> float:
+        return sum(values[i] for i in group) / len(group)
+
+    groups: list[list[int]] = []  # runs of labels, lowest first; each centred on the mean of its values
+    for i in sorted(range(len(values)), key=lambda i: values[i]):
+        groups.append([i])
+        while len(groups) > 1:
+            low, high = groups[-2], groups[-1]
+            if centre(low) + (len(low) - 1) * gap / 2 + gap <= centre(high) - (len(high) - 1) * gap / 2:
+                break
+            groups[-2:] = [low + high]
+    heights = [0.0] * len(values)
+    for group in groups:
+        bottom = centre(group) - (len(group) - 1) * gap / 2
+        for k, i in enumerate(group):
+            heights[i] = bottom + k * gap
+    return heights
+
+
 class IntegerAxis(pg.AxisItem):
     """An axis with ticks on whole numbers only, for axes that count (layers, heads, steps)."""
 

@@ -592,10 +592,10 @@ class TrainingView(View):
                     label = self._entropy_labels[name] = pg.TextItem(name.replace("block ", "b"), color=colour,
                                                                      anchor=(1, 1))
                     label.setFont(figures.tick_font())
+                    label.textItem.document().setDocumentMargin(0)  # a line of text tall: names stack close
                     plot.addItem(label)
             self._health[f"entropy:{name}"].setData(steps, values)
-            if name in self._entropy_labels and steps:
-                self._entropy_labels[name].setPos(steps[-1], values[-1])
+        self._place_entropy_labels()
         for run in runs:
             run_steps, _, norms = health_series(run.health)
             if f"norm:{run.name}" in self._health:
@@ -610,6 +610,20 @@ class TrainingView(View):
             with figures.title_width(PE_TITLE_CHARS):
                 figures.set_title(self._thumb[0], f"[CLS] at step {last.step}")
             self._thumb[1].setImage(last.cls_attention, autoLevels=True)
+
+    def _place_entropy_labels(self) -> None:
+        """Each block's name at its entropy line's end, a line of text apart from the others' (close entropies
+        early in a run drew b1-b3 over each other); again when the plot's range changes, which changes the gap."""
+        plot = self._plots.get("entropy")
+        ends = {name: self._health[f"entropy:{name}"].getData() for name in self._entropy_labels}
+        ends = {name: (float(x[-1]), float(y[-1])) for name, (x, y) in ends.items() if x is not None and len(x)}
+        if plot is None or not ends:
+            return
+        pixel = plot.getViewBox().viewPixelSize()[1]  # data units per screen pixel, up the axis
+        gap = max(label.boundingRect().height() for label in self._entropy_labels.values()) * pixel
+        heights = figures.spread([y for _, y in ends.values()], gap)
+        for (name, (x, _)), y in zip(ends.items(), heights, strict=True):
+            self._entropy_labels[name].setPos(x, y)
 
     def _val_curve(self, run: str, metric: str, index: int) -> pg.PlotDataItem:
         """The validation dots of a run, added to its plot when the first validation arrives."""
@@ -672,6 +686,7 @@ class TrainingView(View):
                                                              ylabel=ylabel, markers=False, integer_x=True,
                                                              legend=False)  # the one above both names the runs
             if metric == "entropy":
+                plot.getViewBox().sigRangeChanged.connect(lambda *_: self._place_entropy_labels())
                 continue  # its curves (per block of the newest run) come with the first health event
             for j, run in enumerate(runs):
                 colour = figures.PALETTE[j % len(figures.PALETTE)]
