@@ -916,20 +916,29 @@ class SimilarityPlot:
 
 
 class ImagesPlot:
-    """An ImagesFigure: RGB pictures side by side (two per row for pairs of photo and colours), titled."""
+    """An ImagesFigure: RGB pictures side by side (`pairs` pairs of photo and colours a row), titled."""
 
-    def __init__(self, layout: pg.GraphicsLayout, figure: ImagesFigure) -> None:
+    def __init__(self, layout: pg.GraphicsLayout, figure: ImagesFigure, pairs: int = 1,
+                 picture_chars: int | None = None) -> None:
+        """picture_chars: the pictures' titles wrap at this many characters (title_width), so that no title is wider
+        than its column: a title wider than the others made its column wider and the picture beside it smaller."""
         self.figure = figure
-        columns = 2 if len(figure.images) % 2 == 0 else min(len(figure.images), 3)  # an image beside its colours
+        paired = len(figure.images) % 2 == 0  # an image beside its colours
+        columns = 2 * pairs if paired else min(len(figure.images), 3)
         add_title(layout, figure.title, colspan=columns)
         self.plots: list[pg.PlotItem] = []
         self.photos: list[pg.ImageItem] = []
-        for i, (image, title) in enumerate(zip(figure.images, figure.titles, strict=True)):
-            if i % columns == 0:
-                layout.nextRow()
-            plot, photo, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)
-            self.plots.append(plot)
-            self.photos.append(photo)
+        with title_width(picture_chars or _title_chars):
+            for i, (image, title) in enumerate(zip(figure.images, figure.titles, strict=True)):
+                if i % columns == 0:
+                    layout.nextRow()
+                plot, photo, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)
+                self.plots.append(plot)
+                self.photos.append(photo)
+        widest = max(plot.titleLabel.minimumWidth() for plot in self.plots)
+        for plot in self.plots:  # columns of one width: a longer title made its column wider, the others' pictures
+            plot.setMinimumWidth(widest)  # smaller
+            plot.setPreferredWidth(widest)
 
     def pixel_at(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
         """(image index, row, col) of the pixel under a scene position, or None."""

@@ -55,16 +55,24 @@ class ZoomArea(QScrollArea):
         shown, so a view exported from a hidden tab asks for this first (View.bring_up_to_date)."""
         self._fit()
 
+    def page_height(self) -> int:
+        """The height the page is laid out in before its blank rows go: the pane's, zoom^2 times it for a page that
+        does not follow the zoom itself. A view choosing its arrangement reads this, not its trimmed height, which
+        depends on the arrangement."""
+        widget, height = self.widget(), self.maximumViewportSize().height()
+        least = widget.minimumSizeHint().height() if widget is not None else 0
+        return max(least, height if self.follows else round(height * self.zoom ** 2))
+
     def _fit(self) -> None:
         widget = self.widget()
         if widget is None:
             return
         least, room = widget.minimumSizeHint(), self.maximumViewportSize()  # less the scroll bars always on
-        height = room.height() if self.follows else round(room.height() * self.zoom ** 2)
+        height = self.page_height()
         if self.follows and least.height() > room.height():  # it scrolls down: the bar, shown as needed, takes width
             room.setWidth(room.width() - self.verticalScrollBar().sizeHint().width())
         width = max(least.width(), room.width())
-        widget.resize(width, max(least.height(), height))
+        widget.resize(width, height)
         if self.follows or self.zoom == 1:
             return
         for _ in range(MAX_TRIMS):  # the height no figure draws on goes (a map the width binds drew in the middle

@@ -279,11 +279,22 @@ class View(SessionWidget):
             info["input size"] = "x".join(map(str, self.session.size))
         return info
 
-    def bring_up_to_date(self, seconds: float = 10.0) -> None:
-        """Refresh a view, hidden ones too, and let its background work finish (bounded), before exporting."""
+    def _zoom_area(self) -> ZoomArea | None:
+        """The dock's page holder this view is the page of (none outside a dock: a test's bare view)."""
         viewport = self.parentWidget()
         area = viewport.parentWidget() if viewport is not None else None
-        if isinstance(area, ZoomArea):  # hidden, its page has not had the dock's room yet
+        return area if isinstance(area, ZoomArea) else None
+
+    def page_height(self) -> int:
+        """The height this view is laid out in before its blank rows go (ZoomArea.page_height), its own outside a
+        dock: what a view chooses its arrangement by."""
+        area = self._zoom_area()
+        return area.page_height() if area is not None else self.height()
+
+    def bring_up_to_date(self, seconds: float = 10.0) -> None:
+        """Refresh a view, hidden ones too, and let its background work finish (bounded), before exporting."""
+        area = self._zoom_area()
+        if area is not None:  # hidden, its page has not had the dock's room yet
             area.fit()
         deadline = time.monotonic() + seconds
         quiet = 0  # idle turns in a row: a finished forward pass may start this view's own work a turn later

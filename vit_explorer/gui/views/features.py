@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 from ...data.images import open_image, sample_images
@@ -16,12 +17,15 @@ from ...explore.figures import Figure, ImagesFigure, arrays
 from ...explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .. import figures
 from ..session import RegisterSettings, Session
-from .base import Table, View
+from .base import Table, View, title_chars
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
          "nearest images", "outliers and register neurons", "attention entropy")
 BESIDE = ("PCA of patch features", "token norms")  # the modes that show the model with test-time registers beside
 SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask: what the samples' features depend on
+# what a picture of a pair takes beside its side at text scale 1, measured at 1280x800: across, its margins; down, its
+# title row and the space to the next row; and the figure's title (three lines at that width)
+PICTURE_FRAME_PX, IMAGES_TITLE_PX = (8, 41), 85
 
 
 class FeaturesView(View):
@@ -64,6 +68,7 @@ class FeaturesView(View):
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.body.addWidget(self.plots, 1)
         self._drawn: object = None
+        self._arranged = (1, 0)  # (pairs of pictures a row, their titles' characters) of the figure drawn
         self.mode.currentIndexChanged.connect(self.refresh)
         self.state.valueChanged.connect(self.refresh)
         self.background.toggled.connect(self.refresh)
@@ -198,10 +203,44 @@ class FeaturesView(View):
         self.note.setText("")
         self.figure, self.extra = drawn
         self.plots.ci.clear()
-        self._drawn = figures.draw(self.plots.ci, self.figure)
+        if isinstance(self.figure, ImagesFigure):
+            self._arranged = pairs, chars = self._arrangement()
+            self._drawn = figures.ImagesPlot(self.plots.ci, self.figure, pairs=pairs, picture_chars=chars)
+        else:
+            self._drawn = figures.draw(self.plots.ci, self.figure)
         if self.extra is not None:  # in a layout of its own: its columns are not the first figure's
             self.plots.ci.nextRow()
             figures.draw(self.plots.ci.addLayout(), self.extra)
+
+    def _arrangement(self) -> tuple[int, int]:
+        """(pairs a row, the characters a picture's title wraps at) for the figure in the view's room now."""
+        pairs = self._pairs_a_row()
+        figure = self.figure
+        columns = 2 * pairs if isinstance(figure, ImagesFigure) and len(figure.images) % 2 == 0 else 3
+        return pairs, title_chars(self.plots.width(), columns, most=44)
+
+    def _pairs_a_row(self) -> int:
+        """Pairs of pictures (an image and its PCA colours) a row: as many as draw them largest in the room the view
+        is laid out in (at 1280x800 in normal mode two pairs a row draw 207 px pictures, one pair 90 px). The height
+        is the page's before its blank rows go (`page_height`): zoomed, the trimmed page depends on the choice."""
+        figure = self.figure
+        if not isinstance(figure, ImagesFigure) or len(figure.images) % 2:
+            return 1
+        count, scale = len(figure.images) // 2, figures.text_scale()
+        width = self.plots.width()
+        height = self.page_height() - (self.height() - self.plots.height()) - IMAGES_TITLE_PX * scale
+
+        def side(pairs: int) -> float:
+            rows = -(-count // pairs)
+            return min(width / (2 * pairs) - PICTURE_FRAME_PX[0] * scale,
+                       height / rows - PICTURE_FRAME_PX[1] * scale)
+
+        return max(range(1, count + 1), key=side)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if isinstance(self.figure, ImagesFigure) and self._arrangement() != self._arranged:
+            self._draw((self.figure, self.extra))
 
     def _clicked(self, event: object) -> None:
         """In correspondence mode, a click on the first image picks the patch to match."""
