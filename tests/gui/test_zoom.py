@@ -28,7 +28,7 @@ for title in sys.argv[3].split(","):
         areas = []  # each data area as laid out on the view's (zoomed) page: its short side, and whether the pane's
         for plots in view.findChildren(pg.GraphicsView):  # width bounds it (its figure as wide as the pane)
             wide = plots.width() >= pane.viewport().width() - 16
-            areas += [[a.short_side, wide and a.rect.width() <= a.rect.height()] for a in data_areas(plots, view)]
+            areas += [[a.short_side, wide and a.box.width() <= a.box.height()] for a in data_areas(plots, view)]
         print(json.dumps({
             "view": title, "press": press, "font": QApplication.font().pointSizeF(), "areas": areas,
             "image": max(a.short_side for a in data_areas(window.image_panel, window.image_panel)),

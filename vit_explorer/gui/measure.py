@@ -1,4 +1,5 @@
-"""What a person sees of a figure: the on-screen rectangles of its data areas (pyqtgraph ViewBoxes).
+"""What a person sees of a figure: the on-screen rectangles of its data areas (pyqtgraph ViewBoxes; of a map whose
+aspect is locked, the part of its box it draws on).
 
 A layout can fit every widget on screen while a figure's plotting area has collapsed to a few pixels;
 these functions measure the pixels of each data area, clipped by every widget around it, so that the
@@ -17,9 +18,12 @@ from PySide6.QtWidgets import QGraphicsLayout, QWidget
 
 @dataclass(frozen=True)
 class Area:
-    """A data area in window coordinates."""
+    """A data area in window coordinates: `rect` what it draws on (a map whose aspect is locked: the map, not the rows
+    or columns of its box it leaves blank), `box` the whole plotting box (whether the width binds it: taller than
+    wide), both clipped as they are on screen."""
 
     rect: QRect
+    box: QRect
 
     @property
     def short_side(self) -> int:
@@ -47,8 +51,13 @@ def data_areas(widget: QWidget, window: QWidget) -> list[Area]:
             continue
         origin = view.viewport().mapTo(window, QPoint(0, 0))
         for box in _data_boxes(view):
-            rect = view.mapFromScene(box.sceneBoundingRect()).boundingRect().translated(origin)
-            areas.append(Area(rect.intersected(shown)))
+            whole = box.sceneBoundingRect()
+            drawn = whole.intersected(box.mapViewToScene(box.targetRect()).boundingRect()) if box.state[
+                "aspectLocked"] else whole  # a map keeps its aspect: the part of its box it draws on
+
+            drawn_rect, whole_rect = (view.mapFromScene(scene).boundingRect().translated(origin).intersected(shown)
+                                      for scene in (drawn, whole))
+            areas.append(Area(drawn_rect, whole_rect))
     return areas
 
 

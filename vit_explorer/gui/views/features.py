@@ -26,6 +26,7 @@ SamplesKey = tuple[int, tuple[int, int], bytes]  # model, input size, head mask:
 # what a picture of a pair takes beside its side at text scale 1, measured at 1280x800: across, its margins; down, its
 # title row and the space to the next row; and the figure's title (three lines at that width)
 PICTURE_FRAME_PX, IMAGES_TITLE_PX = (8, 41), 85
+REARRANGE_GAIN = 1.25  # pictures this much larger by the estimate for another arrangement to replace the one shown
 
 
 class FeaturesView(View):
@@ -68,7 +69,7 @@ class FeaturesView(View):
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.body.addWidget(self.plots, 1)
         self._drawn: object = None
-        self._arranged = (1, 0)  # (pairs of pictures a row, their titles' characters) of the figure drawn
+        self._arranged = (0, 0)  # (pairs of pictures a row, their titles' characters) of the figure drawn (0: none)
         self.mode.currentIndexChanged.connect(self.refresh)
         self.state.valueChanged.connect(self.refresh)
         self.background.toggled.connect(self.refresh)
@@ -235,7 +236,11 @@ class FeaturesView(View):
             return min(width / (2 * pairs) - PICTURE_FRAME_PX[0] * scale,
                        height / rows - PICTURE_FRAME_PX[1] * scale)
 
-        return max(range(1, count + 1), key=side)
+        best, shown = max(range(1, count + 1), key=side), self._arranged[0]
+        # the arrangement on screen stays unless another draws the pictures clearly larger: the estimate is rough
+        # (titles wrap differently in other columns), and a layout reshuffled at a Ctrl+plus for a few pixels loses
+        # the reader and can draw them smaller
+        return shown if 1 <= shown <= count and side(best) < REARRANGE_GAIN * side(shown) else best
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
