@@ -156,3 +156,21 @@ def test_spread_keeps_labels_a_gap_apart_and_by_their_values() -> None:
     assert np.isclose(np.mean([heights[0], heights[2], heights[3]]), np.mean([2.52, 2.5, 2.51]))  # and its centre
     assert spread([], 1.0) == []
     assert spread([1.0, 1.0], 0.5) == [0.75, 1.25]
+
+
+def test_images_plot_keeps_its_columns_one_width_under_a_long_file_name(qtbot) -> None:
+    """Two pairs a row: an image named by a long file name (no spaces to wrap at) neither widens its column nor the
+    others' to its length; every column is as wide as the others."""
+    from vit_explorer.explore.figures import ImagesFigure
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    picture = np.zeros((32, 32, 3), np.uint8)
+    names = ("holiday_photo_from_the_camera_2024_06_01_at_noon.png", "its PCA colours", "crescent", "its PCA colours")
+    drawn = figures.ImagesPlot(widget.ci, ImagesFigure("PCA", (picture,) * 4, names), pairs=2, column_px=800 / 4)
+    widget.resize(800, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widths = {round(plot.geometry().width()) for plot in drawn.plots}
+    assert len(widths) == 1 and max(widths) <= 800 / 4, widths
+    assert "…" in drawn.plots[0].titleLabel.text

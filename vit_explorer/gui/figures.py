@@ -55,6 +55,7 @@ COLORBARS: weakref.WeakKeyDictionary[pg.PlotItem, pg.ColorBarItem] = weakref.Wea
 
 TITLE_POINTS, LABEL_POINTS, TICK_POINTS = 14, 12, 11  # at text scale 1
 LEAST_TITLE_CHARS = 12  # a title's lines wrap at no fewer characters, however large its text
+TITLE_MARGIN_PX = 10  # a plot's title label beside its text (pyqtgraph's LabelItem and the plot's own margins)
 _text_scale = 1.0  # presentation mode and Ctrl+plus / Ctrl+minus scale every text of every figure
 
 
@@ -919,17 +920,25 @@ class ImagesPlot:
     """An ImagesFigure: RGB pictures side by side (`pairs` pairs of photo and colours a row), titled."""
 
     def __init__(self, layout: pg.GraphicsLayout, figure: ImagesFigure, pairs: int = 1,
-                 picture_chars: int | None = None) -> None:
-        """picture_chars: the pictures' titles wrap at this many characters (title_width), so that no title is wider
-        than its column: a title wider than the others made its column wider and the picture beside it smaller."""
+                 column_px: float | None = None) -> None:
+        """column_px: the width a column has in the view; the pictures' titles wrap (and a word longer than that, a
+        file's name, is cut) to fit it: a wider title made its column wider and the pictures beside it smaller."""
         self.figure = figure
         paired = len(figure.images) % 2 == 0  # an image beside its colours
         columns = 2 * pairs if paired else min(len(figure.images), 3)
         add_title(layout, figure.title, colspan=columns)
         self.plots: list[pg.PlotItem] = []
         self.photos: list[pg.ImageItem] = []
-        with title_width(picture_chars or _title_chars):
-            for i, (image, title) in enumerate(zip(figure.images, figure.titles, strict=True)):
+        titles, chars = figure.titles, _title_chars
+        if column_px is not None:
+            font = QtGui.QFont()
+            font.setPointSizeF(TITLE_POINTS * _text_scale)
+            metrics, room = QtGui.QFontMetricsF(font), column_px - TITLE_MARGIN_PX
+            titles = tuple(" ".join(metrics.elidedText(word, QtCore.Qt.TextElideMode.ElideRight, room)
+                                    for word in title.split(" ")) for title in titles)
+            chars = fitting_chars(titles, room, _title_chars) or LEAST_TITLE_CHARS
+        with title_width(chars):
+            for i, (image, title) in enumerate(zip(figure.images, titles, strict=True)):
                 if i % columns == 0:
                     layout.nextRow()
                 plot, photo, _ = draw_image(layout, image, title=title, grid=figure.grid, axes=False)

@@ -17,7 +17,7 @@ from ...explore.figures import Figure, ImagesFigure, arrays
 from ...explore.forward import ForwardResult, Inputs, Needs, run_forward
 from .. import figures
 from ..session import RegisterSettings, Session
-from .base import Table, View, title_chars
+from .base import Table, View
 
 MODES = ("PCA of patch features", "[CLS] attention per head", "token norms", "patch correspondence",
          "nearest images", "outliers and register neurons", "attention entropy")
@@ -69,7 +69,7 @@ class FeaturesView(View):
         self.plots.scene().sigMouseClicked.connect(self._clicked)
         self.body.addWidget(self.plots, 1)
         self._drawn: object = None
-        self._arranged = (0, 0)  # (pairs of pictures a row, their titles' characters) of the figure drawn (0: none)
+        self._arranged = (0, 0)  # (pairs of pictures a row, columns) of the figure drawn (0: none)
         self.mode.currentIndexChanged.connect(self.refresh)
         self.state.valueChanged.connect(self.refresh)
         self.background.toggled.connect(self.refresh)
@@ -205,8 +205,9 @@ class FeaturesView(View):
         self.figure, self.extra = drawn
         self.plots.ci.clear()
         if isinstance(self.figure, ImagesFigure):
-            self._arranged = pairs, chars = self._arrangement()
-            self._drawn = figures.ImagesPlot(self.plots.ci, self.figure, pairs=pairs, picture_chars=chars)
+            self._arranged = pairs, columns = self._arrangement()
+            self._drawn = figures.ImagesPlot(self.plots.ci, self.figure, pairs=pairs,
+                                             column_px=self.plots.width() / columns)
         else:
             self._drawn = figures.draw(self.plots.ci, self.figure)
         if self.extra is not None:  # in a layout of its own: its columns are not the first figure's
@@ -214,11 +215,11 @@ class FeaturesView(View):
             figures.draw(self.plots.ci.addLayout(), self.extra)
 
     def _arrangement(self) -> tuple[int, int]:
-        """(pairs a row, the characters a picture's title wraps at) for the figure in the view's room now."""
+        """(pairs a row, columns) for the figure in the view's room now."""
         pairs = self._pairs_a_row()
         figure = self.figure
-        columns = 2 * pairs if isinstance(figure, ImagesFigure) and len(figure.images) % 2 == 0 else 3
-        return pairs, title_chars(self.plots.width(), columns, most=44)
+        paired = isinstance(figure, ImagesFigure) and len(figure.images) % 2 == 0
+        return pairs, 2 * pairs if paired else min(len(figure.images), 3) if isinstance(figure, ImagesFigure) else 1
 
     def _pairs_a_row(self) -> int:
         """Pairs of pictures (an image and its PCA colours) a row: as many as draw them largest in the room the view
@@ -244,7 +245,8 @@ class FeaturesView(View):
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt's name
         super().resizeEvent(event)
-        if isinstance(self.figure, ImagesFigure) and self._arrangement() != self._arranged:
+        if isinstance(self.figure, ImagesFigure) and (self._arrangement() != self._arranged or event.size().width()
+                                                      != event.oldSize().width()):  # the titles fit the columns
             self._draw((self.figure, self.extra))
 
     def _clicked(self, event: object) -> None:
