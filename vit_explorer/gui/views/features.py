@@ -206,8 +206,10 @@ class FeaturesView(View):
         self.plots.ci.clear()
         if isinstance(self.figure, ImagesFigure):
             self._arranged = pairs, columns = self._arrangement()
-            self._drawn = figures.ImagesPlot(self.plots.ci, self.figure, pairs=pairs,
-                                             column_px=self.plots.width() / columns)
+            layout = self.plots.ci.layout
+            left, _, right, _ = layout.getContentsMargins()
+            room = self.plots.viewport().width() - left - right - layout.horizontalSpacing() * (columns - 1)
+            self._drawn = figures.ImagesPlot(self.plots.ci, self.figure, pairs=pairs, column_px=room / columns)
         else:
             self._drawn = figures.draw(self.plots.ci, self.figure)
         if self.extra is not None:  # in a layout of its own: its columns are not the first figure's
