@@ -16,15 +16,21 @@ from vit_explorer.training.health import attention_health
 from .test_training import roomy_training
 
 
-def test_health_plots_show_the_recomputed_values(qtbot, window, tmp_path: Path) -> None:
-    roomy_training(qtbot, window)
-    view = window.views["Training"]
+def started_run(qtbot, window, tmp_path: Path, depth: int):
+    """The Training view in a roomy window with one started run of a classroom-tiny model of `depth` blocks."""
     from vit_explorer.gui.session import Run
 
-    config = preset("classroom-tiny", image_size=(32, 32), depth=3)
+    roomy_training(qtbot, window)
+    view = window.views["Training"]
+    config = preset("classroom-tiny", image_size=(32, 32), depth=depth)
     run = Run("run 1", config, tmp_path / "run")
     window.session.set_runs([run])
     view._event(run, ev.Started(10, 5, 0, "cpu", 1, 1000, None))
+    return view, run, config
+
+
+def test_health_plots_show_the_recomputed_values(qtbot, window, tmp_path: Path) -> None:
+    view, run, config = started_run(qtbot, window, tmp_path, depth=3)
     torch.manual_seed(0)
     model = VisionTransformer(config)
     pixels = torch.randn(1, 3, 32, 32)
@@ -53,14 +59,7 @@ def test_health_plots_show_the_recomputed_values(qtbot, window, tmp_path: Path) 
 def test_close_entropies_keep_their_block_names_apart(qtbot, window, tmp_path: Path) -> None:
     """Early in a run the blocks' entropies lie within a few hundredths of a nat: each line's name at its end stays
     readable (no two names overlap) and beside its own line (within the group's height of its end)."""
-    roomy_training(qtbot, window)
-    view = window.views["Training"]
-    from vit_explorer.gui.session import Run
-
-    config = preset("classroom-tiny", image_size=(32, 32), depth=4)
-    run = Run("run 1", config, tmp_path / "run")
-    window.session.set_runs([run])
-    view._event(run, ev.Started(10, 5, 0, "cpu", 1, 1000, None))
+    view, run, config = started_run(qtbot, window, tmp_path, depth=4)
     flat = np.full((8, 8), 1 / 64, np.float32)
     for step, entropy in ((5, [1.0, 2.5, 2.51, 2.52]), (10, [1.2, 2.49, 2.5, 2.52])):
         view._event(run, ev.Step(step, step / 5, 1.0, 0.5, 1e-3, 100.0, None, float(step)))
