@@ -174,3 +174,21 @@ def test_images_plot_keeps_its_columns_one_width_under_a_long_file_name(qtbot) -
     widths = {round(plot.geometry().width()) for plot in drawn.plots}
     assert len(widths) == 1 and max(widths) <= 800 / 4, widths
     assert "…" in drawn.plots[0].titleLabel.text
+
+
+def test_images_plot_puts_a_rows_pictures_on_one_line_when_one_title_wraps(qtbot) -> None:
+    """A pair's title that wraps onto two lines ("its PCA colours" in a narrow column) does not push its picture
+    below its neighbour's, whose title is one line: the pictures of a row start at one height."""
+    from vit_explorer.explore.figures import ImagesFigure
+
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    picture = np.zeros((32, 32, 3), np.uint8)
+    names = ("cat", "its PCA colours over the image", "dog", "its PCA colours over the image")
+    drawn = figures.ImagesPlot(widget.ci, ImagesFigure("PCA", (picture,) * 4, names), pairs=2, column_px=600 / 4)
+    widget.resize(600, 400)
+    widget.show()
+    qtbot.waitExposed(widget)
+    assert drawn.plots[1].titleLabel.text.count("<br>") > drawn.plots[0].titleLabel.text.count("<br>")
+    tops = {round(plot.vb.sceneBoundingRect().top()) for plot in drawn.plots}
+    assert len(tops) == 1, tops

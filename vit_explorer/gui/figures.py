@@ -948,6 +948,7 @@ class ImagesPlot:
         for plot in self.plots:  # columns of one width: a longer title made its column wider, the others' pictures
             plot.setMinimumWidth(widest)  # smaller
             plot.setPreferredWidth(widest)
+        even_title_rows(self.plots)  # and pictures on one line: a title that wraps once more pushed its picture down
 
     def pixel_at(self, pos: QtCore.QPointF) -> tuple[int, int, int] | None:
         """(image index, row, col) of the pixel under a scene position, or None."""
