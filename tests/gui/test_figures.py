@@ -158,19 +158,26 @@ def test_spread_keeps_labels_a_gap_apart_and_by_their_values() -> None:
     assert spread([1.0, 1.0], 0.5) == [0.75, 1.25]
 
 
-def test_images_plot_keeps_its_columns_one_width_under_a_long_file_name(qtbot) -> None:
-    """Two pairs a row: an image named by a long file name (no spaces to wrap at) neither widens its column nor the
-    others' to its length; every column is as wide as the others."""
+def _four_pictures(qtbot, names: tuple[str, ...], width: int) -> tuple[pg.GraphicsLayoutWidget, figures.ImagesPlot]:
+    """Four pictures titled `names`, two pairs a row, in a shown view `width` px wide (400 tall): (the view, what
+    it draws; the view is kept while the test reads the plots)."""
     from vit_explorer.explore.figures import ImagesFigure
 
     widget = pg.GraphicsLayoutWidget()
     qtbot.addWidget(widget)
     picture = np.zeros((32, 32, 3), np.uint8)
-    names = ("holiday_photo_from_the_camera_2024_06_01_at_noon.png", "its PCA colours", "crescent", "its PCA colours")
-    drawn = figures.ImagesPlot(widget.ci, ImagesFigure("PCA", (picture,) * 4, names), pairs=2, column_px=800 / 4)
-    widget.resize(800, 400)
+    drawn = figures.ImagesPlot(widget.ci, ImagesFigure("PCA", (picture,) * 4, names), pairs=2, column_px=width / 4)
+    widget.resize(width, 400)
     widget.show()
     qtbot.waitExposed(widget)
+    return widget, drawn
+
+
+def test_images_plot_keeps_its_columns_one_width_under_a_long_file_name(qtbot) -> None:
+    """Two pairs a row: an image named by a long file name (no spaces to wrap at) neither widens its column nor the
+    others' to its length; every column is as wide as the others."""
+    names = ("holiday_photo_from_the_camera_2024_06_01_at_noon.png", "its PCA colours", "crescent", "its PCA colours")
+    _widget, drawn = _four_pictures(qtbot, names, 800)
     widths = {round(plot.geometry().width()) for plot in drawn.plots}
     assert len(widths) == 1 and max(widths) <= 800 / 4, widths
     assert "…" in drawn.plots[0].titleLabel.text
@@ -179,16 +186,8 @@ def test_images_plot_keeps_its_columns_one_width_under_a_long_file_name(qtbot) -
 def test_images_plot_puts_a_rows_pictures_on_one_line_when_one_title_wraps(qtbot) -> None:
     """A pair's title that wraps onto two lines ("its PCA colours" in a narrow column) does not push its picture
     below its neighbour's, whose title is one line: the pictures of a row start at one height."""
-    from vit_explorer.explore.figures import ImagesFigure
-
-    widget = pg.GraphicsLayoutWidget()
-    qtbot.addWidget(widget)
-    picture = np.zeros((32, 32, 3), np.uint8)
     names = ("cat", "its PCA colours over the image", "dog", "its PCA colours over the image")
-    drawn = figures.ImagesPlot(widget.ci, ImagesFigure("PCA", (picture,) * 4, names), pairs=2, column_px=600 / 4)
-    widget.resize(600, 400)
-    widget.show()
-    qtbot.waitExposed(widget)
+    _widget, drawn = _four_pictures(qtbot, names, 600)
     assert drawn.plots[1].titleLabel.text.count("<br>") > drawn.plots[0].titleLabel.text.count("<br>")
     tops = {round(plot.vb.sceneBoundingRect().top()) for plot in drawn.plots}
     assert len(tops) == 1, tops
